@@ -1,0 +1,165 @@
+package backend
+
+import (
+	"context"
+	"crypto/sha1"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+
+	"github.com/floodgate-dev/floodgate/clock"
+)
+
+// Scripter is the narrowest view of a Redis client that floodgate needs: two
+// ways of running a Lua script. Adapters exist for go-redis (NewRedis) and for
+// rueidis (package backend/rueidisadapter); a fault-injecting test wrapper can
+// implement it too.
+//
+// Replies must be normalised to int64, string, []any (nested alike) or nil for
+// a Redis nil reply. An error whose text starts with "NOSCRIPT" means the
+// script is not cached; Redis then retries with Eval.
+type Scripter interface {
+	EvalSha(ctx context.Context, sha1 string, keys []string, args []string) (any, error)
+	Eval(ctx context.Context, src string, keys []string, args []string) (any, error)
+}
+
+// Redis runs primitives as Lua scripts on a Redis server: one EVALSHA per
+// decision (EVAL when the server answers NOSCRIPT). Keys are
+// "<prefix>:{<user key>}:<suffix>", so every key of one call shares a hash tag
+// and a Cluster slot. Time comes from the server's TIME command unless a clock
+// is injected with WithClock.
+//
+// A Redis is safe for concurrent use; it holds no state of its own besides the
+// client.
+type Redis struct {
+	s      Scripter
+	prefix string
+	clk    clock.Clock
+}
+
+// NewRedisScripter returns a Redis backend over any Scripter. It fails only on
+// invalid options.
+func NewRedisScripter(s Scripter, opts ...Option) (*Redis, error) {
+	if s == nil {
+		return nil, errors.New("backend: Redis client is nil")
+	}
+	cfg := newConfig(opts)
+	if cfg.err != nil {
+		return nil, cfg.err
+	}
+	return &Redis{s: s, prefix: cfg.prefix, clk: cfg.clock}, nil
+}
+
+// Clock returns the injected clock, or nil when time comes from Redis TIME.
+func (r *Redis) Clock() clock.Clock { return r.clk }
+
+func (*Redis) sealed() {}
+
+// Prefix returns the key prefix.
+func (r *Redis) Prefix() string { return r.prefix }
+
+// NowArg returns the "now" argument of a script: the injected clock's time in
+// microseconds, or "" so that the script calls TIME.
+func (r *Redis) NowArg() string {
+	if r.clk == nil {
+		return ""
+	}
+	return strconv.FormatInt(Micros(r.clk.Now()), 10)
+}
+
+// Key returns "<prefix>:{<tag>}:<suffix>". The tag is escaped so that braces in
+// it cannot move the hash tag: '{', '}' and '%' become %7B, %7D and %25.
+func (r *Redis) Key(tag, suffix string) string {
+	var b strings.Builder
+	b.Grow(len(r.prefix) + len(tag) + len(suffix) + 4)
+	b.WriteString(r.prefix)
+	b.WriteString(":{")
+	writeTag(&b, tag)
+	b.WriteString("}:")
+	b.WriteString(suffix)
+	return b.String()
+}
+
+func writeTag(b *strings.Builder, tag string) {
+	if !strings.ContainsAny(tag, "{}%") {
+		b.WriteString(tag)
+		return
+	}
+	for i := 0; i < len(tag); i++ {
+		switch c := tag[i]; c {
+		case '{':
+			b.WriteString("%7B")
+		case '}':
+			b.WriteString("%7D")
+		case '%':
+			b.WriteString("%25")
+		default:
+			b.WriteByte(c)
+		}
+	}
+}
+
+// Script is a Lua script with its SHA1, ready for EVALSHA.
+type Script struct {
+	src string
+	sha string
+}
+
+// NewScript wraps Lua source.
+func NewScript(src string) *Script {
+	h := sha1.Sum([]byte(src))
+	return &Script{src: src, sha: hex.EncodeToString(h[:])}
+}
+
+// Source returns the Lua source.
+func (s *Script) Source() string { return s.src }
+
+// SHA1 returns the hex SHA1 of the source.
+func (s *Script) SHA1() string { return s.sha }
+
+// Run runs the script with EVALSHA and, when Redis does not have it cached,
+// with EVAL (which caches it). Errors are wrapped with "backend: redis:".
+func (r *Redis) Run(ctx context.Context, s *Script, keys []string, args []string) (any, error) {
+	reply, err := r.s.EvalSha(ctx, s.sha, keys, args)
+	if err != nil && strings.HasPrefix(err.Error(), "NOSCRIPT") {
+		reply, err = r.s.Eval(ctx, s.src, keys, args)
+	}
+	if err != nil {
+		if ctxErr := ctx.Err(); ctxErr != nil && !errors.Is(err, ctxErr) {
+			return nil, fmt.Errorf("backend: redis: %w", errors.Join(err, ctxErr))
+		}
+		return nil, fmt.Errorf("backend: redis: %w", err)
+	}
+	return reply, nil
+}
+
+// ReplyInts converts a script reply that is an array of integers.
+func ReplyInts(reply any, want int) ([]int64, error) {
+	arr, ok := reply.([]any)
+	if !ok {
+		return nil, fmt.Errorf("backend: unexpected script reply %T", reply)
+	}
+	if want >= 0 && len(arr) != want {
+		return nil, fmt.Errorf("backend: script reply has %d elements, want %d", len(arr), want)
+	}
+	out := make([]int64, len(arr))
+	for i, v := range arr {
+		switch x := v.(type) {
+		case int64:
+			out[i] = x
+		case string:
+			n, err := strconv.ParseInt(x, 10, 64)
+			if err != nil {
+				return nil, fmt.Errorf("backend: script reply element %d: %w", i, err)
+			}
+			out[i] = n
+		case nil:
+			out[i] = 0
+		default:
+			return nil, fmt.Errorf("backend: script reply element %d is %T", i, v)
+		}
+	}
+	return out, nil
+}

@@ -1,0 +1,417 @@
+// Package ratelimit limits how often something may happen per key, with every
+// classic algorithm — FixedWindow, SlidingWindow, SlidingLog, TokenBucket,
+// LeakyBucket (nginx limit_req) and GCRA — on the in-process Memory backend and
+// on Redis, plus a concurrency limit (nginx limit_conn).
+//
+// A Limiter checks one or more rules in one atomic step: all of them admit the
+// request, or nothing is consumed from any. On Redis a decision is one script
+// call whose clock is the Redis server's, so clients with skewed clocks agree.
+//
+//	lim, err := ratelimit.New(backend.NewMemory(), ratelimit.GCRA{Rate: 10, Per: time.Second, Burst: 20})
+//	res, err := lim.Allow(ctx, "user:42")
+//	if !res.Allowed { /* 429, Retry-After: res.RetryAfter */ }
+package ratelimit
+
+import (
+	"context"
+	_ "embed"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/floodgate-dev/floodgate/backend"
+)
+
+// Result is the decision of one call. Every field is exact for every rule; the
+// doc comment of each rule type says what Remaining, RetryAfter and ResetAfter
+// mean for it.
+type Result struct {
+	Allowed    bool
+	Limit      int64         // of the binding rule
+	Remaining  int64         // of the binding rule, after this call
+	RetryAfter time.Duration // 0 when allowed; < 0 when n can never be admitted
+	ResetAfter time.Duration // until the binding rule is back to full
+	Delay      time.Duration // LeakyBucket: how long to hold the request before serving it
+	Rule       int           // index of the binding rule: the violated one when denied, the tightest when allowed
+	RuleName   string        // the binding rule's Named name, or ""
+}
+
+// Errors returned for invalid calls.
+var (
+	ErrNegativeN = errors.New("ratelimit: n must be >= 0")
+	ErrNoRules   = errors.New("ratelimit: New needs at least one rule")
+)
+
+// Limiter decides requests against a set of rules. Create it with New; it is
+// safe for concurrent use. Allow and AllowN decide without waiting; Wait blocks
+// until admitted.
+//
+// The state of a rule is identified by the key and the rule's parameters (and
+// Named name): two Limiters with the same rule on one backend share the budget
+// of a key.
+type Limiter struct {
+	b      backend.Backend
+	specs  []spec
+	logTag uint64 // shared log of the SlidingLog rules
+	logMax int64  // longest SlidingLog window, µs
+
+	mem   *backend.Table
+	redis *backend.Redis
+	args  []string // per-rule script arguments, after the first four
+}
+
+var allowScript = backend.NewScript(luaSource())
+
+//go:embed lua/common.lua
+var luaCommon string
+
+//go:embed lua/drain.lua
+var luaDrain string
+
+//go:embed lua/fixed.lua
+var luaFixed string
+
+//go:embed lua/sliding.lua
+var luaSliding string
+
+//go:embed lua/log.lua
+var luaLog string
+
+//go:embed lua/allow.lua
+var luaAllow string
+
+func luaSource() string {
+	return strings.Join([]string{luaCommon, luaDrain, luaFixed, luaSliding, luaLog, luaAllow}, "\n")
+}
+
+// New returns a Limiter that admits a request only when every rule admits it.
+// It fails with an error naming the rule, field and value when a rule is
+// invalid, and when two rules are the same.
+func New(b backend.Backend, rules ...Rule) (*Limiter, error) {
+	if b == nil {
+		return nil, errors.New("ratelimit: backend is nil")
+	}
+	if len(rules) == 0 {
+		return nil, ErrNoRules
+	}
+	l := &Limiter{b: b, specs: make([]spec, len(rules))}
+	seen := make(map[string]int, len(rules))
+	var logIDs []string
+	for i, r := range rules {
+		if r == nil {
+			return nil, fmt.Errorf("ratelimit: rules[%d] is nil", i)
+		}
+		s, err := r.compile()
+		if err != nil {
+			return nil, fmt.Errorf("%w (rules[%d])", err, i)
+		}
+		id := s.identity()
+		if j, dup := seen[id]; dup {
+			return nil, fmt.Errorf("ratelimit: rules[%d] repeats rules[%d]", i, j)
+		}
+		seen[id] = i
+		if s.kind == kindLog {
+			logIDs = append(logIDs, id)
+			l.logMax = max(l.logMax, s.window)
+		} else {
+			s.id, s.tag = hashID(kindPrefix[s.kind], id)
+		}
+		l.specs[i] = s
+	}
+	if logIDs != nil {
+		id, tag := hashID("l", strings.Join(logIDs, ","))
+		l.logTag = tag
+		for i := range l.specs {
+			if l.specs[i].kind == kindLog {
+				l.specs[i].id, l.specs[i].tag = id, tag
+			}
+		}
+	}
+	switch b := b.(type) {
+	case *backend.Memory:
+		l.mem = b.Table("ratelimit")
+	case *backend.Redis:
+		l.redis = b
+		l.args = l.scriptArgs()
+	default:
+		return nil, fmt.Errorf("ratelimit: unsupported backend %T", b)
+	}
+	return l, nil
+}
+
+var kindPrefix = map[kind]string{kindFixed: "f", kindSliding: "s", kindDrain: "d"}
+
+// Rules returns the number of rules.
+func (l *Limiter) Rules() int { return len(l.specs) }
+
+// Allow is shorthand for AllowN(ctx, key, 1).
+func (l *Limiter) Allow(ctx context.Context, key string) (Result, error) {
+	return l.AllowN(ctx, key, 1)
+}
+
+// AllowN decides whether n units may happen now for key, and consumes them
+// from every rule when all rules admit them. n == 0 peeks: it reports the
+// state without changing it. When n exceeds what some rule can ever admit,
+// Allowed is false and RetryAfter < 0.
+//
+// Errors: backend.ErrEmptyKey, backend.ErrKeyTooLong, ErrNegativeN, the
+// context's error, and store errors (wrapped; on Redis bounded by ctx).
+func (l *Limiter) AllowN(ctx context.Context, key string, n int64) (Result, error) {
+	if err := backend.CheckKey(key); err != nil {
+		return Result{}, err
+	}
+	if n < 0 {
+		return Result{}, fmt.Errorf("%w, got %d", ErrNegativeN, n)
+	}
+	if err := ctx.Err(); err != nil {
+		return Result{}, err
+	}
+	var vs [8]verdict
+	var verdicts []verdict
+	if len(l.specs) <= len(vs) {
+		verdicts = vs[:len(l.specs)]
+	} else {
+		verdicts = make([]verdict, len(l.specs))
+	}
+	if l.mem != nil {
+		l.allowMemory(key, n, verdicts)
+	} else if err := l.allowRedis(ctx, key, n, verdicts); err != nil {
+		return Result{}, err
+	}
+	return l.result(verdicts), nil
+}
+
+// result picks the binding rule: when denied, the rule that can never admit
+// (the first such) or else the one with the longest RetryAfter; when allowed,
+// the one with the least Remaining. Ties go to the lower index.
+func (l *Limiter) result(vs []verdict) Result {
+	allowed := true
+	for _, v := range vs {
+		if v.status != statusAllowed {
+			allowed = false
+			break
+		}
+	}
+	best := -1
+	var delay int64
+	for i, v := range vs {
+		switch {
+		case allowed:
+			delay = max(delay, v.delay)
+			if best < 0 || v.remaining < vs[best].remaining {
+				best = i
+			}
+		case v.status == statusNever:
+			if best < 0 || vs[best].status != statusNever {
+				best = i
+			}
+		case v.status == statusDenied:
+			if best < 0 || vs[best].status == statusDenied && v.retry > vs[best].retry {
+				best = i
+			}
+		}
+	}
+	v := vs[best]
+	r := Result{
+		Allowed:    allowed,
+		Limit:      l.specs[best].limit,
+		Remaining:  v.remaining,
+		ResetAfter: time.Duration(v.reset) * time.Microsecond,
+		Rule:       best,
+		RuleName:   l.specs[best].name,
+	}
+	switch {
+	case allowed:
+		r.Delay = time.Duration(delay) * time.Microsecond
+	case v.status == statusNever:
+		r.RetryAfter = -1
+	default:
+		r.RetryAfter = time.Duration(v.retry) * time.Microsecond
+	}
+	return r
+}
+
+func (l *Limiter) allowMemory(key string, n int64, vs []verdict) {
+	sh := l.mem.Shard(key)
+	sh.Lock()
+	defer sh.Unlock()
+	now := l.mem.NowMicros()
+	e := sh.Get(key)
+	lg := logOf(e, l.logTag)
+	ok := true
+	for i := range l.specs {
+		s := &l.specs[i]
+		switch s.kind {
+		case kindFixed:
+			vs[i] = s.fixedCheck(e, now, n)
+		case kindSliding:
+			vs[i] = s.slidingCheck(e, now, n)
+		case kindLog:
+			vs[i] = s.logCheck(lg, now, n)
+		case kindDrain:
+			vs[i] = s.drainCheck(e, now, n)
+		}
+		ok = ok && vs[i].status == statusAllowed
+	}
+	if !ok || n == 0 {
+		return
+	}
+	if e == nil {
+		e = &backend.Entry{}
+		sh.Put(key, e)
+	}
+	logged := false
+	for i := range l.specs {
+		s := &l.specs[i]
+		var until int64
+		switch s.kind {
+		case kindFixed:
+			until = s.fixedCommit(e, now, n)
+		case kindSliding:
+			until = s.slidingCommit(e, now, n)
+		case kindLog:
+			if logged {
+				continue
+			}
+			until = logCommit(e, l.logTag, l.logMax, now, n)
+			logged = true
+		case kindDrain:
+			until = s.drainCommit(e, now, n)
+		}
+		e.Expires = max(e.Expires, until)
+	}
+}
+
+// scriptArgs encodes the rules for allow.lua.
+func (l *Limiter) scriptArgs() []string {
+	args := make([]string, 0, 5*len(l.specs))
+	itoa := func(v int64) string { return strconv.FormatInt(v, 10) }
+	for _, s := range l.specs {
+		switch s.kind {
+		case kindFixed:
+			args = append(args, "1", itoa(s.limit), itoa(s.window), "0", "0")
+		case kindSliding:
+			args = append(args, "2", itoa(s.limit), itoa(s.buckets), itoa(s.bucket), "0")
+		case kindLog:
+			args = append(args, "3", itoa(s.limit), itoa(s.window), itoa(l.logMax), "0")
+		case kindDrain:
+			args = append(args, "4", itoa(s.capacity), itoa(s.per), itoa(s.rate), itoa(s.delay))
+		}
+	}
+	return args
+}
+
+func (l *Limiter) keys(key string) []string {
+	keys := make([]string, len(l.specs))
+	for i, s := range l.specs {
+		keys[i] = l.redis.Key(key, s.id)
+	}
+	return keys
+}
+
+func (l *Limiter) call(ctx context.Context, key string, n int64, mode string) (any, error) {
+	args := make([]string, 4, 4+len(l.args))
+	args[0] = l.redis.NowArg()
+	args[1] = strconv.FormatInt(n, 10)
+	args[2] = mode
+	args[3] = strconv.Itoa(len(l.specs))
+	args = append(args, l.args...)
+	return l.redis.Run(ctx, allowScript, l.keys(key), args)
+}
+
+func (l *Limiter) allowRedis(ctx context.Context, key string, n int64, vs []verdict) error {
+	reply, err := l.call(ctx, key, n, "0")
+	if err != nil {
+		return fmt.Errorf("ratelimit: %w", err)
+	}
+	ints, err := backend.ReplyInts(reply, 1+5*len(l.specs))
+	if err != nil {
+		return fmt.Errorf("ratelimit: %w", err)
+	}
+	for i := range vs {
+		o := 1 + 5*i
+		vs[i] = verdict{ints[o], ints[o+1], ints[o+2], ints[o+3], ints[o+4]}
+	}
+	return nil
+}
+
+// Reset forgets key's state in every rule, so that the key is back to full.
+// For FixedWindow it clears the current window.
+func (l *Limiter) Reset(ctx context.Context, key string) error {
+	if err := backend.CheckKey(key); err != nil {
+		return err
+	}
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	if l.mem != nil {
+		sh := l.mem.Shard(key)
+		sh.Lock()
+		defer sh.Unlock()
+		e := sh.Get(key)
+		if e == nil {
+			return nil
+		}
+		now := l.mem.NowMicros()
+		for i := range l.specs {
+			s := &l.specs[i]
+			switch s.kind {
+			case kindFixed:
+				s.fixedReset(e, now)
+			case kindDrain:
+				if a, b := cellOf(e, s.tag); a != nil {
+					*a, *b = 0, 0
+				}
+			case kindSliding:
+				if w := s.slidingOf(e); w != nil {
+					w.nonexists = true
+				}
+			case kindLog:
+				if lg := logOf(e, l.logTag); lg != nil {
+					lg.ts = lg.ts[:0]
+				}
+			}
+		}
+		return nil
+	}
+	if _, err := l.call(ctx, key, 0, "1"); err != nil {
+		return fmt.Errorf("ratelimit: %w", err)
+	}
+	return nil
+}
+
+// Wait blocks until one unit for key is admitted (and consumes it), or ctx
+// ends. It sleeps for the RetryAfter of each denial, so it does not spin. It
+// returns ctx's error when ctx ends first, and an error at once when a unit can
+// never be admitted or when ctx's deadline is sooner than the next chance.
+func (l *Limiter) Wait(ctx context.Context, key string) error {
+	return l.WaitN(ctx, key, 1)
+}
+
+// WaitN is Wait for n units.
+func (l *Limiter) WaitN(ctx context.Context, key string, n int64) error {
+	for {
+		r, err := l.AllowN(ctx, key, n)
+		if err != nil {
+			return err
+		}
+		if r.Allowed {
+			return nil
+		}
+		if r.RetryAfter < 0 {
+			return fmt.Errorf("ratelimit: %d units exceed what rule %d can ever admit", n, r.Rule)
+		}
+		if dl, ok := ctx.Deadline(); ok && time.Until(dl) < r.RetryAfter {
+			return fmt.Errorf("ratelimit: would wait %v, beyond the context deadline: %w", r.RetryAfter, context.DeadlineExceeded)
+		}
+		t := time.NewTimer(max(r.RetryAfter, time.Millisecond))
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return ctx.Err()
+		case <-t.C:
+		}
+	}
+}

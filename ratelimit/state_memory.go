@@ -1,0 +1,370 @@
+package ratelimit
+
+import (
+	"sort"
+
+	"github.com/floodgate-dev/floodgate/backend"
+)
+
+// The memory engine mirrors the Lua scripts in lua/ step for step, in int64
+// instead of doubles: the conformance suite demands identical Results.
+
+// verdict is one rule's answer, in µs; the same five numbers the script returns.
+type verdict struct {
+	status    int64 // 1 allowed, 0 denied, -1 never admissible
+	remaining int64
+	retry     int64
+	reset     int64
+	delay     int64
+}
+
+const (
+	statusNever   = -1
+	statusDenied  = 0
+	statusAllowed = 1
+)
+
+// memState is the per-key value of the memory table: every rule state of a
+// user key, so that one shard lock covers an atomic multi-rule decision. The
+// first drain or fixed-window rule lives inline in the backend.Entry (Tag, A,
+// B) so that a single-rule limiter allocates nothing beyond the entry.
+type memState struct {
+	cells   []cell
+	windows []*slidingState
+	logs    []*logState
+}
+
+type cell struct {
+	tag  uint64
+	a, b int64
+}
+
+// cellOf returns the (a, b) pair of the rule tagged tag, or nil.
+func cellOf(e *backend.Entry, tag uint64) (*int64, *int64) {
+	if e == nil {
+		return nil, nil
+	}
+	if e.Tag == tag {
+		return &e.A, &e.B
+	}
+	if ms, ok := e.Value.(*memState); ok {
+		for i := range ms.cells {
+			if ms.cells[i].tag == tag {
+				return &ms.cells[i].a, &ms.cells[i].b
+			}
+		}
+	}
+	return nil, nil
+}
+
+// newCell makes room for the rule tagged tag; e must not hold it yet.
+func newCell(e *backend.Entry, tag uint64) (*int64, *int64) {
+	if e.Tag == 0 {
+		e.Tag = tag
+		return &e.A, &e.B
+	}
+	ms := memStateOf(e)
+	ms.cells = append(ms.cells, cell{tag: tag})
+	c := &ms.cells[len(ms.cells)-1]
+	return &c.a, &c.b
+}
+
+func memStateOf(e *backend.Entry) *memState {
+	ms, ok := e.Value.(*memState)
+	if !ok {
+		ms = &memState{}
+		e.Value = ms
+	}
+	return ms
+}
+
+// --- drain (TokenBucket, LeakyBucket, GCRA); see lua/drain.lua
+
+func drainLevel(s *spec, tat, rem, now int64) int64 {
+	d := tat - now
+	if d <= 0 {
+		return 0
+	}
+	if dmax := ceilDiv(s.capacity*s.per, s.rate); d > dmax {
+		d = dmax
+	}
+	level := d*s.rate - rem
+	if level < 0 {
+		return 0
+	}
+	return level
+}
+
+func (s *spec) drainCheck(e *backend.Entry, now, n int64) verdict {
+	var level int64
+	if a, b := cellOf(e, s.tag); a != nil {
+		level = drainLevel(s, *a, *b, now)
+	}
+	full := s.capacity * s.per
+	remaining := (full - level) / s.per
+	if n > s.capacity {
+		return verdict{statusNever, remaining, -1, ceilDiv(level, s.rate), 0}
+	}
+	nl := level + n*s.per
+	if nl > full {
+		return verdict{statusDenied, remaining, ceilDiv(nl-full, s.rate), ceilDiv(level, s.rate), 0}
+	}
+	var dl int64
+	if s.delay >= 0 && n > 0 {
+		if ex := nl - s.per - s.delay*s.per; ex > 0 {
+			dl = ceilDiv(ex, s.rate)
+		}
+	}
+	return verdict{statusAllowed, (full - nl) / s.per, 0, ceilDiv(nl, s.rate), dl}
+}
+
+func (s *spec) drainCommit(e *backend.Entry, now, n int64) int64 {
+	a, b := cellOf(e, s.tag)
+	var level int64
+	if a == nil {
+		a, b = newCell(e, s.tag)
+	} else {
+		level = drainLevel(s, *a, *b, now)
+	}
+	nl := level + n*s.per
+	wait := ceilDiv(nl, s.rate)
+	*a, *b = now+wait, wait*s.rate-nl
+	return now + wait
+}
+
+// --- FixedWindow; see lua/fixed.lua. State: a = window id, b = count.
+
+func (s *spec) fixedCount(e *backend.Entry, wid int64) int64 {
+	if a, b := cellOf(e, s.tag); a != nil && *a == wid {
+		return *b
+	}
+	return 0
+}
+
+func (s *spec) fixedCheck(e *backend.Entry, now, n int64) verdict {
+	wid := now / s.window
+	c := s.fixedCount(e, wid)
+	left := (wid+1)*s.window - now
+	var reset int64
+	if c > 0 {
+		reset = left
+	}
+	if n > s.limit {
+		return verdict{statusNever, s.limit - c, -1, reset, 0}
+	}
+	if c+n > s.limit {
+		return verdict{statusDenied, s.limit - c, left, reset, 0}
+	}
+	if c+n > 0 {
+		reset = left
+	}
+	return verdict{statusAllowed, s.limit - c - n, 0, reset, 0}
+}
+
+func (s *spec) fixedCommit(e *backend.Entry, now, n int64) int64 {
+	wid := now / s.window
+	c := s.fixedCount(e, wid)
+	a, b := cellOf(e, s.tag)
+	if a == nil {
+		a, b = newCell(e, s.tag)
+	}
+	*a, *b = wid, c+n
+	return (wid + 1) * s.window
+}
+
+func (s *spec) fixedReset(e *backend.Entry, now int64) {
+	if a, b := cellOf(e, s.tag); a != nil && *a == now/s.window {
+		*b = 0
+	}
+}
+
+// --- SlidingWindow; see lua/sliding.lua.
+
+type slidingState struct {
+	tag       uint64
+	total     int64
+	lo, hi    int64
+	counts    []int64 // ring of buckets+1 counters, indexed by bucket id mod len
+	nonexists bool
+}
+
+func (s *spec) slidingOf(e *backend.Entry) *slidingState {
+	if e == nil {
+		return nil
+	}
+	if ms, ok := e.Value.(*memState); ok {
+		for _, w := range ms.windows {
+			if w.tag == s.tag {
+				return w
+			}
+		}
+	}
+	return nil
+}
+
+// slidingView is sliding_view: the state as of now, without changing it.
+func (s *spec) slidingView(w *slidingState, now int64) (total, lo, hi, cur int64, cleared bool) {
+	cur = now / s.bucket
+	if w == nil || w.nonexists {
+		return 0, cur - s.buckets, cur - s.buckets - 1, cur, false
+	}
+	total, lo, hi = w.total, w.lo, w.hi
+	if cur < lo {
+		cur = lo
+	}
+	newlo := cur - s.buckets
+	if newlo > lo {
+		if newlo > hi {
+			return 0, newlo, hi, cur, true
+		}
+		for id := lo; id < newlo; id++ {
+			total -= w.bucket(id)
+		}
+		lo = newlo
+	}
+	return total, lo, hi, cur, false
+}
+
+func (w *slidingState) bucket(id int64) int64 { return w.counts[id%int64(len(w.counts))] }
+
+func (s *spec) slidingCheck(e *backend.Entry, now, n int64) verdict {
+	w := s.slidingOf(e)
+	total, lo, hi, cur, _ := s.slidingView(w, now)
+	var reset int64
+	if total > 0 {
+		reset = (hi+s.buckets+1)*s.bucket - now
+	}
+	if n > s.limit {
+		return verdict{statusNever, s.limit - total, -1, reset, 0}
+	}
+	if total+n > s.limit {
+		need := total + n - s.limit
+		var acc int64
+		for id := lo; id <= hi; id++ {
+			acc += w.bucket(id)
+			if acc >= need {
+				return verdict{statusDenied, s.limit - total, (id+s.buckets+1)*s.bucket - now, reset, 0}
+			}
+		}
+		return verdict{statusDenied, s.limit - total, -1, reset, 0} // unreachable: need <= total
+	}
+	if n > 0 {
+		hi = max(hi, cur)
+		reset = (hi+s.buckets+1)*s.bucket - now
+	}
+	return verdict{statusAllowed, s.limit - total - n, 0, reset, 0}
+}
+
+func (s *spec) slidingCommit(e *backend.Entry, now, n int64) int64 {
+	w := s.slidingOf(e)
+	if w == nil {
+		w = &slidingState{tag: s.tag, counts: make([]int64, s.buckets+1), nonexists: true}
+		ms := memStateOf(e)
+		ms.windows = append(ms.windows, w)
+	}
+	total, lo, hi, cur, cleared := s.slidingView(w, now)
+	switch {
+	case w.nonexists || cleared:
+		clear(w.counts)
+	default:
+		for id := w.lo; id < lo; id++ {
+			w.counts[id%int64(len(w.counts))] = 0
+		}
+	}
+	hi = max(hi, cur)
+	w.counts[cur%int64(len(w.counts))] += n
+	w.total, w.lo, w.hi, w.nonexists = total+n, lo, hi, false
+	return (hi + s.buckets + 1) * s.bucket
+}
+
+// --- SlidingLog; see lua/log.lua. Every log rule of a Limiter shares one log.
+
+type logState struct {
+	tag uint64
+	ts  []int64 // admission times, ascending
+}
+
+func logOf(e *backend.Entry, tag uint64) *logState {
+	if e == nil {
+		return nil
+	}
+	if ms, ok := e.Value.(*memState); ok {
+		for _, l := range ms.logs {
+			if l.tag == tag {
+				return l
+			}
+		}
+	}
+	return nil
+}
+
+func (l *logState) newest() (int64, bool) {
+	if l == nil || len(l.ts) == 0 {
+		return 0, false
+	}
+	return l.ts[len(l.ts)-1], true
+}
+
+// after returns the index of the first entry > t.
+func (l *logState) after(t int64) int {
+	return sort.Search(len(l.ts), func(i int) bool { return l.ts[i] > t })
+}
+
+func (s *spec) logCheck(lg *logState, now, n int64) verdict {
+	var c int64
+	first := 0
+	if lg != nil {
+		first = lg.after(now - s.window)
+		c = int64(len(lg.ts) - first)
+	}
+	newest, has := lg.newest()
+	var reset int64
+	if c > 0 {
+		reset = newest + s.window - now
+	}
+	if n > s.limit {
+		return verdict{statusNever, s.limit - c, -1, reset, 0}
+	}
+	if c+n > s.limit {
+		need := c + n - s.limit
+		return verdict{statusDenied, s.limit - c, lg.ts[first+int(need)-1] + s.window - now, reset, 0}
+	}
+	if n > 0 {
+		nw := now
+		if has && newest > nw {
+			nw = newest
+		}
+		reset = nw + s.window - now
+	}
+	return verdict{statusAllowed, s.limit - c - n, 0, reset, 0}
+}
+
+func logCommit(e *backend.Entry, tag uint64, maxWindow, now, n int64) int64 {
+	lg := logOf(e, tag)
+	if lg == nil {
+		lg = &logState{tag: tag}
+		ms := memStateOf(e)
+		ms.logs = append(ms.logs, lg)
+	}
+	if k := lg.after(now - maxWindow); k > 0 {
+		lg.ts = append(lg.ts[:0], lg.ts[k:]...)
+	}
+	i := lg.after(now) // entries newer than now stay after the new ones
+	for range n {
+		lg.ts = append(lg.ts, 0)
+	}
+	copy(lg.ts[i+int(n):], lg.ts[i:])
+	for j := i; j < i+int(n); j++ {
+		lg.ts[j] = now
+	}
+	newest, _ := lg.newest()
+	return newest + maxWindow
+}
+
+func ceilDiv(a, b int64) int64 {
+	q := a / b
+	if q*b < a {
+		q++
+	}
+	return q
+}
