@@ -1,0 +1,201 @@
+package ratelimit
+
+import (
+	"context"
+	"crypto/rand"
+	_ "embed"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"sort"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/floodgate-dev/floodgate/backend"
+)
+
+// Concurrency limits how many holders of a key may be active at once: nginx's
+// limit_conn, Stripe's concurrent-requests limiter. Each admitted holder gets a
+// lease of length Lease; a holder that dies without releasing stops counting
+// when its lease ends, so Lease should exceed the longest expected hold.
+// Limit 0 denies everything.
+type Concurrency struct {
+	Limit int64
+	Lease time.Duration
+}
+
+// ConcurrencyLimiter admits at most Limit concurrent holders per key. Create
+// it with NewConcurrency; it is safe for concurrent use.
+type ConcurrencyLimiter struct {
+	limit int64
+	lease int64 // µs
+	id    string
+
+	mem   *backend.Table
+	redis *backend.Redis
+}
+
+//go:embed lua/concurrency.lua
+var luaConcurrency string
+
+var concurrencyScript = backend.NewScript(luaConcurrency)
+
+// NewConcurrency returns a ConcurrencyLimiter; it fails with an error naming
+// the field when Limit < 0 or Lease is not a positive whole number of
+// microseconds.
+func NewConcurrency(b backend.Backend, c Concurrency) (*ConcurrencyLimiter, error) {
+	if b == nil {
+		return nil, errors.New("ratelimit: backend is nil")
+	}
+	if err := nonNegative("Concurrency", "Limit", c.Limit); err != nil {
+		return nil, err
+	}
+	lease, err := micros("Concurrency", "Lease", c.Lease)
+	if err != nil {
+		return nil, err
+	}
+	cl := &ConcurrencyLimiter{limit: c.Limit, lease: lease}
+	cl.id, _ = hashID("c", fmt.Sprintf("%d|%d", c.Limit, lease))
+	switch b := b.(type) {
+	case *backend.Memory:
+		cl.mem = b.Table("concurrency")
+	case *backend.Redis:
+		cl.redis = b
+	default:
+		return nil, fmt.Errorf("ratelimit: unsupported backend %T", b)
+	}
+	return cl, nil
+}
+
+// Acquire takes a slot for key when fewer than Limit leases are live. When
+// admitted, release gives the slot back; it is idempotent and safe to call
+// after the lease expired (it then does nothing). When denied, release is a
+// no-op and r.RetryAfter is the time until the earliest live lease expires (an
+// upper bound: holders usually release sooner), or < 0 when Limit is 0.
+// r.Remaining counts the free slots after the call; r.ResetAfter is the time
+// until every live lease has expired.
+func (c *ConcurrencyLimiter) Acquire(ctx context.Context, key string) (release func(context.Context) error, r Result, err error) {
+	noop := func(context.Context) error { return nil }
+	if err := backend.CheckKey(key); err != nil {
+		return noop, Result{}, err
+	}
+	if err := ctx.Err(); err != nil {
+		return noop, Result{}, err
+	}
+	id := newLeaseID()
+	var v verdict
+	if c.mem != nil {
+		v = c.acquireMemory(key, id)
+	} else {
+		reply, err := c.redis.Run(ctx, concurrencyScript, []string{c.redis.Key(key, c.id)},
+			[]string{c.redis.NowArg(), "a", id, strconv.FormatInt(c.limit, 10), strconv.FormatInt(c.lease, 10)})
+		if err != nil {
+			return noop, Result{}, fmt.Errorf("ratelimit: %w", err)
+		}
+		ints, err := backend.ReplyInts(reply, 4)
+		if err != nil {
+			return noop, Result{}, fmt.Errorf("ratelimit: %w", err)
+		}
+		v = verdict{status: ints[0], remaining: ints[1], retry: ints[2], reset: ints[3]}
+	}
+	r = Result{
+		Allowed:    v.status == statusAllowed,
+		Limit:      c.limit,
+		Remaining:  v.remaining,
+		ResetAfter: time.Duration(v.reset) * time.Microsecond,
+	}
+	switch v.status {
+	case statusNever:
+		r.RetryAfter = -1
+	case statusDenied:
+		r.RetryAfter = time.Duration(v.retry) * time.Microsecond
+	}
+	if !r.Allowed {
+		return noop, r, nil
+	}
+	var once sync.Once
+	var relErr error
+	release = func(ctx context.Context) error {
+		once.Do(func() { relErr = c.release(ctx, key, id) })
+		return relErr
+	}
+	return release, r, nil
+}
+
+func (c *ConcurrencyLimiter) release(ctx context.Context, key, id string) error {
+	if c.mem != nil {
+		sh := c.mem.Shard(key)
+		sh.Lock()
+		defer sh.Unlock()
+		if e := sh.Get(key); e != nil {
+			st := e.Value.(*leaseSet)
+			st.remove(id)
+		}
+		return nil
+	}
+	_, err := c.redis.Run(ctx, concurrencyScript, []string{c.redis.Key(key, c.id)}, []string{"", "r", id})
+	if err != nil {
+		return fmt.Errorf("ratelimit: release: %w", err)
+	}
+	return nil
+}
+
+// leaseSet is the memory form of the lease sorted set.
+type leaseSet struct {
+	ids       []string
+	deadlines []int64 // ascending, parallel to ids
+}
+
+func (s *leaseSet) remove(id string) {
+	for i, x := range s.ids {
+		if x == id {
+			s.ids = append(s.ids[:i], s.ids[i+1:]...)
+			s.deadlines = append(s.deadlines[:i], s.deadlines[i+1:]...)
+			return
+		}
+	}
+}
+
+func (c *ConcurrencyLimiter) acquireMemory(key, id string) verdict {
+	sh := c.mem.Shard(key)
+	sh.Lock()
+	defer sh.Unlock()
+	now := c.mem.NowMicros()
+	e := sh.Get(key)
+	if e == nil {
+		e = &backend.Entry{Value: &leaseSet{}}
+		sh.Put(key, e)
+	}
+	st := e.Value.(*leaseSet)
+	first := sort.Search(len(st.deadlines), func(i int) bool { return st.deadlines[i] > now })
+	live := int64(len(st.deadlines) - first)
+	var reset int64
+	if live > 0 {
+		reset = st.deadlines[len(st.deadlines)-1] - now
+	}
+	if c.limit < 1 {
+		return verdict{status: statusNever, retry: -1, reset: reset}
+	}
+	if live >= c.limit {
+		return verdict{statusDenied, c.limit - live, st.deadlines[first] - now, reset, 0}
+	}
+	st.ids = append(st.ids[:0], st.ids[first:]...)
+	st.deadlines = append(st.deadlines[:0], st.deadlines[first:]...)
+	deadline := now + c.lease
+	i := sort.Search(len(st.deadlines), func(i int) bool { return st.deadlines[i] > deadline })
+	st.ids = append(st.ids, "")
+	st.deadlines = append(st.deadlines, 0)
+	copy(st.ids[i+1:], st.ids[i:])
+	copy(st.deadlines[i+1:], st.deadlines[i:])
+	st.ids[i], st.deadlines[i] = id, deadline
+	reset = max(reset, c.lease)
+	e.Expires = max(e.Expires, deadline)
+	return verdict{statusAllowed, c.limit - live - 1, 0, reset, 0}
+}
+
+func newLeaseID() string {
+	var b [12]byte
+	_, _ = rand.Read(b[:])
+	return hex.EncodeToString(b[:])
+}
