@@ -21,21 +21,66 @@ func NewRedis(c redis.UniversalClient, opts ...Option) *Redis {
 }
 
 // NewRedisE is NewRedis that reports invalid options and a nil client.
+//
+// Deadlines: go-redis honours a context's deadline on the network only when
+// the client is built with ContextTimeoutEnabled: true; otherwise a call to a
+// hung server lasts its ReadTimeout (3s by default). Set it: it costs nothing.
+// For clients without it (a *redis.Client, *redis.ClusterClient or
+// *redis.Ring whose options say so), every call with a cancellable context
+// waits on the context in a helper goroutine, so the caller still gets an
+// error when ctx ends; the command itself finishes in the background.
 func NewRedisE(c redis.UniversalClient, opts ...Option) (*Redis, error) {
 	if c == nil {
 		return nil, errors.New("backend: Redis client is nil")
 	}
-	return NewRedisScripter(goRedis{c}, opts...)
+	return NewRedisScripter(goRedis{c: c, guard: !contextTimeoutEnabled(c)}, opts...)
 }
 
-type goRedis struct{ c redis.UniversalClient }
+func contextTimeoutEnabled(c redis.UniversalClient) bool {
+	switch c := c.(type) {
+	case *redis.Client:
+		return c.Options().ContextTimeoutEnabled
+	case *redis.ClusterClient:
+		return c.Options().ContextTimeoutEnabled
+	case *redis.Ring:
+		return c.Options().ContextTimeoutEnabled
+	}
+	return false
+}
+
+type goRedis struct {
+	c     redis.UniversalClient
+	guard bool // wait on ctx in a goroutine: the client ignores deadlines
+}
 
 func (g goRedis) EvalSha(ctx context.Context, sha string, keys []string, args []string) (any, error) {
-	return normal(g.c.EvalSha(ctx, sha, keys, strArgs(args)...).Result())
+	return g.do(ctx, func() (any, error) { return g.c.EvalSha(ctx, sha, keys, strArgs(args)...).Result() })
 }
 
 func (g goRedis) Eval(ctx context.Context, src string, keys []string, args []string) (any, error) {
-	return normal(g.c.Eval(ctx, src, keys, strArgs(args)...).Result())
+	return g.do(ctx, func() (any, error) { return g.c.Eval(ctx, src, keys, strArgs(args)...).Result() })
+}
+
+type reply struct {
+	v   any
+	err error
+}
+
+func (g goRedis) do(ctx context.Context, f func() (any, error)) (any, error) {
+	if !g.guard || ctx.Done() == nil {
+		return normal(f())
+	}
+	done := make(chan reply, 1)
+	go func() {
+		v, err := f()
+		done <- reply{v, err}
+	}()
+	select {
+	case r := <-done:
+		return normal(r.v, r.err)
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
 }
 
 func strArgs(args []string) []any {

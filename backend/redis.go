@@ -6,8 +6,10 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"net"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/floodgate-dev/floodgate/clock"
 )
@@ -127,12 +129,26 @@ func (r *Redis) Run(ctx context.Context, s *Script, keys []string, args []string
 		reply, err = r.s.Eval(ctx, s.src, keys, args)
 	}
 	if err != nil {
-		if ctxErr := ctx.Err(); ctxErr != nil && !errors.Is(err, ctxErr) {
+		if ctxErr := contextCause(ctx, err); ctxErr != nil && !errors.Is(err, ctxErr) {
 			return nil, fmt.Errorf("backend: redis: %w", errors.Join(err, ctxErr))
 		}
 		return nil, fmt.Errorf("backend: redis: %w", err)
 	}
 	return reply, nil
+}
+
+// contextCause returns the context's error when it explains err: the context
+// ended, or err is a network time-out at the context's deadline (a client
+// that derives its socket deadline from ctx times out a hair before ctx does).
+func contextCause(ctx context.Context, err error) error {
+	if ctxErr := ctx.Err(); ctxErr != nil {
+		return ctxErr
+	}
+	var ne net.Error
+	if dl, ok := ctx.Deadline(); ok && errors.As(err, &ne) && ne.Timeout() && time.Until(dl) < 10*time.Millisecond {
+		return context.DeadlineExceeded
+	}
+	return nil
 }
 
 // ReplyInts converts a script reply that is an array of integers.

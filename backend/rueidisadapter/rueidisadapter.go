@@ -1,0 +1,177 @@
+// Package rueidisadapter runs floodgate's Redis backend over a
+// github.com/redis/rueidis client instead of go-redis, so that a program that
+// already uses rueidis does not need a second Redis client.
+//
+// The backend it returns behaves as the one from backend.NewRedisE: the same
+// keys, the same scripts (EVALSHA, then EVAL when the server answers
+// NOSCRIPT) and the same reply values. Scripts go through Client.Do, which
+// rueidis auto-pipelines: concurrent decisions share a few connections and are
+// written to Redis in batches, with no connection taken from the blocking pool
+// (unless the client was built with ClientOption.DisableAutoPipelining, which
+// this package respects).
+//
+// Replies are normalised as the go-redis adapter's over RESP2: an integer is
+// an int64, a simple or bulk string a string, an array (or set) a []any of the
+// same kinds, a nil reply nil and an error reply a *rueidis.RedisError (in an
+// array, as an element; at the top level, as the error) whose text is Redis's
+// own, "ERR " included, so that a NOSCRIPT reply starts with "NOSCRIPT". Over
+// RESP3, which rueidis speaks by default, a Lua true becomes int64(1) and a
+// false nil, as over RESP2; a double becomes a float64 and a map a flat []any
+// of keys and values, keys sorted.
+package rueidisadapter
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+
+	"github.com/floodgate-dev/floodgate/backend"
+	"github.com/redis/rueidis"
+)
+
+// New returns a *backend.Redis that runs its scripts through c. It works with
+// every client that rueidis.NewClient builds: standalone, Cluster and
+// Sentinel. New fails on a nil client and on invalid options (a prefix with
+// braces).
+//
+// The client stays the caller's: the backend never closes it.
+func New(c rueidis.Client, opts ...backend.Option) (*backend.Redis, error) {
+	if c == nil {
+		return nil, errors.New("rueidisadapter: rueidis client is nil")
+	}
+	return backend.NewRedisScripter(scripter{c}, opts...)
+}
+
+// scripter implements backend.Scripter over a rueidis.Client.
+type scripter struct{ c rueidis.Client }
+
+var _ backend.Scripter = scripter{}
+
+// EvalSha sends EVALSHA sha numkeys keys... args... through Do, so that it is
+// auto-pipelined.
+func (s scripter) EvalSha(ctx context.Context, sha string, keys []string, args []string) (any, error) {
+	cmd, err := s.evalSha(sha, keys, args)
+	if err != nil {
+		return nil, err
+	}
+	return normalise(s.c.Do(ctx, cmd))
+}
+
+// Eval sends EVAL src numkeys keys... args... through Do.
+func (s scripter) Eval(ctx context.Context, src string, keys []string, args []string) (any, error) {
+	cmd, err := s.eval(src, keys, args)
+	if err != nil {
+		return nil, err
+	}
+	return normalise(s.c.Do(ctx, cmd))
+}
+
+// evalSha builds the EVALSHA command. The builder appends the strings to a
+// pooled command slice without copying them. A Cluster client's builder panics
+// when keys hash to different slots; that becomes an error here, as go-redis
+// gets CROSSSLOT from the server.
+func (s scripter) evalSha(sha string, keys, args []string) (cmd rueidis.Completed, err error) {
+	defer recoverSlot(&err)
+	return s.c.B().Evalsha().Sha1(sha).Numkeys(int64(len(keys))).Key(keys...).Arg(args...).Build(), nil
+}
+
+// eval builds the EVAL command, as evalSha.
+func (s scripter) eval(src string, keys, args []string) (cmd rueidis.Completed, err error) {
+	defer recoverSlot(&err)
+	return s.c.B().Eval().Script(src).Numkeys(int64(len(keys))).Key(keys...).Arg(args...).Build(), nil
+}
+
+func recoverSlot(err *error) {
+	if p := recover(); p != nil {
+		*err = fmt.Errorf("rueidisadapter: CROSSSLOT keys of one script call must hash to the same cluster slot: %v", p)
+	}
+}
+
+// normalise turns the result of Do into a backend.Scripter reply.
+func normalise(res rueidis.RedisResult) (any, error) {
+	m, err := res.ToMessage()
+	if err != nil {
+		if rueidis.IsRedisNil(err) {
+			return nil, nil
+		}
+		if _, ok := rueidis.IsRedisErr(err); ok && res.NonRedisError() == nil {
+			return nil, redisError(&m)
+		}
+		return nil, err
+	}
+	return value(&m)
+}
+
+// value converts one reply message. An error reply becomes a
+// *rueidis.RedisError value: normalise never passes a top-level one here, and
+// in an array it is an element, as go-redis puts its RedisError there.
+func value(m *rueidis.RedisMessage) (any, error) {
+	switch {
+	case m.IsInt64():
+		return m.ToInt64()
+	case m.IsString():
+		return m.ToString()
+	case m.IsArray():
+		vs, err := m.ToArray()
+		if err != nil {
+			return nil, err
+		}
+		out := make([]any, len(vs))
+		for i := range vs {
+			if out[i], err = value(&vs[i]); err != nil {
+				return nil, err
+			}
+		}
+		return out, nil
+	case m.IsNil():
+		return nil, nil
+	case m.IsBool():
+		// Lua booleans over RESP3; RESP2 turns true into 1 and false into nil.
+		if b, _ := m.ToBool(); b {
+			return int64(1), nil
+		}
+		return nil, nil
+	case m.IsFloat64():
+		return m.ToFloat64()
+	case m.IsMap():
+		return flatMap(m)
+	}
+	if m.Error() != nil {
+		return redisError(m), nil
+	}
+	// Verbatim strings and big numbers.
+	return m.ToAny()
+}
+
+// flatMap converts a RESP3 map to the RESP2 shape, key1, value1, key2, ...,
+// keys sorted since a map has no order.
+func flatMap(m *rueidis.RedisMessage) (any, error) {
+	kv, err := m.ToMap()
+	if err != nil {
+		return nil, err
+	}
+	keys := make([]string, 0, len(kv))
+	for k := range kv {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	out := make([]any, 0, 2*len(kv))
+	for _, k := range keys {
+		v := kv[k]
+		e, err := value(&v)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, k, e)
+	}
+	return out, nil
+}
+
+// redisError returns the error reply m as a *rueidis.RedisError with Redis's
+// text untouched. (RedisMessage.Error drops a leading "ERR ", which go-redis
+// keeps; RedisError is defined as a RedisMessage, so the conversion is exact.)
+func redisError(m *rueidis.RedisMessage) error {
+	c := *m
+	return (*rueidis.RedisError)(&c)
+}

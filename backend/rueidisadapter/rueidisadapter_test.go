@@ -1,0 +1,567 @@
+package rueidisadapter
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"os/exec"
+	"reflect"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/floodgate-dev/floodgate/backend"
+	"github.com/redis/go-redis/v9"
+	"github.com/redis/rueidis"
+)
+
+// startRedis starts a private redis-server on a free port of 127.0.0.1 (never
+// the machine's own one on 6379), waits until it answers PING and stops it
+// when the test ends. extra are more redis-server arguments. The test fails
+// when no server can be started.
+func startRedis(t testing.TB, extra ...string) string {
+	t.Helper()
+	path, err := exec.LookPath("redis-server")
+	if err != nil {
+		t.Fatalf("these tests need redis-server in PATH (apt-get install redis-server): %v", err)
+	}
+	var lastErr error
+	for attempt := 0; attempt < 3; attempt++ { // another process may take the port first
+		port := freePort(t)
+		addr := net.JoinHostPort("127.0.0.1", port)
+		args := append([]string{
+			"--port", port, "--bind", "127.0.0.1",
+			"--save", "", "--appendonly", "no", "--dir", t.TempDir(),
+		}, extra...)
+		cmd := exec.Command(path, args...)
+		var out bytes.Buffer // read only after Wait has returned
+		cmd.Stdout, cmd.Stderr = &out, &out
+		cmd.SysProcAttr = childAttr()
+		if err := cmd.Start(); err != nil {
+			t.Fatalf("cannot start redis-server: %v", err)
+		}
+		exited := make(chan error, 1)
+		go func() { exited <- cmd.Wait() }()
+		if err := waitPing(addr, exited, 10*time.Second); err != nil {
+			_ = cmd.Process.Kill()
+			<-exited
+			lastErr = fmt.Errorf("%v; redis-server output:\n%s", err, out.String())
+			continue
+		}
+		t.Cleanup(func() {
+			_ = cmd.Process.Kill()
+			<-exited
+		})
+		return addr
+	}
+	t.Fatalf("cannot start a private redis-server: %v", lastErr)
+	return ""
+}
+
+func freePort(t testing.TB) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatalf("no free port: %v", err)
+	}
+	defer l.Close()
+	return strconv.Itoa(l.Addr().(*net.TCPAddr).Port)
+}
+
+// waitPing waits until the server at addr answers PING, the process exits or
+// the timeout passes.
+func waitPing(addr string, exited <-chan error, timeout time.Duration) error {
+	deadline := time.Now().Add(timeout)
+	for {
+		reply, err := rawDo(addr, "PING")
+		if err == nil && reply == "PONG" {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("redis-server at %s did not answer PING within %v (last: %q, %v)", addr, timeout, reply, err)
+		}
+		select {
+		case err := <-exited:
+			return fmt.Errorf("redis-server exited before answering PING: %v", err)
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+}
+
+// rawDo sends one command on a new connection and returns a status, integer
+// or bulk string reply as text; an error reply is an error.
+func rawDo(addr string, args ...string) (string, error) {
+	conn, err := net.DialTimeout("tcp", addr, time.Second)
+	if err != nil {
+		return "", err
+	}
+	defer conn.Close()
+	_ = conn.SetDeadline(time.Now().Add(5 * time.Second))
+	var b strings.Builder
+	fmt.Fprintf(&b, "*%d\r\n", len(args))
+	for _, a := range args {
+		fmt.Fprintf(&b, "$%d\r\n%s\r\n", len(a), a)
+	}
+	if _, err := io.WriteString(conn, b.String()); err != nil {
+		return "", err
+	}
+	rd := bufio.NewReader(conn)
+	line, err := rd.ReadString('\n')
+	if err != nil {
+		return "", err
+	}
+	line = strings.TrimSuffix(line, "\r\n")
+	if line == "" {
+		return "", errors.New("empty reply")
+	}
+	switch line[0] {
+	case '+', ':':
+		return line[1:], nil
+	case '-':
+		return "", errors.New(line[1:])
+	case '$':
+		n, err := strconv.Atoi(line[1:])
+		if err != nil || n < 0 {
+			return "", fmt.Errorf("bad bulk reply %q", line)
+		}
+		buf := make([]byte, n+2)
+		if _, err := io.ReadFull(rd, buf); err != nil {
+			return "", err
+		}
+		return string(buf[:n]), nil
+	}
+	return "", fmt.Errorf("unsupported reply %q", line)
+}
+
+func newClient(t testing.TB, opt rueidis.ClientOption) rueidis.Client {
+	t.Helper()
+	c, err := rueidis.NewClient(opt)
+	if err != nil {
+		t.Fatalf("rueidis.NewClient: %v", err)
+	}
+	t.Cleanup(c.Close)
+	return c
+}
+
+func newBackend(t testing.TB, c rueidis.Client, opts ...backend.Option) *backend.Redis {
+	t.Helper()
+	r, err := New(c, opts...)
+	if err != nil {
+		t.Fatalf("New: %v", err)
+	}
+	return r
+}
+
+// protocols are the two ways rueidis talks to Redis.
+var protocols = []struct {
+	name  string
+	resp2 bool
+}{{"RESP3", false}, {"RESP2", true}}
+
+// replyCases are scripts whose normalised replies must equal the go-redis
+// adapter's over RESP2.
+var replyCases = []struct {
+	name, src string
+	want      any
+	booleans  bool // RESP3 sends Lua booleans as booleans
+}{
+	{"nested", `return {1, "a", {2}}`, []any{int64(1), "a", []any{int64(2)}}, false},
+	{"nil", `return nil`, nil, false},
+	{"int", `return 1234567890123`, int64(1234567890123), false},
+	{"negative", `return -7`, int64(-7), false},
+	{"bulk", `return ARGV[1]`, "x\x00y", false},
+	{"status", `return redis.status_reply("OK")`, "OK", false},
+	{"empty array", `return {}`, []any{}, false},
+	{"true", `return true`, int64(1), true},
+	{"false", `return false`, nil, true},
+	{"booleans in array", `return {true, false, 3}`, []any{int64(1), nil, int64(3)}, true},
+	{"call reply", `redis.call("SET", KEYS[1], "v"); return {redis.call("GET", KEYS[1]), redis.call("GET", KEYS[1] .. ":none")}`,
+		[]any{"v", nil}, true}, // a Redis nil inside Lua is false
+	{"deep", `return {{{{5}}}, {"b", {6, "c"}}}`,
+		[]any{[]any{[]any{[]any{int64(5)}}}, []any{"b", []any{int64(6), "c"}}}, false},
+}
+
+func TestNormalise(t *testing.T) {
+	addr := startRedis(t)
+	ctx := context.Background()
+	for _, p := range protocols {
+		t.Run(p.name, func(t *testing.T) {
+			r := newBackend(t, newClient(t, rueidis.ClientOption{InitAddress: []string{addr}, AlwaysRESP2: p.resp2, DisableCache: p.resp2}))
+			for _, tc := range replyCases {
+				got, err := r.Run(ctx, backend.NewScript(tc.src), []string{r.Key("norm", "k")}, []string{"x\x00y"})
+				if err != nil {
+					t.Errorf("%s: %v", tc.name, err)
+					continue
+				}
+				if !reflect.DeepEqual(got, tc.want) {
+					t.Errorf("%s: got %#v, want %#v", tc.name, got, tc.want)
+				}
+			}
+		})
+	}
+}
+
+// TestSameAsGoRedis runs the reply cases through the go-redis adapter too, to
+// check that the expectations above are go-redis's. go-redis over RESP3 gives
+// bool for Lua booleans, which the Scripter contract does not allow; the cases
+// without booleans must agree with it too.
+func TestSameAsGoRedis(t *testing.T) {
+	addr := startRedis(t)
+	ctx := context.Background()
+	for _, proto := range []int{2, 3} {
+		t.Run(fmt.Sprintf("go-redis RESP%d", proto), func(t *testing.T) {
+			gc := redis.NewClient(&redis.Options{Addr: addr, Protocol: proto})
+			t.Cleanup(func() { _ = gc.Close() })
+			g, err := backend.NewRedisE(gc)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, tc := range replyCases {
+				if proto == 3 && tc.booleans {
+					continue
+				}
+				got, err := g.Run(ctx, backend.NewScript(tc.src), []string{g.Key("norm", "k")}, []string{"x\x00y"})
+				if err != nil {
+					t.Errorf("%s: %v", tc.name, err)
+					continue
+				}
+				if !reflect.DeepEqual(got, tc.want) {
+					t.Errorf("%s: go-redis gives %#v, this adapter %#v", tc.name, got, tc.want)
+				}
+			}
+
+			// Error replies: the same text from both adapters.
+			r := newBackend(t, newClient(t, rueidis.ClientOption{InitAddress: []string{addr}, AlwaysRESP2: proto == 2, DisableCache: proto == 2}))
+			for _, src := range []string{
+				`return redis.error_reply("MYERR something went wrong")`,
+				`return redis.error_reply("ERR with the usual code")`,
+				`return redis.error_reply("no code")`,
+				`redis.call("SET", KEYS[1], "x"); return redis.call("INCR", KEYS[1])`,
+				`return redis.call("NOSUCHCOMMAND")`,
+				`error("raised")`,
+			} {
+				keys := []string{g.Key("err", "s")}
+				_, gerr := g.Run(ctx, backend.NewScript(src), keys, nil)
+				_, rerr := r.Run(ctx, backend.NewScript(src), keys, nil)
+				if gerr == nil || rerr == nil || gerr.Error() != rerr.Error() {
+					t.Errorf("%s: go-redis gives error %v, this adapter %v", src, gerr, rerr)
+				}
+			}
+		})
+	}
+}
+
+func TestRESP3Types(t *testing.T) {
+	addr := startRedis(t)
+	ctx := context.Background()
+	for _, p := range protocols {
+		t.Run(p.name, func(t *testing.T) {
+			r := newBackend(t, newClient(t, rueidis.ClientOption{InitAddress: []string{addr}, AlwaysRESP2: p.resp2, DisableCache: p.resp2}))
+			got, err := r.Run(ctx, backend.NewScript(`redis.setresp(3); return {double = 3.5}`), nil, nil)
+			var want any = 3.5
+			if p.resp2 {
+				want = "3.5" // Redis sends a RESP3 double as a bulk string over RESP2
+			}
+			if err != nil || !reflect.DeepEqual(got, want) {
+				t.Errorf("double: got %#v, %v; want %#v", got, err, want)
+			}
+			got, err = r.Run(ctx, backend.NewScript(`redis.setresp(3); return {map = {b = 2, a = "x"}}`), nil, nil)
+			if err != nil {
+				t.Fatalf("map: %v", err)
+			}
+			arr, ok := got.([]any)
+			if !ok || len(arr) != 4 {
+				t.Fatalf("map: got %#v, want a flat array of 4", got)
+			}
+			pairs := map[any]any{arr[0]: arr[1], arr[2]: arr[3]}
+			if want := map[any]any{"a": "x", "b": int64(2)}; !reflect.DeepEqual(pairs, want) {
+				t.Errorf("map: got %#v, want the pairs %#v", got, want)
+			}
+			got, err = r.Run(ctx, backend.NewScript(`redis.setresp(3); return {set = {z = true}}`), nil, nil)
+			if want := []any{"z"}; err != nil || !reflect.DeepEqual(got, want) {
+				t.Errorf("set: got %#v, %v; want %#v", got, err, want)
+			}
+		})
+	}
+}
+
+func TestErrorReply(t *testing.T) {
+	addr := startRedis(t)
+	ctx := context.Background()
+	for _, p := range protocols {
+		t.Run(p.name, func(t *testing.T) {
+			c := newClient(t, rueidis.ClientOption{InitAddress: []string{addr}, AlwaysRESP2: p.resp2, DisableCache: p.resp2})
+			r := newBackend(t, c)
+			s := scripter{c}
+
+			for _, msg := range []string{"MYERR something went wrong", "ERR with the usual code"} {
+				src := fmt.Sprintf(`return redis.error_reply(%q)`, msg)
+				v, err := s.Eval(ctx, src, nil, nil)
+				if err == nil || !strings.HasPrefix(err.Error(), msg) {
+					t.Errorf("Eval %s: got %#v, %v; want an error starting with %q", src, v, err, msg)
+				}
+				if re, ok := rueidis.IsRedisErr(err); !ok || re.IsNil() {
+					t.Errorf("Eval %s: error %T is not a *rueidis.RedisError", src, err)
+				}
+				_, err = r.Run(ctx, backend.NewScript(src), nil, nil)
+				if err == nil || !strings.HasPrefix(err.Error(), "backend: redis: "+msg) {
+					t.Errorf("Run %s: got %v, want an error with text %q", src, err, msg)
+				}
+				var re *rueidis.RedisError
+				if !errors.As(err, &re) {
+					t.Errorf("Run %s: %v does not wrap a *rueidis.RedisError", src, err)
+				}
+			}
+
+			// A runtime error: Redis's own text, "ERR ..." kept as go-redis keeps it.
+			_, err := r.Run(ctx, backend.NewScript(`redis.call("SET", KEYS[1], "x"); return redis.call("INCR", KEYS[1])`), []string{r.Key("err", "s")}, nil)
+			if err == nil || !strings.HasPrefix(err.Error(), "backend: redis: ERR ") {
+				t.Errorf("INCR of a string: got %v, want an ERR reply", err)
+			}
+
+			// An error inside an array is an element, as in go-redis.
+			got, err := r.Run(ctx, backend.NewScript(`return {1, redis.error_reply("INNER bad")}`), nil, nil)
+			arr, _ := got.([]any)
+			if err != nil || len(arr) != 2 || arr[0] != int64(1) {
+				t.Fatalf("nested error: got %#v, %v", got, err)
+			}
+			if e, ok := arr[1].(*rueidis.RedisError); !ok || !strings.HasPrefix(e.Error(), "INNER bad") {
+				t.Errorf("nested error: element is %#v, want a *rueidis.RedisError INNER bad", arr[1])
+			}
+		})
+	}
+}
+
+func TestNoScript(t *testing.T) {
+	addr := startRedis(t)
+	ctx := context.Background()
+	c := newClient(t, rueidis.ClientOption{InitAddress: []string{addr}})
+	r := newBackend(t, c)
+
+	script := backend.NewScript(fmt.Sprintf("-- %d\nreturn {tonumber(ARGV[1]) + 1, KEYS[1]}", time.Now().UnixNano()))
+	_, err := scripter{c}.EvalSha(ctx, script.SHA1(), []string{"k"}, []string{"1"})
+	if err == nil || !strings.HasPrefix(err.Error(), "NOSCRIPT") {
+		t.Fatalf("EvalSha of an unknown script: got %v, want NOSCRIPT", err)
+	}
+	if re, ok := rueidis.IsRedisErr(err); !ok || !re.IsNoScript() {
+		t.Errorf("EvalSha of an unknown script: %#v is not a NOSCRIPT *rueidis.RedisError", err)
+	}
+	key := r.Key("ns", "a")
+	want := []any{int64(42), key}
+	for i := 0; i < 3; i++ {
+		got, err := r.Run(ctx, script, []string{key}, []string{"41"})
+		if err != nil || !reflect.DeepEqual(got, want) {
+			t.Fatalf("run %d: got %#v, %v; want %#v", i, got, err, want)
+		}
+		if err := c.Do(ctx, c.B().ScriptFlush().Build()).Error(); err != nil {
+			t.Fatalf("SCRIPT FLUSH: %v", err)
+		}
+	}
+	// After a Run the script is cached: EVALSHA alone works.
+	if _, err := r.Run(ctx, script, []string{key}, []string{"41"}); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := (scripter{c}).EvalSha(ctx, script.SHA1(), []string{key}, []string{"41"}); err != nil || !reflect.DeepEqual(got, want) {
+		t.Errorf("EvalSha after Run: got %#v, %v; want %#v", got, err, want)
+	}
+}
+
+func TestConcurrent(t *testing.T) {
+	addr := startRedis(t)
+	ctx := context.Background()
+	// One pipelining connection, so that the connection count below shows
+	// whether any script went on a dedicated connection instead.
+	c := newClient(t, rueidis.ClientOption{InitAddress: []string{addr}, PipelineMultiplex: -1})
+	r := newBackend(t, c)
+	script := backend.NewScript(`local n = redis.call("INCRBY", KEYS[1], ARGV[1]); return {tonumber(ARGV[1]) * 2, ARGV[1], KEYS[1], n}`)
+	counter := r.Key("conc", "n")
+	if err := c.Do(ctx, c.B().ScriptFlush().Build()).Error(); err != nil {
+		t.Fatal(err)
+	}
+
+	const workers, calls = 64, 200
+	var wg sync.WaitGroup
+	errs := make(chan error, workers)
+	start := make(chan struct{})
+	for w := 0; w < workers; w++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			<-start
+			for i := 0; i < calls; i++ {
+				n := w*calls + i + 1
+				arg := strconv.Itoa(n)
+				got, err := r.Run(ctx, script, []string{counter}, []string{arg})
+				if err != nil {
+					errs <- fmt.Errorf("worker %d call %d: %v", w, i, err)
+					return
+				}
+				arr, ok := got.([]any)
+				if !ok || len(arr) != 4 || arr[0] != int64(2*n) || arr[1] != arg || arr[2] != counter {
+					errs <- fmt.Errorf("worker %d call %d: got %#v", w, i, got)
+					return
+				}
+				if _, ok := arr[3].(int64); !ok {
+					errs <- fmt.Errorf("worker %d call %d: counter %#v is not an int64", w, i, arr[3])
+					return
+				}
+			}
+		}()
+	}
+	close(start)
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Error(err)
+	}
+	total := workers * calls
+	wantSum := strconv.Itoa(total * (total + 1) / 2)
+	if got, err := c.Do(ctx, c.B().Get().Key(counter).Build()).ToString(); err != nil || got != wantSum {
+		t.Errorf("counter = %q, %v; want %s", got, err, wantSum)
+	}
+
+	list, err := c.Do(ctx, c.B().ClientList().Build()).ToString()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := strings.Count(strings.TrimSpace(list), "\n") + 1; n != 1 {
+		t.Errorf("%d client connections after %d concurrent script calls, want the 1 pipelining connection:\n%s", n, total, list)
+	}
+}
+
+func TestCommandsArePipelined(t *testing.T) {
+	addr := startRedis(t)
+	s := scripter{newClient(t, rueidis.ClientOption{InitAddress: []string{addr}})}
+	sha, err := s.evalSha("0123456789012345678901234567890123456789", []string{"k1", "k2"}, []string{"a"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ev, err := s.eval("return 1", []string{"k1"}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, cmd := range map[string]rueidis.Completed{"EVALSHA": sha, "EVAL": ev} {
+		if cmd.IsBlock() {
+			t.Errorf("%s is marked blocking: rueidis would send it on a dedicated connection", name)
+		}
+	}
+	if got, want := sha.Commands(), []string{"EVALSHA", "0123456789012345678901234567890123456789", "2", "k1", "k2", "a"}; !reflect.DeepEqual(got, want) {
+		t.Errorf("EVALSHA command = %q, want %q", got, want)
+	}
+	if got, want := ev.Commands(), []string{"EVAL", "return 1", "1", "k1"}; !reflect.DeepEqual(got, want) {
+		t.Errorf("EVAL command = %q, want %q", got, want)
+	}
+}
+
+func TestNew(t *testing.T) {
+	addr := startRedis(t)
+	c := newClient(t, rueidis.ClientOption{InitAddress: []string{addr}})
+	r := newBackend(t, c, backend.WithPrefix("x"))
+	if got, want := r.Key("user{1}", "tokens"), "x:{user%7B1%7D}:tokens"; got != want {
+		t.Errorf("Key = %q, want %q", got, want)
+	}
+	if r.Prefix() != "x" || r.NowArg() != "" {
+		t.Errorf("Prefix = %q, NowArg = %q; want x and \"\"", r.Prefix(), r.NowArg())
+	}
+	if _, err := New(c, backend.WithPrefix("a{b")); err == nil {
+		t.Error("New accepted a prefix with a brace")
+	}
+	if _, err := New(nil); err == nil {
+		t.Error("New accepted a nil client")
+	}
+	if got := newBackend(t, c).Key("k", "s"); got != "fg:{k}:s" {
+		t.Errorf("default Key = %q", got)
+	}
+}
+
+func TestCanceledContext(t *testing.T) {
+	addr := startRedis(t)
+	r := newBackend(t, newClient(t, rueidis.ClientOption{InitAddress: []string{addr}}))
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	_, err := r.Run(ctx, backend.NewScript(`return 1`), nil, nil)
+	if !errors.Is(err, context.Canceled) {
+		t.Errorf("Run with a canceled context: got %v, want context.Canceled", err)
+	}
+}
+
+func TestCluster(t *testing.T) {
+	addr := startRedis(t, "--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf")
+	if _, err := rawDo(addr, "CLUSTER", "ADDSLOTSRANGE", "0", "16383"); err != nil {
+		t.Fatalf("CLUSTER ADDSLOTSRANGE: %v", err)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		info, err := rawDo(addr, "CLUSTER", "INFO")
+		if err == nil && strings.Contains(info, "cluster_state:ok") {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("cluster did not become ok: %q, %v", info, err)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	ctx := context.Background()
+	c := newClient(t, rueidis.ClientOption{InitAddress: []string{addr}})
+	if c.Mode() != rueidis.ClientModeCluster {
+		t.Fatalf("client mode %q, want cluster", c.Mode())
+	}
+	r := newBackend(t, c)
+	script := backend.NewScript(`redis.call("SET", KEYS[1], ARGV[1]); redis.call("SET", KEYS[2], ARGV[1]); return {redis.call("GET", KEYS[1]), #KEYS}`)
+	got, err := r.Run(ctx, script, []string{r.Key("u", "a"), r.Key("u", "b")}, []string{"v"})
+	if want := []any{"v", int64(2)}; err != nil || !reflect.DeepEqual(got, want) {
+		t.Errorf("cluster Run: got %#v, %v; want %#v", got, err, want)
+	}
+	// Keys in different slots: an error, as go-redis gets CROSSSLOT, not a panic.
+	_, err = r.Run(ctx, script, []string{r.Key("u1", "a"), r.Key("u2", "a")}, []string{"v"})
+	if err == nil || !strings.Contains(err.Error(), "CROSSSLOT") {
+		t.Errorf("cross-slot Run: got %v, want a CROSSSLOT error", err)
+	}
+}
+
+// BenchmarkRun measures one decision-sized script call from 32 goroutines per
+// CPU, so that auto-pipelining batches them; compare with BenchmarkRunGoRedis.
+func BenchmarkRun(b *testing.B) {
+	addr := startRedis(b)
+	r := newBackend(b, newClient(b, rueidis.ClientOption{InitAddress: []string{addr}}))
+	benchRun(b, r)
+}
+
+// BenchmarkRunGoRedis is BenchmarkRun through the go-redis adapter.
+func BenchmarkRunGoRedis(b *testing.B) {
+	addr := startRedis(b)
+	gc := redis.NewClient(&redis.Options{Addr: addr})
+	b.Cleanup(func() { _ = gc.Close() })
+	r, err := backend.NewRedisE(gc)
+	if err != nil {
+		b.Fatal(err)
+	}
+	benchRun(b, r)
+}
+
+func benchRun(b *testing.B, r *backend.Redis) {
+	ctx := context.Background()
+	script := backend.NewScript(`return {1, tonumber(ARGV[1]), 1000000}`)
+	keys := []string{r.Key("bench", "tokens"), r.Key("bench", "ts")}
+	args := []string{"10", "1", "1700000000000000"}
+	if _, err := r.Run(ctx, script, keys, args); err != nil {
+		b.Fatal(err)
+	}
+	b.ReportAllocs()
+	b.SetParallelism(32)
+	b.ResetTimer()
+	b.RunParallel(func(pb *testing.PB) {
+		for pb.Next() {
+			if _, err := r.Run(ctx, script, keys, args); err != nil {
+				b.Error(err)
+				return
+			}
+		}
+	})
+}

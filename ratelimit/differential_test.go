@@ -1,0 +1,94 @@
+package ratelimit_test
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"testing"
+	"time"
+
+	"github.com/floodgate-dev/floodgate/clock"
+	"github.com/floodgate-dev/floodgate/ratelimit"
+)
+
+// randomRule draws a rule with small parameters, so that random traffic
+// reaches every branch: denials, never-admissible costs, window edges.
+func randomRule(rng *rand.Rand) ratelimit.Rule {
+	window := time.Duration(1+rng.IntN(20)) * 50 * ms
+	switch rng.IntN(7) {
+	case 0:
+		return ratelimit.FixedWindow{Limit: rng.Int64N(6), Window: window}
+	case 1:
+		b := 1 + rng.IntN(6)
+		return ratelimit.SlidingWindow{Limit: rng.Int64N(6), Window: window * time.Duration(b), Buckets: b}
+	case 2:
+		return ratelimit.SlidingLog{Limit: rng.Int64N(6), Window: window}
+	case 3:
+		return ratelimit.TokenBucket{Capacity: rng.Int64N(6), Refill: 1 + rng.Int64N(7), Every: window}
+	case 4:
+		delay := rng.Int64N(4) - 1
+		return ratelimit.LeakyBucket{Rate: 1 + rng.Int64N(7), Per: window, Burst: rng.Int64N(5), Delay: delay}
+	case 5:
+		return ratelimit.GCRA{Rate: 1 + rng.Int64N(7), Per: window, Burst: rng.Int64N(6)}
+	default:
+		return ratelimit.Named(fmt.Sprint("r", rng.IntN(1000)), ratelimit.SlidingLog{Limit: rng.Int64N(6), Window: window})
+	}
+}
+
+// TestDifferential runs random scenarios — random rule sets, arrivals, costs,
+// keys, peeks and resets — on memory and on each Redis kind, and demands
+// identical Results at every call.
+func TestDifferential(t *testing.T) {
+	scenarios := 40
+	if testing.Short() {
+		scenarios = 10
+	}
+	bks := allBackends()
+	for _, other := range bks[1:] {
+		t.Run("memory vs "+other.name, func(t *testing.T) {
+			t.Parallel()
+			for sc := range scenarios {
+				rng := rand.New(rand.NewPCG(uint64(sc), 7))
+				var rules []ratelimit.Rule
+				for range 1 + rng.IntN(3) {
+					rules = append(rules, randomRule(rng))
+				}
+				clk := clock.NewFake(t0.Add(time.Duration(rng.Int64N(int64(time.Hour)))))
+				ref, err := ratelimit.New(bks[0].make(t, clk), rules...)
+				if err != nil {
+					continue // two equal random rules: rejected, as TestBadRules checks
+				}
+				lim, err := ratelimit.New(other.make(t, clk), rules...)
+				if err != nil {
+					t.Fatal(err)
+				}
+				ctx := context.Background()
+				for i := range 150 {
+					clk.Advance(time.Duration(rng.Int64N(int64(120 * ms))))
+					key := fmt.Sprint("k", rng.IntN(3))
+					if rng.IntN(40) == 0 {
+						if err := ref.Reset(ctx, key); err != nil {
+							t.Fatal(err)
+						}
+						if err := lim.Reset(ctx, key); err != nil {
+							t.Fatal(err)
+						}
+						continue
+					}
+					n := rng.Int64N(4)
+					want, err := ref.AllowN(ctx, key, n)
+					if err != nil {
+						t.Fatal(err)
+					}
+					got, err := lim.AllowN(ctx, key, n)
+					if err != nil {
+						t.Fatal(err)
+					}
+					if got != want {
+						t.Fatalf("scenario %d call %d, rules %+v, key %s, n=%d:\nmemory %+v\n%s %+v", sc, i, rules, key, n, want, other.name, got)
+					}
+				}
+			}
+		})
+	}
+}
