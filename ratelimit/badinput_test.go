@@ -121,7 +121,7 @@ func TestBadCalls(t *testing.T) {
 
 // TestBracesInKeys checks that keys with braces stay on one Cluster slot.
 func TestBracesInKeys(t *testing.T) {
-	b := allBackends()[2].make(t, nil)
+	b := allBackends()[3].make(t, nil)
 	lim, err := ratelimit.New(b, ratelimit.FixedWindow{Limit: 1, Window: time.Hour}, ratelimit.GCRA{Rate: 1, Per: time.Hour, Burst: 1})
 	if err != nil {
 		t.Fatal(err)

@@ -8,8 +8,10 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+	"github.com/redis/rueidis"
 
 	"github.com/floodgate-dev/floodgate/backend"
+	"github.com/floodgate-dev/floodgate/backend/rueidisadapter"
 	"github.com/floodgate-dev/floodgate/clock"
 	"github.com/floodgate-dev/floodgate/internal/testenv"
 )
@@ -38,7 +40,8 @@ type kindOfBackend struct {
 }
 
 // allBackends lists the backends the conformance suite runs on: memory, a
-// standalone Redis and a 3-master Redis Cluster, each with an injected clock.
+// standalone Redis through go-redis and through rueidis, and a 3-master
+// Redis Cluster, each with an injected clock.
 func allBackends() []kindOfBackend {
 	return []kindOfBackend{
 		{"memory", func(t testing.TB, clk clock.Clock) backend.Backend {
@@ -48,6 +51,23 @@ func allBackends() []kindOfBackend {
 		}},
 		{"redis", func(t testing.TB, clk clock.Clock) backend.Backend {
 			return newRedis(t, clk)
+		}},
+		{"redis-rueidis", func(t testing.TB, clk clock.Clock) backend.Backend {
+			r := testenv.SharedRedis(t)
+			c, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{r.Addr}, DisableCache: true})
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(c.Close)
+			opts := []backend.Option{backend.WithPrefix(uniquePrefix(t))}
+			if clk != nil {
+				opts = append(opts, backend.WithClock(clk))
+			}
+			b, err := rueidisadapter.New(c, opts...)
+			if err != nil {
+				t.Fatal(err)
+			}
+			return b
 		}},
 		{"cluster", func(t testing.TB, clk clock.Clock) backend.Backend {
 			c := testenv.SharedCluster(t)

@@ -1,0 +1,177 @@
+package backend_test
+
+import (
+	"context"
+	"errors"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/floodgate-dev/floodgate/backend"
+	"github.com/floodgate-dev/floodgate/clock"
+	"github.com/floodgate-dev/floodgate/internal/testenv"
+	"github.com/floodgate-dev/floodgate/ratelimit"
+)
+
+func TestMain(m *testing.M) { os.Exit(testenv.Main(m)) }
+
+func TestCheckKey(t *testing.T) {
+	if err := backend.CheckKey(""); !errors.Is(err, backend.ErrEmptyKey) {
+		t.Errorf("empty: %v", err)
+	}
+	if err := backend.CheckKey(strings.Repeat("x", backend.MaxKeyLen+1)); !errors.Is(err, backend.ErrKeyTooLong) {
+		t.Errorf("long: %v", err)
+	}
+	if err := backend.CheckKey("user:1"); err != nil {
+		t.Errorf("plain: %v", err)
+	}
+}
+
+func TestRedisKeyHashTag(t *testing.T) {
+	r := backend.NewRedis(redis.NewClient(&redis.Options{Addr: "127.0.0.1:1"}), backend.WithPrefix("app"))
+	cases := map[string]string{
+		"alice": "app:{alice}:s",
+		"}x":    "app:{%7Dx}:s",
+		"a{b}":  "app:{a%7Bb%7D}:s",
+		"%7D":   "app:{%257D}:s",
+	}
+	for tag, want := range cases {
+		if got := r.Key(tag, "s"); got != want {
+			t.Errorf("Key(%q) = %q, want %q", tag, got, want)
+		}
+	}
+	if _, err := backend.NewRedisE(redis.NewClient(&redis.Options{}), backend.WithPrefix("a{b")); err == nil {
+		t.Error("a prefix with a brace was accepted")
+	}
+	if _, err := backend.NewRedisE(nil); err == nil {
+		t.Error("a nil client was accepted")
+	}
+	if r.NowArg() != "" {
+		t.Errorf("without an injected clock scripts must call TIME, got now=%q", r.NowArg())
+	}
+	fk := clock.NewFake(time.UnixMicro(1234567))
+	if got := backend.NewRedis(redis.NewClient(&redis.Options{}), backend.WithClock(fk)).NowArg(); got != "1234567" {
+		t.Errorf("NowArg with a fake clock = %q", got)
+	}
+}
+
+func TestScriptNoScriptFallback(t *testing.T) {
+	srv := testenv.SharedRedis(t)
+	c := redis.NewClient(&redis.Options{Addr: srv.Addr})
+	defer c.Close()
+	r := backend.NewRedis(c)
+	s := backend.NewScript("return {tonumber(ARGV[1]) + 1, KEYS[1]}")
+	ctx := context.Background()
+	for range 2 {
+		if err := c.ScriptFlush(ctx).Err(); err != nil {
+			t.Fatal(err)
+		}
+		reply, err := r.Run(ctx, s, []string{"k"}, []string{"41"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		arr := reply.([]any)
+		if arr[0] != int64(42) || arr[1] != "k" {
+			t.Fatalf("reply %v", arr)
+		}
+	}
+	if _, err := r.Run(ctx, backend.NewScript("return redis.error_reply('boom')"), nil, nil); err == nil || !strings.Contains(err.Error(), "boom") {
+		t.Errorf("error reply: %v", err)
+	}
+	if reply, err := r.Run(ctx, backend.NewScript("return nil"), nil, nil); err != nil || reply != nil {
+		t.Errorf("nil reply: %v %v", reply, err)
+	}
+}
+
+func TestMemorySweep(t *testing.T) {
+	fk := clock.NewFake(time.Unix(1_700_000_000, 0))
+	m := backend.NewMemory(backend.WithClock(fk), backend.WithSweepInterval(time.Hour))
+	defer m.Close()
+	tb := m.Table("t")
+	now := tb.NowMicros()
+	for i := range 1000 {
+		key := "k" + string(rune('a'+i%26)) + strings.Repeat("x", i%7) + string(rune(i))
+		sh := tb.Shard(key)
+		sh.Lock()
+		exp := now + 1_000_000 // 1s
+		if i%2 == 0 {
+			exp = 0 // never
+		}
+		sh.Put(key, &backend.Entry{Expires: exp})
+		sh.Unlock()
+	}
+	if n := m.Len(); n != 1000 {
+		t.Fatalf("Len = %d", n)
+	}
+	if n := m.Sweep(); n != 0 {
+		t.Fatalf("swept %d before expiry", n)
+	}
+	fk.Advance(time.Second)
+	if n := m.Sweep(); n != 500 {
+		t.Fatalf("swept %d at expiry, want 500", n)
+	}
+	if n := m.Len(); n != 500 {
+		t.Fatalf("Len after sweep = %d", n)
+	}
+}
+
+func TestMemoryJanitorBoundsIdleKeys(t *testing.T) {
+	m := backend.NewMemory(backend.WithSweepInterval(20 * time.Millisecond))
+	defer m.Close()
+	lim, err := ratelimit.New(m, ratelimit.GCRA{Rate: 100, Per: time.Second, Burst: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range 10000 {
+		if _, err := lim.Allow(context.Background(), "idle:"+strings.Repeat("k", i%10)+string(rune(i+1))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n := m.Len(); n != 10000 {
+		t.Fatalf("Len = %d, want 10000", n)
+	}
+	// Each key's state is worthless 10ms after its call; the janitor removes it.
+	deadline := time.Now().Add(5 * time.Second)
+	for m.Len() > 0 && time.Now().Before(deadline) {
+		time.Sleep(10 * time.Millisecond)
+	}
+	if n := m.Len(); n != 0 {
+		t.Fatalf("%d idle keys left after their expiry", n)
+	}
+}
+
+func TestSentinelFailover(t *testing.T) {
+	s := testenv.SharedSentinel(t)
+	c := redis.NewFailoverClient(&redis.FailoverOptions{MasterName: s.MasterName, SentinelAddrs: s.SentinelAddrs})
+	defer c.Close()
+	lim, err := ratelimit.New(backend.NewRedis(c, backend.WithPrefix("failover")), ratelimit.TokenBucket{Capacity: 10, Refill: 1, Every: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	if _, err := lim.AllowN(ctx, "k", 4); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Failover(ctx); err != nil {
+		t.Fatal(err)
+	}
+	// The client follows the new master; the state was replicated.
+	var r ratelimit.Result
+	deadline := time.Now().Add(15 * time.Second)
+	for {
+		r, err = lim.AllowN(ctx, "k", 1)
+		if err == nil || time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	if err != nil {
+		t.Fatalf("no decision after the failover: %v", err)
+	}
+	if !r.Allowed || r.Remaining != 5 {
+		t.Errorf("after failover got %+v, want allowed with Remaining 5 (state kept)", r)
+	}
+}
