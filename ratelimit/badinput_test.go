@@ -25,6 +25,7 @@ func TestBadRules(t *testing.T) {
 		{ratelimit.FixedWindow{Limit: 1, Window: -time.Second}, "FixedWindow.Window must be > 0, got -1s"},
 		{ratelimit.FixedWindow{Limit: 1, Window: 1500 * time.Nanosecond}, "FixedWindow.Window must be a whole number of microseconds, got 1.5µs"},
 		{ratelimit.FixedWindow{Limit: 1 << 60, Window: time.Second}, "FixedWindow.Limit must be < 2^53"},
+		{ratelimit.FixedWindow{Limit: 1, Window: 87601 * time.Hour}, "FixedWindow.Window must be at most MaxPeriod (87600h), got 87601h0m0s"},
 		{ratelimit.SlidingWindow{Limit: -2, Window: time.Second}, "SlidingWindow.Limit must be >= 0, got -2"},
 		{ratelimit.SlidingWindow{Limit: 1, Window: 0}, "SlidingWindow.Window must be > 0, got 0s"},
 		{ratelimit.SlidingWindow{Limit: 1, Window: time.Second, Buckets: -1}, "SlidingWindow.Buckets must be between 1 and 1000 (0 for 10), got -1"},

@@ -31,6 +31,8 @@ const (
 	// MaxLogLimit is the largest SlidingLog.Limit: the log keeps one entry per
 	// admitted unit.
 	MaxLogLimit = 100000
+	// MaxPeriod is the longest Window, Every or Per: ten years.
+	MaxPeriod = 10 * 365 * 24 * time.Hour
 )
 
 // FixedWindow counts units in epoch-aligned windows [k·Window, (k+1)·Window)
@@ -163,6 +165,9 @@ func fieldErr(rule, field string, v any, want string) error {
 func micros(rule, field string, d time.Duration) (int64, error) {
 	if d <= 0 {
 		return 0, fieldErr(rule, field, d, "> 0")
+	}
+	if d > MaxPeriod {
+		return 0, fieldErr(rule, field, d, "at most MaxPeriod (87600h)")
 	}
 	if d%time.Microsecond != 0 {
 		return 0, fieldErr(rule, field, d, "a whole number of microseconds")

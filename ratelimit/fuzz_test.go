@@ -1,0 +1,66 @@
+package ratelimit_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/floodgate-dev/floodgate/backend"
+	"github.com/floodgate-dev/floodgate/clock"
+	"github.com/floodgate-dev/floodgate/ratelimit"
+)
+
+// FuzzRules feeds arbitrary rule parameters and call sequences to New and
+// AllowN: New either rejects the rule or every decision is well formed, and
+// nothing panics or overflows.
+func FuzzRules(f *testing.F) {
+	f.Add(uint8(0), int64(3), int64(1_000_000), int64(0), int64(0), []byte{1, 2, 0, 5})
+	f.Add(uint8(1), int64(4), int64(1_000_000), int64(4), int64(0), []byte{2, 2, 9, 1})
+	f.Add(uint8(2), int64(2), int64(100_000), int64(0), int64(0), []byte{1, 1, 1, 200})
+	f.Add(uint8(3), int64(3), int64(300_000), int64(1), int64(0), []byte{3, 0, 4, 7})
+	f.Add(uint8(4), int64(2), int64(1_000_000), int64(2), int64(1), []byte{1, 1, 1, 1})
+	f.Add(uint8(5), int64(3), int64(1_000_000), int64(2), int64(-1), []byte{1, 1, 1, 1})
+	f.Add(uint8(3), int64(1<<40), int64(1<<40), int64(1<<40), int64(0), []byte{255})
+	f.Fuzz(func(t *testing.T, kind uint8, a, us, c, d int64, calls []byte) {
+		dur := time.Duration(us) * time.Microsecond
+		var rule ratelimit.Rule
+		switch kind % 6 {
+		case 0:
+			rule = ratelimit.FixedWindow{Limit: a, Window: dur}
+		case 1:
+			rule = ratelimit.SlidingWindow{Limit: a, Window: dur, Buckets: int(c)}
+		case 2:
+			rule = ratelimit.SlidingLog{Limit: a, Window: dur}
+		case 3:
+			rule = ratelimit.TokenBucket{Capacity: a, Refill: c, Every: dur}
+		case 4:
+			rule = ratelimit.LeakyBucket{Rate: c, Per: dur, Burst: a, Delay: d}
+		default:
+			rule = ratelimit.GCRA{Rate: c, Per: dur, Burst: a}
+		}
+		clk := clock.NewFake(time.Unix(1_700_000_000, 0))
+		m := backend.NewMemory(backend.WithClock(clk))
+		defer m.Close()
+		lim, err := ratelimit.New(m, rule)
+		if err != nil {
+			return
+		}
+		for i, b := range calls {
+			if i > 64 {
+				break
+			}
+			clk.Advance(time.Duration(b) * time.Duration(b) * time.Millisecond)
+			n := int64(b % 5)
+			r, err := lim.AllowN(context.Background(), "k", n)
+			if err != nil {
+				t.Fatalf("%+v n=%d: %v", rule, n, err)
+			}
+			if r.Remaining < 0 || r.Remaining > r.Limit || r.ResetAfter < 0 || r.Delay < 0 {
+				t.Fatalf("%+v n=%d: malformed %+v", rule, n, r)
+			}
+			if r.Allowed != (r.RetryAfter == 0) {
+				t.Fatalf("%+v n=%d: Allowed %v with RetryAfter %v", rule, n, r.Allowed, r.RetryAfter)
+			}
+		}
+	})
+}
