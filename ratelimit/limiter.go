@@ -129,6 +129,13 @@ func New(b backend.Backend, rules ...Rule) (*Limiter, error) {
 			}
 		}
 	}
+	ids := make(map[string]int, len(l.specs))
+	for i, s := range l.specs {
+		if j, dup := ids[s.id]; dup && (s.kind != kindLog || l.specs[j].kind != kindLog) {
+			return nil, fmt.Errorf("ratelimit: rules[%d] and rules[%d] hash to the same state key %q; rename one with Named", j, i, s.id)
+		}
+		ids[s.id] = i
+	}
 	switch b := b.(type) {
 	case *backend.Memory:
 		l.mem = b.Table("ratelimit")

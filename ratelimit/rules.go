@@ -297,9 +297,13 @@ func (s spec) identity() string {
 }
 
 // hashID hashes an identity into a short Redis key suffix and a memory tag.
+// The suffix is a kind letter and five base-36 digits (36^5 ≈ 6·10^7 values):
+// with a 16-byte user key the whole key stays within 28 bytes, Redis's 32-byte
+// allocation class. New rejects a Limiter whose rules collide.
 func hashID(prefix string, identity string) (string, uint64) {
 	h := fnv.New64a()
 	h.Write([]byte(identity))
 	sum := h.Sum64()
-	return prefix + strconv.FormatUint(sum&0xffffffffff, 36), sum | 1
+	const space = 36 * 36 * 36 * 36 * 36
+	return prefix + strconv.FormatUint(sum%space+space, 36)[1:], sum | 1
 }
