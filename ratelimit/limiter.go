@@ -17,8 +17,10 @@ import (
 	_ "embed"
 	"errors"
 	"fmt"
+	"sort"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/floodgate-dev/floodgate/backend"
@@ -57,12 +59,11 @@ type Limiter struct {
 	logTag uint64 // shared log of the SlidingLog rules
 	logMax int64  // longest SlidingLog window, µs
 
-	mem   *backend.Table
-	redis *backend.Redis
-	args  []string // per-rule script arguments, after the first four
+	mem    *backend.Table
+	redis  *backend.Redis
+	script *backend.Script // allow.lua with the algorithms this Limiter uses
+	params []string        // ARGV[4...] of allow.lua
 }
-
-var allowScript = backend.NewScript(luaSource())
 
 //go:embed lua/common.lua
 var luaCommon string
@@ -82,8 +83,30 @@ var luaLog string
 //go:embed lua/allow.lua
 var luaAllow string
 
-func luaSource() string {
-	return strings.Join([]string{luaCommon, luaDrain, luaFixed, luaSliding, luaLog, luaAllow}, "\n")
+var (
+	scriptsMu sync.Mutex
+	scripts   = map[uint8]*backend.Script{}
+)
+
+// allowScript returns allow.lua preceded by the algorithms whose kinds are in
+// mask (bit k for kind k), so that a call defines only the functions it may
+// run. There are at most 16 such scripts.
+func allowScript(mask uint8) *backend.Script {
+	scriptsMu.Lock()
+	defer scriptsMu.Unlock()
+	if s, ok := scripts[mask]; ok {
+		return s
+	}
+	parts := []string{luaCommon}
+	for k, src := range map[kind]string{kindFixed: luaFixed, kindSliding: luaSliding, kindLog: luaLog, kindDrain: luaDrain} {
+		if mask&(1<<k) != 0 {
+			parts = append(parts, src)
+		}
+	}
+	sort.Strings(parts[1:])
+	s := backend.NewScript(strings.Join(append(parts, luaAllow), "\n"))
+	scripts[mask] = s
+	return s
 }
 
 // New returns a Limiter that admits a request only when every rule admits it.
@@ -141,7 +164,12 @@ func New(b backend.Backend, rules ...Rule) (*Limiter, error) {
 		l.mem = b.Table("ratelimit")
 	case *backend.Redis:
 		l.redis = b
-		l.args = l.scriptArgs()
+		l.params = l.scriptParams()
+		var mask uint8
+		for _, s := range l.specs {
+			mask |= 1 << s.kind
+		}
+		l.script = allowScript(mask)
 	default:
 		return nil, fmt.Errorf("ratelimit: unsupported backend %T", b)
 	}
@@ -291,23 +319,26 @@ func (l *Limiter) allowMemory(key string, n int64, vs []verdict) {
 	}
 }
 
-// scriptArgs encodes the rules for allow.lua.
-func (l *Limiter) scriptArgs() []string {
-	args := make([]string, 0, 5*len(l.specs))
-	itoa := func(v int64) string { return strconv.FormatInt(v, 10) }
+// scriptParams encodes the rules for allow.lua's ARGV[4...].
+func (l *Limiter) scriptParams() []string {
+	var out []string
 	for _, s := range l.specs {
+		var p [5]int64
 		switch s.kind {
 		case kindFixed:
-			args = append(args, "1", itoa(s.limit), itoa(s.window), "0", "0")
+			p = [5]int64{1, s.limit, s.window, 0, 0}
 		case kindSliding:
-			args = append(args, "2", itoa(s.limit), itoa(s.buckets), itoa(s.bucket), "0")
+			p = [5]int64{2, s.limit, s.buckets, s.bucket, 0}
 		case kindLog:
-			args = append(args, "3", itoa(s.limit), itoa(s.window), itoa(l.logMax), "0")
+			p = [5]int64{3, s.limit, s.window, l.logMax, 0}
 		case kindDrain:
-			args = append(args, "4", itoa(s.capacity), itoa(s.per), itoa(s.rate), itoa(s.delay))
+			p = [5]int64{4, s.capacity, s.per, s.rate, s.delay}
+		}
+		for _, v := range p {
+			out = append(out, strconv.FormatInt(v, 10))
 		}
 	}
-	return args
+	return out
 }
 
 func (l *Limiter) keys(key string) []string {
@@ -319,13 +350,9 @@ func (l *Limiter) keys(key string) []string {
 }
 
 func (l *Limiter) call(ctx context.Context, key string, n int64, mode string) (any, error) {
-	args := make([]string, 4, 4+len(l.args))
-	args[0] = l.redis.NowArg()
-	args[1] = strconv.FormatInt(n, 10)
-	args[2] = mode
-	args[3] = strconv.Itoa(len(l.specs))
-	args = append(args, l.args...)
-	return l.redis.Run(ctx, allowScript, l.keys(key), args)
+	args := make([]string, 3, 3+len(l.params))
+	args[0], args[1], args[2] = l.redis.NowArg(), strconv.FormatInt(n, 10), mode
+	return l.redis.Run(ctx, l.script, l.keys(key), append(args, l.params...))
 }
 
 func (l *Limiter) allowRedis(ctx context.Context, key string, n int64, vs []verdict) error {

@@ -3,33 +3,35 @@
 -- the buckets in [lo, lo + B], "lo" the oldest bucket that may still count and
 -- "hi" the newest bucket written. A unit in bucket id counts while the current
 -- bucket is at most id + B. Old buckets are subtracted once each: O(1)
--- amortised per call.
--- verdict: {status, remaining, retry_us, reset_us, delay_us}
+-- amortised per call. Mirrored by state_memory.go.
 
--- sliding_view returns total, lo, hi, cur and the fields that fell out.
-local function sliding_view(key, buckets, w, now)
-  local cur = fdiv(now, w)
-  local st = redis.call('HMGET', key, 't', 'lo', 'hi')
-  if not st[1] then return 0, cur - buckets, cur - buckets - 1, cur, {}, false end
-  local total, lo, hi = tonumber(st[1]), tonumber(st[2]), tonumber(st[3])
-  if cur < lo then cur = lo end
-  local newlo = cur - buckets
-  local gone = {}
-  if newlo > lo then
-    if newlo > hi then return 0, newlo, hi, cur, gone, true end
-    for id = lo, newlo - 1 do gone[#gone + 1] = istr(id) end
-    local vals = redis.call('HMGET', key, unpack(gone))
-    for i = 1, #vals do total = total - tonumber(vals[i] or '0') end
-    lo = newlo
-  end
-  return total, lo, hi, cur, gone, false
-end
-
+-- sliding_check returns status, remaining, retry_us, reset_us, delay_us, and
+-- for sliding_commit a table {total, lo, hi, cur, gone fields, cleared}.
 local function sliding_check(key, limit, buckets, w, now, n)
-  local total, lo, hi, cur = sliding_view(key, buckets, w, now)
+  local cur = fdiv(now, w)
+  local total, lo, hi
+  local gone, cleared = {}, false
+  local st = redis.call('HMGET', key, 't', 'lo', 'hi')
+  if not st[1] then
+    total, lo, hi = 0, cur - buckets, cur - buckets - 1
+  else
+    total, lo, hi = tonumber(st[1]), tonumber(st[2]), tonumber(st[3])
+    if cur < lo then cur = lo end
+    local newlo = cur - buckets
+    if newlo > lo then
+      if newlo > hi then
+        total, cleared = 0, true
+      else
+        for id = lo, newlo - 1 do gone[#gone + 1] = istr(id) end
+        local vals = redis.call('HMGET', key, unpack(gone))
+        for i = 1, #vals do total = total - tonumber(vals[i] or '0') end
+      end
+      lo = newlo
+    end
+  end
   local reset = 0
   if total > 0 then reset = (hi + buckets + 1) * w - now end
-  if n > limit then return {-1, limit - total, -1, reset, 0} end
+  if n > limit then return -1, limit - total, -1, reset, 0 end
   if total + n > limit then
     local need = total + n - limit
     local fields = {}
@@ -39,27 +41,26 @@ local function sliding_check(key, limit, buckets, w, now, n)
     for i = 1, #vals do
       acc = acc + tonumber(vals[i] or '0')
       if acc >= need then
-        return {0, limit - total, (lo + i - 1 + buckets + 1) * w - now, reset, 0}
+        return 0, limit - total, (lo + i + buckets) * w - now, reset, 0
       end
     end
-    return {0, limit - total, -1, reset, 0} -- unreachable: need <= total
+    return 0, limit - total, -1, reset, 0 -- unreachable: need <= total
   end
+  local nhi = hi
   if n > 0 then
-    if cur > hi then hi = cur end
-    reset = (hi + buckets + 1) * w - now
+    if cur > nhi then nhi = cur end
+    reset = (nhi + buckets + 1) * w - now
   end
-  return {1, limit - total - n, 0, reset, 0}
+  return 1, limit - total - n, 0, reset, 0, {total + n, lo, nhi, cur, gone, cleared}
 end
 
-local function sliding_commit(key, buckets, w, now, n)
-  local total, lo, hi, cur, gone, cleared = sliding_view(key, buckets, w, now)
-  if cleared then
+local function sliding_commit(key, buckets, w, now, n, x)
+  if x[6] then
     redis.call('DEL', key)
-  elseif #gone > 0 then
-    redis.call('HDEL', key, unpack(gone))
+  elseif #x[5] > 0 then
+    redis.call('HDEL', key, unpack(x[5]))
   end
-  if cur > hi then hi = cur end
-  redis.call('HINCRBY', key, istr(cur), n)
-  redis.call('HSET', key, 't', istr(total + n), 'lo', istr(lo), 'hi', istr(hi))
-  redis.call('PEXPIRE', key, pttl((hi + buckets + 1) * w - now))
+  redis.call('HINCRBY', key, istr(x[4]), n)
+  redis.call('HSET', key, 't', istr(x[1]), 'lo', istr(x[2]), 'hi', istr(x[3]))
+  redis.call('PEXPIRE', key, pttl((x[3] + buckets + 1) * w - now))
 end
