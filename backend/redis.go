@@ -9,6 +9,7 @@ import (
 	"net"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/floodgate-dev/floodgate/clock"
@@ -39,6 +40,9 @@ type Redis struct {
 	s      Scripter
 	prefix string
 	clk    clock.Clock
+
+	hubOnce sync.Once
+	hub     *hub
 }
 
 // NewRedisScripter returns a Redis backend over any Scripter. It fails only on

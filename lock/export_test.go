@@ -1,0 +1,9 @@
+package lock
+
+import "github.com/floodgate-dev/floodgate/backend"
+
+// DropMemory deletes the state of a Memory lock, as the conformance suite's
+// Drop hook.
+func DropMemory(m *backend.Memory, name string) {
+	(&memDriver{t: m.Table("lock"), name: name}).drop()
+}

@@ -1,0 +1,228 @@
+package lock
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"time"
+)
+
+// Driver is the store side of a lock: the Memory and Redis backends here, and
+// those of lock/sqllock and lock/zklock. Applications use Lockers; a Driver is
+// for implementing a new store. Every method must be atomic in the store.
+type Driver interface {
+	// Acquire takes the lock for owner with a lease of ttl, judged by the
+	// store's clock. The holding owner acquires again at once, one more hold
+	// level, with the same token. When wait is false Acquire makes one attempt
+	// and returns ErrLocked if another owner holds the lock; when wait is true
+	// it blocks until acquired or ctx ends, and then returns ctx's error.
+	Acquire(ctx context.Context, owner string, ttl time.Duration, wait bool) (Grant, error)
+	// Extend makes owner's lease end ttl from now, by the store's clock. It
+	// returns ErrNotHeld when owner does not hold the lock (the lease expired
+	// or was taken over); it never acquires.
+	Extend(ctx context.Context, owner string, ttl time.Duration) error
+	// Release drops one hold level of owner. It returns ErrNotHeld when owner
+	// does not hold the lock.
+	Release(ctx context.Context, owner string) error
+}
+
+// Grant is what a successful Acquire returns.
+type Grant struct {
+	// Token is the fencing token: strictly increasing per lock name across
+	// all holders; the same for every hold level of one holding.
+	Token int64
+}
+
+// NewLocker returns a Locker over a Driver, with leases, AutoRenew and Lost
+// handled here. Backends call it; o comes from BuildOptions.
+func NewLocker(d Driver, o Options) Locker { return &locker{d: d, o: o} }
+
+type locker struct {
+	d Driver
+	o Options
+}
+
+func (l *locker) Lock(ctx context.Context) (*Lease, error) { return l.acquire(ctx, true) }
+
+func (l *locker) TryLock(ctx context.Context) (*Lease, error) { return l.acquire(ctx, false) }
+
+func (l *locker) acquire(ctx context.Context, wait bool) (*Lease, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	owner := l.o.Owner
+	if owner == "" {
+		owner = NewOwnerID()
+	}
+	return Acquire(ctx, l.d, owner, l.o, wait)
+}
+
+// Acquire takes d for owner and wraps the grant in a Lease; Lockers with
+// several drivers (RWMutex) call it.
+func Acquire(ctx context.Context, d Driver, owner string, o Options, wait bool) (*Lease, error) {
+	var g Grant
+	for {
+		start := time.Now()
+		var err error
+		g, err = d.Acquire(ctx, owner, o.TTL, wait)
+		if err != nil {
+			return nil, err
+		}
+		// A grant that took longer than its TTL to arrive may already be gone.
+		if time.Since(start) < o.TTL {
+			return newLease(d, owner, g.Token, start, o), nil
+		}
+		_ = d.Release(ctx, owner)
+		if !wait {
+			return nil, ErrLocked
+		}
+	}
+}
+
+// Lease is a held lock. Its methods are safe for concurrent use.
+type Lease struct {
+	d     Driver
+	owner string
+	token int64
+	ttl   time.Duration
+
+	mu       sync.Mutex
+	deadline time.Time // last confirmed end of the lease, on the monotonic clock
+	timer    *time.Timer
+	ended    bool // Unlock was called
+	lost     chan struct{}
+	lostOnce sync.Once
+	stop     chan struct{}
+	renewing sync.WaitGroup
+}
+
+func newLease(d Driver, owner string, token int64, start time.Time, o Options) *Lease {
+	l := &Lease{
+		d:        d,
+		owner:    owner,
+		token:    token,
+		ttl:      o.TTL,
+		deadline: start.Add(o.TTL),
+		lost:     make(chan struct{}),
+		stop:     make(chan struct{}),
+	}
+	l.timer = time.AfterFunc(time.Until(l.deadline), l.markLost)
+	if o.AutoRenew {
+		l.renewing.Add(1)
+		go l.autoRenew()
+	}
+	return l
+}
+
+// Token returns the fencing token: strictly increasing per lock name across
+// all holders. A resource should accept a write only with a token not lower
+// than the last one it accepted (see Fence).
+func (l *Lease) Token() int64 { return l.token }
+
+// Owner returns the owner id the lease was acquired for.
+func (l *Lease) Owner() string { return l.owner }
+
+// Deadline returns the last confirmed end of the lease on the local monotonic
+// clock: the time of the request that set it plus its TTL, so never later than
+// the store's own deadline.
+func (l *Lease) Deadline() time.Time {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.deadline
+}
+
+// Lost returns a channel that is closed as soon as the lease can no longer be
+// known to be held: a renewal or Extend found it gone or owned by another, or
+// its last confirmed deadline passed on the local clock. It is also closed by
+// Unlock, so that goroutines waiting on it end.
+func (l *Lease) Lost() <-chan struct{} { return l.lost }
+
+func (l *Lease) markLost() { l.lostOnce.Do(func() { close(l.lost) }) }
+
+// Unlock releases one hold level. It returns ErrNotHeld when the lease was
+// lost (expired, removed or taken over) — it never frees another owner's lock
+// — and when Unlock was already called. Store errors are returned as they
+// are; the lease then ends at its TTL.
+func (l *Lease) Unlock(ctx context.Context) error {
+	l.mu.Lock()
+	if l.ended {
+		l.mu.Unlock()
+		return ErrNotHeld
+	}
+	l.ended = true
+	close(l.stop)
+	l.timer.Stop()
+	l.mu.Unlock()
+	l.renewing.Wait()
+	err := l.d.Release(ctx, l.owner)
+	l.markLost()
+	return err
+}
+
+// Extend makes the lease end d from now, by the store's clock. It returns
+// ErrNotHeld, and closes Lost, when the lease was already lost; it never
+// re-acquires a lost lock.
+func (l *Lease) Extend(ctx context.Context, d time.Duration) error {
+	if d < time.Millisecond {
+		return errors.New("lock: Extend needs a duration >= 1ms")
+	}
+	l.mu.Lock()
+	ended := l.ended
+	l.mu.Unlock()
+	if ended {
+		return ErrNotHeld
+	}
+	return l.extend(ctx, d)
+}
+
+func (l *Lease) extend(ctx context.Context, d time.Duration) error {
+	start := time.Now()
+	err := l.d.Extend(ctx, l.owner, d)
+	if errors.Is(err, ErrNotHeld) {
+		l.markLost()
+		return err
+	}
+	if err != nil {
+		return err
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	select {
+	case <-l.lost:
+		return ErrNotHeld // the deadline passed before the answer came
+	default:
+	}
+	// The store's deadline is now its clock + d, no earlier than start + d.
+	l.deadline = start.Add(d)
+	l.timer.Reset(time.Until(l.deadline))
+	return nil
+}
+
+// autoRenew extends the lease by its TTL every TTL/3, retrying transient
+// errors every TTL/10, until Unlock or loss.
+func (l *Lease) autoRenew() {
+	defer l.renewing.Done()
+	every := l.ttl / 3
+	t := time.NewTimer(every)
+	defer t.Stop()
+	for {
+		select {
+		case <-l.stop:
+			return
+		case <-l.lost:
+			return
+		case <-t.C:
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), every)
+		err := l.extend(ctx, l.ttl)
+		cancel()
+		switch {
+		case errors.Is(err, ErrNotHeld):
+			return
+		case err != nil:
+			t.Reset(max(l.ttl/10, time.Millisecond))
+		default:
+			t.Reset(every)
+		}
+	}
+}

@@ -1,0 +1,160 @@
+package lock
+
+import (
+	"context"
+	_ "embed"
+	"errors"
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/floodgate-dev/floodgate/backend"
+)
+
+var (
+	//go:embed lua/acquire.lua
+	luaAcquire string
+	//go:embed lua/release.lua
+	luaRelease string
+	//go:embed lua/extend.lua
+	luaExtend string
+	//go:embed lua/leave.lua
+	luaLeave string
+
+	acquireScript = backend.NewScript(luaAcquire)
+	releaseScript = backend.NewScript(luaRelease)
+	extendScript  = backend.NewScript(luaExtend)
+	leaveScript   = backend.NewScript(luaLeave)
+)
+
+// redisDriver is a mutex on Redis. Every key of a lock name shares the hash
+// tag {name}, so the scripts run on Redis Cluster. Waiters queue in a sorted
+// set; a release publishes the next waiter's id on the lock's channel, and
+// only that waiter retries. Waiters also retry when the holder's lease should
+// have ended and at least every MaxPoll, for holders that die without
+// releasing and for lost messages.
+type redisDriver struct {
+	r       *backend.Redis
+	o       Options
+	keys    []string // lock, fence, queue, waiter deadlines
+	channel string
+}
+
+func newRedisDriver(r *backend.Redis, name string, o Options) *redisDriver {
+	return &redisDriver{
+		r: r,
+		o: o,
+		keys: []string{
+			r.Key(name, "lk"),
+			r.Key(name, "lf"),
+			r.Key(name, "lq"),
+			r.Key(name, "lw"),
+		},
+		channel: r.Key(name, "ln"),
+	}
+}
+
+func micros(d time.Duration) string { return strconv.FormatInt(d.Microseconds(), 10) }
+
+func boolArg(b bool) string {
+	if b {
+		return "1"
+	}
+	return "0"
+}
+
+func (d *redisDriver) try(ctx context.Context, owner string, ttl time.Duration, waiting bool) (Grant, time.Duration, error) {
+	reply, err := d.r.Run(ctx, acquireScript, d.keys, []string{
+		d.r.NowArg(), owner, micros(ttl), boolArg(d.o.Fair), boolArg(waiting), micros(3 * d.o.MaxPoll),
+	})
+	if err != nil {
+		return Grant{}, 0, fmt.Errorf("lock: %w", err)
+	}
+	v, err := backend.ReplyInts(reply, 2)
+	if err != nil {
+		return Grant{}, 0, fmt.Errorf("lock: %w", err)
+	}
+	if v[0] == 1 {
+		return Grant{Token: v[1]}, 0, nil
+	}
+	wait := d.o.MaxPoll
+	if v[1] > 0 {
+		wait = min(wait, time.Duration(v[1]+1)*time.Microsecond)
+	}
+	return Grant{}, wait, ErrLocked
+}
+
+func (d *redisDriver) Acquire(ctx context.Context, owner string, ttl time.Duration, wait bool) (Grant, error) {
+	if !wait {
+		g, _, err := d.try(ctx, owner, ttl, false)
+		return g, err
+	}
+	// Subscribe before the first attempt, so that a release between the
+	// attempt and the wait is not missed. Without pub/sub, waiters poll at
+	// most every MaxPoll.
+	var wake <-chan string
+	if sub, err := d.r.Subscribe(ctx, d.channel); err == nil {
+		defer sub.Close()
+		wake = sub.C
+	} else if !errors.Is(err, backend.ErrNoPubSub) {
+		return Grant{}, fmt.Errorf("lock: %w", err)
+	}
+	queued := false
+	defer func() {
+		if queued {
+			// Leave the queue, and pass on a wake-up meant for us.
+			ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Second)
+			defer cancel()
+			_, _ = d.r.Run(ctx, leaveScript, d.keys, []string{d.r.NowArg(), owner, d.channel})
+		}
+	}()
+	for {
+		g, retry, err := d.try(ctx, owner, ttl, true)
+		if err == nil {
+			queued = false
+			return g, nil
+		}
+		if !errors.Is(err, ErrLocked) {
+			return Grant{}, err
+		}
+		queued = true
+		t := time.NewTimer(retry)
+	wait:
+		for {
+			select {
+			case <-ctx.Done():
+				t.Stop()
+				return Grant{}, ctx.Err()
+			case next := <-wake:
+				if next == owner || next == "" {
+					break wait
+				}
+			case <-t.C:
+				break wait
+			}
+		}
+		t.Stop()
+	}
+}
+
+func (d *redisDriver) Extend(ctx context.Context, owner string, ttl time.Duration) error {
+	reply, err := d.r.Run(ctx, extendScript, d.keys[:1], []string{d.r.NowArg(), owner, micros(ttl)})
+	if err != nil {
+		return fmt.Errorf("lock: %w", err)
+	}
+	if n, _ := reply.(int64); n != 1 {
+		return ErrNotHeld
+	}
+	return nil
+}
+
+func (d *redisDriver) Release(ctx context.Context, owner string) error {
+	reply, err := d.r.Run(ctx, releaseScript, d.keys, []string{d.r.NowArg(), owner, d.channel})
+	if err != nil {
+		return fmt.Errorf("lock: %w", err)
+	}
+	if n, _ := reply.(int64); n < 0 {
+		return ErrNotHeld
+	}
+	return nil
+}
