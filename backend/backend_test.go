@@ -175,3 +175,48 @@ func TestSentinelFailover(t *testing.T) {
 		t.Errorf("after failover got %+v, want allowed with Remaining 5 (state kept)", r)
 	}
 }
+
+func TestSubscribePublish(t *testing.T) {
+	srv := testenv.SharedRedis(t)
+	c := redis.NewClient(&redis.Options{Addr: srv.Addr})
+	defer c.Close()
+	r := backend.NewRedis(c)
+	defer r.Close()
+	ctx := context.Background()
+	a, err := r.Subscribe(ctx, "ch1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := r.Subscribe(ctx, "ch1")
+	other, _ := r.Subscribe(ctx, "ch2")
+	// Subscribe returns before Redis confirms; publish until both receive.
+	got := map[*backend.Subscription]string{}
+	deadline := time.Now().Add(5 * time.Second)
+	for len(got) < 2 && time.Now().Before(deadline) {
+		if err := r.Publish(ctx, "ch1", "hello"); err != nil {
+			t.Fatal(err)
+		}
+		for _, s := range []*backend.Subscription{a, b} {
+			select {
+			case m := <-s.C:
+				got[s] = m
+			case <-time.After(50 * time.Millisecond):
+			}
+		}
+	}
+	if got[a] != "hello" || got[b] != "hello" {
+		t.Fatalf("both subscriptions of ch1 must receive: %v", got)
+	}
+	select {
+	case m := <-other.C:
+		t.Fatalf("ch2 received %q", m)
+	default:
+	}
+	a.Close()
+	a.Close() // idempotent
+	b.Close()
+	other.Close()
+	if err := r.Close(); err != nil {
+		t.Fatal(err)
+	}
+}

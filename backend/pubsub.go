@@ -119,3 +119,22 @@ func (h *hub) deliver(channel, payload string) {
 		}
 	}
 }
+
+// Close closes the backend's pub/sub connection, if one was opened; open
+// Subscriptions stop receiving. It does not close the Redis client, which
+// stays the caller's. Close is idempotent; the backend stays usable for
+// scripts.
+func (r *Redis) Close() error {
+	if r.hub == nil {
+		return nil
+	}
+	r.hub.mu.Lock()
+	defer r.hub.mu.Unlock()
+	if r.hub.conn == nil {
+		return nil
+	}
+	err := r.hub.conn.Close()
+	r.hub.conn = nil
+	r.hub.subs = map[string]map[*Subscription]struct{}{}
+	return err
+}

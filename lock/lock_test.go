@@ -9,8 +9,10 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+	"github.com/redis/rueidis"
 
 	"github.com/floodgate-dev/floodgate/backend"
+	"github.com/floodgate-dev/floodgate/backend/rueidisadapter"
 	"github.com/floodgate-dev/floodgate/internal/testenv"
 	"github.com/floodgate-dev/floodgate/lock"
 	"github.com/floodgate-dev/floodgate/lock/locktest"
@@ -112,4 +114,20 @@ func TestBadArguments(t *testing.T) {
 	if _, err := l.Lock(ctx); !errors.Is(err, context.Canceled) {
 		t.Errorf("Lock with a cancelled context: %v", err)
 	}
+}
+
+func TestConformanceRedisRueidis(t *testing.T) {
+	addr := testenv.SharedRedis(t).Addr
+	runRedisConformance(t, "redis-rueidis", func(t testing.TB) *backend.Redis {
+		c, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{addr}, DisableCache: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(c.Close)
+		b, err := rueidisadapter.New(c, backend.WithPrefix("lt"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return b
+	})
 }
