@@ -269,41 +269,58 @@ func (l *Limiter) result(vs []verdict) Result {
 }
 
 func (l *Limiter) allowMemory(key string, n int64, vs []verdict) {
+	var pend [8]int64 // what each drain or fixed rule's check computed for its commit
+	var pending []int64
+	if len(l.specs) <= len(pend) {
+		pending = pend[:len(l.specs)]
+	} else {
+		pending = make([]int64, len(l.specs))
+	}
+	// Reading the clock outside the lock keeps the critical section short; a
+	// call that read an earlier time but locks later sees a fuller bucket,
+	// which errs on the safe side.
+	now := l.mem.NowMicros()
 	sh := l.mem.Shard(key)
 	sh.Lock()
-	defer sh.Unlock()
-	now := l.mem.NowMicros()
 	e := sh.Get(key)
-	lg := logOf(e, l.logTag)
+	var lg *logState
+	if l.logTag != 0 {
+		lg = logOf(e, l.logTag)
+	}
 	ok := true
 	for i := range l.specs {
 		s := &l.specs[i]
 		switch s.kind {
 		case kindFixed:
-			vs[i] = s.fixedCheck(e, now, n)
+			vs[i], pending[i] = s.fixedCheck(e, now, n)
 		case kindSliding:
 			vs[i] = s.slidingCheck(e, now, n)
 		case kindLog:
 			vs[i] = s.logCheck(lg, now, n)
 		case kindDrain:
-			vs[i] = s.drainCheck(e, now, n)
+			vs[i], pending[i] = s.drainCheck(e, now, n)
 		}
 		ok = ok && vs[i].status == statusAllowed
 	}
-	if !ok || n == 0 {
-		return
+	if ok && n > 0 {
+		if e == nil {
+			e = &backend.Entry{}
+			sh.Put(key, e)
+		}
+		l.commitMemory(e, now, n, pending)
 	}
-	if e == nil {
-		e = &backend.Entry{}
-		sh.Put(key, e)
-	}
+	sh.Unlock()
+}
+
+// commitMemory applies an admitted decision; the shard must be locked.
+func (l *Limiter) commitMemory(e *backend.Entry, now, n int64, pending []int64) {
 	logged := false
 	for i := range l.specs {
 		s := &l.specs[i]
 		var until int64
 		switch s.kind {
 		case kindFixed:
-			until = s.fixedCommit(e, now, n)
+			until = s.fixedCommit(e, now, pending[i])
 		case kindSliding:
 			until = s.slidingCommit(e, now, n)
 		case kindLog:
@@ -313,7 +330,7 @@ func (l *Limiter) allowMemory(key string, n int64, vs []verdict) {
 			until = logCommit(e, l.logTag, l.logMax, now, n)
 			logged = true
 		case kindDrain:
-			until = s.drainCommit(e, now, n)
+			until = s.drainCommit(e, now, pending[i])
 		}
 		e.Expires = max(e.Expires, until)
 	}

@@ -153,6 +153,8 @@ type spec struct {
 	per      int64 // drain: µs
 	rate     int64 // drain: requests per per
 	delay    int64 // drain: delay threshold in requests, NoDelay for none
+	full     int64 // drain: capacity × per, the level of a full bucket
+	dmax     int64 // drain: ceil(full / rate), the longest a bucket takes to empty
 
 	id  string // state key suffix on Redis
 	tag uint64 // state identity on Memory (never 0)
@@ -247,7 +249,9 @@ func drainSpec(rule string, rate, capacity int64, rateField, capField string, pe
 	if rate >= maxExact/2 || capacity > 0 && p > (maxExact/2)/capacity {
 		return spec{}, fmt.Errorf("ratelimit: %s: %s (%d) × %s (%dµs) and %s (%d) must each stay below 2^52", rule, capField, capacity, perField, p, rateField, rate)
 	}
-	return spec{kind: kindDrain, per: p, rate: rate, capacity: capacity, limit: capacity, delay: NoDelay}, nil
+	full := capacity * p
+	return spec{kind: kindDrain, per: p, rate: rate, capacity: capacity, limit: capacity, delay: NoDelay,
+		full: full, dmax: (full + rate - 1) / rate}, nil
 }
 
 func (r TokenBucket) compile() (spec, error) {

@@ -85,29 +85,24 @@ func drainLevel(s *spec, tat, rem, now int64) int64 {
 	if d <= 0 {
 		return 0
 	}
-	if dmax := ceilDiv(s.capacity*s.per, s.rate); d > dmax {
-		d = dmax
-	}
-	level := d*s.rate - rem
-	if level < 0 {
-		return 0
-	}
-	return level
+	d = min(d, s.dmax)
+	return max(d*s.rate-rem, 0)
 }
 
-func (s *spec) drainCheck(e *backend.Entry, now, n int64) verdict {
+// drainCheck returns the verdict and, when allowed, the new level for
+// drainCommit.
+func (s *spec) drainCheck(e *backend.Entry, now, n int64) (verdict, int64) {
 	var level int64
 	if a, b := cellOf(e, s.tag); a != nil {
 		level = drainLevel(s, *a, *b, now)
 	}
-	full := s.capacity * s.per
-	remaining := (full - level) / s.per
+	remaining := (s.full - level) / s.per
 	if n > s.capacity {
-		return verdict{statusNever, remaining, -1, ceilDiv(level, s.rate), 0}
+		return verdict{statusNever, remaining, -1, ceilDiv(level, s.rate), 0}, 0
 	}
 	nl := level + n*s.per
-	if nl > full {
-		return verdict{statusDenied, remaining, ceilDiv(nl-full, s.rate), ceilDiv(level, s.rate), 0}
+	if nl > s.full {
+		return verdict{statusDenied, remaining, ceilDiv(nl-s.full, s.rate), ceilDiv(level, s.rate), 0}, 0
 	}
 	var dl int64
 	if s.delay >= 0 && n > 0 {
@@ -115,18 +110,16 @@ func (s *spec) drainCheck(e *backend.Entry, now, n int64) verdict {
 			dl = ceilDiv(ex, s.rate)
 		}
 	}
-	return verdict{statusAllowed, (full - nl) / s.per, 0, ceilDiv(nl, s.rate), dl}
+	return verdict{statusAllowed, (s.full - nl) / s.per, 0, ceilDiv(nl, s.rate), dl}, nl
 }
 
-func (s *spec) drainCommit(e *backend.Entry, now, n int64) int64 {
+// drainCommit stores the level nl computed by drainCheck and returns the
+// time the state is worthless.
+func (s *spec) drainCommit(e *backend.Entry, now, nl int64) int64 {
 	a, b := cellOf(e, s.tag)
-	var level int64
 	if a == nil {
 		a, b = newCell(e, s.tag)
-	} else {
-		level = drainLevel(s, *a, *b, now)
 	}
-	nl := level + n*s.per
 	wait := ceilDiv(nl, s.rate)
 	*a, *b = now+wait, wait*s.rate-nl
 	return now + wait
@@ -134,41 +127,45 @@ func (s *spec) drainCommit(e *backend.Entry, now, n int64) int64 {
 
 // --- FixedWindow; see lua/fixed.lua. State: a = window id, b = count.
 
-func (s *spec) fixedCount(e *backend.Entry, wid int64) int64 {
-	if a, b := cellOf(e, s.tag); a != nil && *a == wid {
-		return *b
+// fixedWindow returns the current window id and its count. A state from a
+// later window (a call that read the clock just before another's commit, or
+// a clock stepped back) keeps counting in that window: the memory backend has
+// one counter per key, and forgetting the newer count would over-admit.
+func (s *spec) fixedWindow(e *backend.Entry, now int64) (wid, count int64) {
+	wid = now / s.window
+	if a, b := cellOf(e, s.tag); a != nil && *a >= wid {
+		return *a, *b
 	}
-	return 0
+	return wid, 0
 }
 
-func (s *spec) fixedCheck(e *backend.Entry, now, n int64) verdict {
-	wid := now / s.window
-	c := s.fixedCount(e, wid)
+// fixedCheck returns the verdict and, when allowed, the new count.
+func (s *spec) fixedCheck(e *backend.Entry, now, n int64) (verdict, int64) {
+	wid, c := s.fixedWindow(e, now)
 	left := (wid+1)*s.window - now
 	var reset int64
 	if c > 0 {
 		reset = left
 	}
 	if n > s.limit {
-		return verdict{statusNever, s.limit - c, -1, reset, 0}
+		return verdict{statusNever, s.limit - c, -1, reset, 0}, 0
 	}
 	if c+n > s.limit {
-		return verdict{statusDenied, s.limit - c, left, reset, 0}
+		return verdict{statusDenied, s.limit - c, left, reset, 0}, 0
 	}
 	if c+n > 0 {
 		reset = left
 	}
-	return verdict{statusAllowed, s.limit - c - n, 0, reset, 0}
+	return verdict{statusAllowed, s.limit - c - n, 0, reset, 0}, c + n
 }
 
-func (s *spec) fixedCommit(e *backend.Entry, now, n int64) int64 {
-	wid := now / s.window
-	c := s.fixedCount(e, wid)
+func (s *spec) fixedCommit(e *backend.Entry, now, count int64) int64 {
+	wid, _ := s.fixedWindow(e, now)
 	a, b := cellOf(e, s.tag)
 	if a == nil {
 		a, b = newCell(e, s.tag)
 	}
-	*a, *b = wid, c+n
+	*a, *b = wid, count
 	return (wid + 1) * s.window
 }
 
