@@ -83,6 +83,18 @@ var luaLog string
 //go:embed lua/allow.lua
 var luaAllow string
 
+//go:embed lua/one_drain.lua
+var luaOneDrain string
+
+//go:embed lua/one_fixed.lua
+var luaOneFixed string
+
+// The fast paths of a Limiter with a single drain or fixed-window rule.
+var (
+	oneDrainScript = backend.NewScript(luaOneDrain)
+	oneFixedScript = backend.NewScript(luaOneFixed)
+)
+
 var (
 	scriptsMu sync.Mutex
 	scripts   = map[uint8]*backend.Script{}
@@ -170,6 +182,14 @@ func New(b backend.Backend, rules ...Rule) (*Limiter, error) {
 			mask |= 1 << s.kind
 		}
 		l.script = allowScript(mask)
+		if len(l.specs) == 1 {
+			switch l.specs[0].kind {
+			case kindDrain:
+				l.script, l.params = oneDrainScript, l.params[1:] // no kind
+			case kindFixed:
+				l.script, l.params = oneFixedScript, l.params[1:3]
+			}
+		}
 	default:
 		return nil, fmt.Errorf("ratelimit: unsupported backend %T", b)
 	}
