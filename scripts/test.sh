@@ -1,14 +1,20 @@
 #!/usr/bin/env bash
 # floodgate's test command (README "Quick start"): installs the servers the
-# tests start privately (redis-server, redis-tools) from Debian packages when
-# they are missing, then vets and runs every test with the race detector.
-# Tests never use a Redis already running on the machine.
+# tests start privately (Redis, PostgreSQL, MariaDB, ZooKeeper) from Debian
+# packages when they are missing, then vets and runs every test with the race
+# detector. Tests start their own server processes on free ports; they never
+# use servers already running on the machine.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 missing=()
 command -v redis-server >/dev/null 2>&1 || missing+=(redis-server)
 command -v redis-cli >/dev/null 2>&1 || missing+=(redis-tools)
+# PostgreSQL: initdb is on PATH or in Debian's versioned directory.
+command -v initdb >/dev/null 2>&1 || compgen -G '/usr/lib/postgresql/*/bin/initdb' >/dev/null || missing+=(postgresql)
+{ command -v mariadb-install-db >/dev/null 2>&1 && { command -v mariadbd >/dev/null 2>&1 || [ -x /usr/sbin/mariadbd ]; }; } || missing+=(mariadb-server)
+[ -f /usr/share/java/zookeeper.jar ] || missing+=(zookeeper)
+command -v java >/dev/null 2>&1 || missing+=(default-jre-headless)
 if ((${#missing[@]})); then
 	sudo=""
 	[ "$(id -u)" -eq 0 ] || sudo="sudo"
