@@ -59,20 +59,30 @@ func (l *locker) acquire(ctx context.Context, wait bool) (*Lease, error) {
 
 // Acquire takes d for owner and wraps the grant in a Lease; Lockers with
 // several drivers (RWMutex) call it.
+//
+// The lease's local deadline counts from the moment the acquiring request was
+// sent. When Acquire waited, that moment is unknown here, so a grant that
+// arrives more than a TTL after the call began is confirmed with an Extend,
+// and the deadline counts from that request.
 func Acquire(ctx context.Context, d Driver, owner string, o Options, wait bool) (*Lease, error) {
-	var g Grant
 	for {
 		start := time.Now()
-		var err error
-		g, err = d.Acquire(ctx, owner, o.TTL, wait)
+		g, err := d.Acquire(ctx, owner, o.TTL, wait)
 		if err != nil {
 			return nil, err
 		}
-		// A grant that took longer than its TTL to arrive may already be gone.
 		if time.Since(start) < o.TTL {
 			return newLease(d, owner, g.Token, start, o), nil
 		}
-		_ = d.Release(ctx, owner)
+		confirm := time.Now()
+		err = d.Extend(ctx, owner, o.TTL)
+		if err == nil {
+			return newLease(d, owner, g.Token, confirm, o), nil
+		}
+		if !errors.Is(err, ErrNotHeld) {
+			_ = d.Release(context.WithoutCancel(ctx), owner)
+			return nil, err
+		}
 		if !wait {
 			return nil, ErrLocked
 		}

@@ -56,6 +56,7 @@ func Run(t *testing.T, b Backend) {
 		{"CancelWhileWaiting", testCancelWhileWaiting},
 		{"WokenByRelease", testWokenByRelease},
 		{"FairOrder", testFairOrder},
+		{"LongWaitKeepsPlace", testLongWait},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) { tc.f(t, b) })
@@ -336,4 +337,39 @@ func testFairOrder(t *testing.T, b Backend) {
 			t.Fatalf("acquisition order %v, want 0 1 2 3 4", order)
 		}
 	}
+}
+
+// testLongWait: a waiter that waits longer than its own TTL still gets the
+// lock in its turn, with a live lease.
+func testLongWait(t *testing.T, b Backend) {
+	name := Name(t)
+	ttl := b.MinTTL
+	holder := mustLock(t, b.New(t, name, lock.TTL(time.Minute)))
+	first := make(chan *lock.Lease, 1)
+	go func() { first <- mustLock(t, b.New(t, name, lock.Fair(), lock.TTL(ttl))) }()
+	time.Sleep(ttl / 2)
+	second := make(chan *lock.Lease, 1)
+	go func() { second <- mustLock(t, b.New(t, name, lock.Fair(), lock.TTL(time.Minute))) }()
+	time.Sleep(2 * ttl) // both wait; the first longer than its TTL
+	if err := holder.Unlock(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	var l1 *lock.Lease
+	select {
+	case l1 = <-first:
+	case l2 := <-second:
+		_ = l2.Unlock(context.Background())
+		t.Fatal("the later waiter went first: a long wait lost its place")
+	case <-time.After(20 * time.Second):
+		t.Fatal("nobody acquired after the release")
+	}
+	select {
+	case <-l1.Lost():
+		t.Fatal("the lease of a long waiter was lost at once")
+	default:
+	}
+	if err := l1.Unlock(context.Background()); err != nil {
+		t.Fatalf("Unlock of the long waiter's lease: %v", err)
+	}
+	_ = (<-second).Unlock(context.Background())
 }
