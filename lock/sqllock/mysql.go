@@ -1,0 +1,173 @@
+package sqllock
+
+import (
+	"context"
+	"database/sql"
+	"time"
+
+	"github.com/floodgate-dev/floodgate/lock"
+)
+
+// MySQL/MariaDB statements. Time is UTC_TIMESTAMP(6), which MySQL evaluates
+// once per statement, in UTC whatever the session's time zone. DATETIME(6)
+// holds microseconds. Names are VARBINARY, compared byte for byte.
+
+var mySchema = []string{
+	`CREATE TABLE IF NOT EXISTS floodgate_locks (
+	name       VARBINARY(512) NOT NULL,
+	owner      VARBINARY(256) NOT NULL DEFAULT '',
+	holds      INT            NOT NULL DEFAULT 0,
+	token      BIGINT         NOT NULL DEFAULT 0,
+	expires_at DATETIME(6)    NOT NULL,
+	PRIMARY KEY (name)
+) ENGINE=InnoDB`,
+	`CREATE TABLE IF NOT EXISTS floodgate_lock_waiters (
+	name       VARBINARY(512) NOT NULL,
+	waiter     VARBINARY(64)  NOT NULL,
+	seq        BIGINT         NOT NULL AUTO_INCREMENT,
+	expires_at DATETIME(6)    NOT NULL,
+	PRIMARY KEY (name, waiter),
+	UNIQUE KEY floodgate_lock_waiters_seq (seq)
+) ENGINE=InnoDB`,
+}
+
+func myMigrate(ctx context.Context, db *sql.DB) error {
+	for _, s := range mySchema {
+		if _, err := db.ExecContext(ctx, s); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+const (
+	myNow    = `UTC_TIMESTAMP(6)`
+	myNowUs  = `TIMESTAMPDIFF(MICROSECOND, '1970-01-01 00:00:00', UTC_TIMESTAMP(6))`
+	myReent  = `(owner = ? AND expires_at > UTC_TIMESTAMP(6))`              // R; arg: owner
+	myTakeUp = `((owner = '' OR expires_at <= UTC_TIMESTAMP(6)) AND ? = 1)` // T; arg: fair ok
+)
+
+// myAcquire: one INSERT ... ON DUPLICATE KEY UPDATE. R (re-entry) and T
+// (take-over) are as for PostgreSQL; the fairness condition is computed
+// before, in the same transaction, and passed as a parameter.
+//
+// MySQL evaluates the assignments left to right, each seeing the columns
+// already assigned. R and T read only owner and expires_at, so token and
+// holds are assigned first; owner is assigned before expires_at, and
+// re-evaluating R and T with the new owner gives the same branch: after
+// re-entry the owner is unchanged; after a take-over R' holds only if the
+// old lease was still running, which T excludes (owner ” has expires_at in
+// the past, set by the release), and T' is still true. The statement is also
+// correct if the assignments were simultaneous.
+const myAcquire = `INSERT INTO floodgate_locks (name, owner, holds, token, expires_at)
+VALUES (?, ?, 1, GREATEST(1, ` + myNowUs + `), ` + myNow + ` + INTERVAL ? MICROSECOND)
+ON DUPLICATE KEY UPDATE
+	token = IF(` + myReent + `, token, IF(` + myTakeUp + `, GREATEST(token + 1, ` + myNowUs + `), token)),
+	holds = IF(` + myReent + `, holds + 1, IF(` + myTakeUp + `, 1, holds)),
+	owner = IF(` + myReent + ` OR ` + myTakeUp + `, ?, owner),
+	expires_at = IF(` + myReent + `, GREATEST(expires_at, ` + myNow + ` + INTERVAL ? MICROSECOND),
+		IF(` + myTakeUp + `, ` + myNow + ` + INTERVAL ? MICROSECOND, expires_at))`
+
+func myAcquireArgs(name, owner string, ttlUs int64, fairOK int) []any {
+	return []any{
+		name, owner, ttlUs,
+		owner, fairOK, // token
+		owner, fairOK, // holds
+		owner, fairOK, owner, // owner
+		owner, ttlUs, fairOK, ttlUs, // expires_at
+	}
+}
+
+// myAhead counts the live waiters queued before waiter (all of them when it
+// is not queued).
+const myAhead = `SELECT COUNT(*) FROM floodgate_lock_waiters w
+WHERE w.name = ? AND w.waiter <> ? AND w.expires_at > UTC_TIMESTAMP(6)
+	AND w.seq < COALESCE((SELECT m.seq FROM floodgate_lock_waiters m WHERE m.name = ? AND m.waiter = ?), 9223372036854775807)`
+
+// myReadBack reads the row the acquisition locked: whether owner holds it,
+// the token, the remaining lease in µs (NULL when free).
+const myReadBack = `SELECT owner = ? AND expires_at > UTC_TIMESTAMP(6), token,
+	IF(owner = '', NULL, TIMESTAMPDIFF(MICROSECOND, UTC_TIMESTAMP(6), expires_at))
+FROM floodgate_locks WHERE name = ? FOR UPDATE`
+
+// myEnqueue joins the queue (seq from AUTO_INCREMENT) or refreshes the entry.
+const myEnqueue = `INSERT INTO floodgate_lock_waiters (name, waiter, expires_at)
+VALUES (?, ?, UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND)
+ON DUPLICATE KEY UPDATE expires_at = UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND`
+
+// myDequeue removes the waiter that acquired, and expired entries.
+const myDequeue = `DELETE FROM floodgate_lock_waiters
+WHERE name = ? AND (waiter = ? OR expires_at <= UTC_TIMESTAMP(6))`
+
+const myLeave = `DELETE FROM floodgate_lock_waiters WHERE name = ? AND waiter = ?`
+
+// myRelease drops one hold level of the owner's unexpired holding; the last
+// one frees the row, keeping the token. owner and expires_at are assigned
+// before holds, which their conditions read.
+const myRelease = `UPDATE floodgate_locks SET
+	owner = IF(holds > 1, owner, ''),
+	expires_at = IF(holds > 1, expires_at, UTC_TIMESTAMP(6)),
+	holds = holds - 1
+WHERE name = ? AND owner = ? AND holds > 0 AND expires_at > UTC_TIMESTAMP(6)`
+
+// myExtend sets the owner's unexpired lease to end ttl from now. MySQL
+// reports changed rows, not matched ones, so in the rare case where the new
+// end equals the old one it is moved by 1µs, and one row always counts.
+const myExtend = `UPDATE floodgate_locks SET expires_at = IF(
+	expires_at = UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND,
+	expires_at + INTERVAL 1 MICROSECOND,
+	UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND)
+WHERE name = ? AND owner = ? AND holds > 0 AND expires_at > UTC_TIMESTAMP(6)`
+
+// myTry makes one attempt in a transaction: [fairness check], the upsert,
+// the read-back under the row lock the upsert took, and the queue update.
+func (d *dbDriver) myTry(ctx context.Context, owner string, ttl time.Duration, waiter string) (g lock.Grant, hint time.Duration, err error) {
+	tx, err := d.db.BeginTx(ctx, nil)
+	if err != nil {
+		return lock.Grant{}, 0, err
+	}
+	defer func() {
+		if err != nil && tx != nil {
+			_ = tx.Rollback()
+		}
+	}()
+	fairOK := 1
+	if d.o.Fair {
+		var ahead int64
+		if err = tx.QueryRowContext(ctx, myAhead, d.name, waiter, d.name, waiter).Scan(&ahead); err != nil {
+			return lock.Grant{}, 0, err
+		}
+		if ahead > 0 {
+			fairOK = 0
+		}
+	}
+	if _, err = tx.ExecContext(ctx, myAcquire, myAcquireArgs(d.name, owner, ttl.Microseconds(), fairOK)...); err != nil {
+		return lock.Grant{}, 0, err
+	}
+	var held bool
+	var token int64
+	var remaining sql.NullInt64
+	if err = tx.QueryRowContext(ctx, myReadBack, owner, d.name).Scan(&held, &token, &remaining); err != nil {
+		return lock.Grant{}, 0, err
+	}
+	if waiter != "" {
+		if held {
+			_, err = tx.ExecContext(ctx, myDequeue, d.name, waiter)
+		} else {
+			lease := d.waiterLease().Microseconds()
+			_, err = tx.ExecContext(ctx, myEnqueue, d.name, waiter, lease, lease)
+		}
+		if err != nil {
+			return lock.Grant{}, 0, err
+		}
+	}
+	err = tx.Commit()
+	tx = nil
+	if err != nil {
+		return lock.Grant{}, 0, err
+	}
+	if held {
+		return lock.Grant{Token: token}, 0, nil
+	}
+	return lock.Grant{}, hintOf(remaining), lock.ErrLocked
+}

@@ -1,0 +1,160 @@
+package sqllock
+
+import (
+	"context"
+	"database/sql"
+	"time"
+
+	"github.com/floodgate-dev/floodgate/lock"
+)
+
+// PostgreSQL statements. Each is one statement, hence one transaction in
+// autocommit, with its time taken once from clock_timestamp() (the CTE c).
+// Under READ COMMITTED, INSERT ... ON CONFLICT DO UPDATE locks the
+// conflicting row and evaluates its WHERE on the latest committed version,
+// so two acquisitions of one name are serialized by the row lock.
+
+// pgMigrateLock is the advisory lock key that serializes concurrent
+// migrations ("floodgat" in ASCII): CREATE TABLE IF NOT EXISTS can fail with a
+// unique violation when two sessions run it at once.
+const pgMigrateLock = 0x666c6f6f64676174
+
+var pgSchema = []string{
+	`CREATE TABLE IF NOT EXISTS floodgate_locks (
+	name       text        PRIMARY KEY,
+	owner      text        NOT NULL DEFAULT '',
+	holds      integer     NOT NULL DEFAULT 0,
+	token      bigint      NOT NULL DEFAULT 0,
+	expires_at timestamptz NOT NULL
+)`,
+	`CREATE TABLE IF NOT EXISTS floodgate_lock_waiters (
+	name       text        NOT NULL,
+	waiter     text        NOT NULL,
+	seq        bigserial   NOT NULL,
+	expires_at timestamptz NOT NULL,
+	PRIMARY KEY (name, waiter)
+)`,
+}
+
+func pgMigrate(ctx context.Context, db *sql.DB) error {
+	tx, err := db.BeginTx(ctx, nil)
+	if err != nil {
+		return err
+	}
+	defer func() { _ = tx.Rollback() }()
+	if _, err := tx.ExecContext(ctx, "SELECT pg_advisory_xact_lock($1)", int64(pgMigrateLock)); err != nil {
+		return err
+	}
+	for _, s := range pgSchema {
+		if _, err := tx.ExecContext(ctx, s); err != nil {
+			return err
+		}
+	}
+	return tx.Commit()
+}
+
+// pgAcquire: $1 name, $2 owner, $3 ttl µs, $4 fair, $5 waiter ("" = do not
+// queue), $6 waiter lease µs.
+// Reply: the token (NULL when not acquired); the holder's remaining lease in
+// µs before the statement (NULL when free or absent).
+//
+// R (re-entry): the row is held by this owner and unexpired: one more hold
+// level, same token, lease end = max(current, now + ttl).
+// T (take-over): the row is free (owner ”) or expired, and, when fair, no
+// live waiter queued before this one: a new holding with the next token.
+// A failed waiting attempt joins the queue or refreshes its entry (q); a
+// successful one leaves it and drops expired entries (d).
+const pgAcquire = `WITH c AS (SELECT clock_timestamp() AS now),
+a AS (
+	INSERT INTO floodgate_locks AS l (name, owner, holds, token, expires_at)
+	SELECT $1, $2, 1, GREATEST(1, (extract(epoch FROM c.now) * 1000000)::bigint), c.now + $3::bigint * interval '1 microsecond'
+	FROM c
+	ON CONFLICT (name) DO UPDATE SET
+		token = CASE WHEN l.owner = EXCLUDED.owner AND l.expires_at > (SELECT now FROM c)
+			THEN l.token ELSE GREATEST(l.token + 1, EXCLUDED.token) END,
+		holds = CASE WHEN l.owner = EXCLUDED.owner AND l.expires_at > (SELECT now FROM c)
+			THEN l.holds + 1 ELSE 1 END,
+		expires_at = CASE WHEN l.owner = EXCLUDED.owner AND l.expires_at > (SELECT now FROM c)
+			THEN GREATEST(l.expires_at, EXCLUDED.expires_at) ELSE EXCLUDED.expires_at END,
+		owner = EXCLUDED.owner
+	WHERE (l.owner = EXCLUDED.owner AND l.expires_at > (SELECT now FROM c))
+		OR ((l.owner = '' OR l.expires_at <= (SELECT now FROM c))
+			AND (NOT $4::boolean OR NOT EXISTS (
+				SELECT 1 FROM floodgate_lock_waiters w
+				WHERE w.name = $1 AND w.waiter <> $5 AND w.expires_at > (SELECT now FROM c)
+					AND w.seq < COALESCE(
+						(SELECT m.seq FROM floodgate_lock_waiters m WHERE m.name = $1 AND m.waiter = $5),
+						9223372036854775807))))
+	RETURNING l.token
+),
+q AS (
+	INSERT INTO floodgate_lock_waiters (name, waiter, expires_at)
+	SELECT $1, $5, c.now + $6::bigint * interval '1 microsecond' FROM c
+	WHERE $5 <> '' AND NOT EXISTS (SELECT 1 FROM a)
+	ON CONFLICT (name, waiter) DO UPDATE SET expires_at = EXCLUDED.expires_at
+),
+d AS (
+	DELETE FROM floodgate_lock_waiters w USING c
+	WHERE w.name = $1 AND (w.waiter = $5 OR w.expires_at <= c.now) AND EXISTS (SELECT 1 FROM a)
+)
+SELECT (SELECT token FROM a),
+	(SELECT (extract(epoch FROM x.expires_at - c.now) * 1000000)::bigint
+		FROM floodgate_locks x, c WHERE x.name = $1 AND x.owner <> '')`
+
+// pgRelease: $1 name, $2 owner, $3 channel.
+// Reply: the hold count left (NULL when not held); whether a waiter was
+// notified. The last level frees the row (owner ”, expires_at now, token
+// kept) and notifies the longest live waiter's id on the lock's channel, in
+// the same transaction, so it is delivered once the release is committed.
+// Without live waiters nothing is notified (NOTIFY serializes committing
+// transactions database-wide).
+const pgRelease = `WITH c AS (SELECT clock_timestamp() AS now),
+r AS (
+	UPDATE floodgate_locks l SET
+		holds = l.holds - 1,
+		owner = CASE WHEN l.holds > 1 THEN l.owner ELSE '' END,
+		expires_at = CASE WHEN l.holds > 1 THEN l.expires_at ELSE c.now END
+	FROM c
+	WHERE l.name = $1 AND l.owner = $2 AND l.holds > 0 AND l.expires_at > c.now
+	RETURNING l.holds
+),
+h AS (
+	SELECT w.waiter FROM floodgate_lock_waiters w, c
+	WHERE w.name = $1 AND w.expires_at > c.now AND EXISTS (SELECT 1 FROM r WHERE r.holds = 0)
+	ORDER BY w.seq LIMIT 1
+),
+n AS (SELECT pg_notify($3, h.waiter) FROM h)
+SELECT (SELECT holds FROM r), (SELECT count(*) FROM n)`
+
+// pgLeave: $1 name, $2 waiter, $3 channel. The waiter leaves the queue;
+// when the lock is free, the next live waiter is notified in its place (it
+// may have consumed that waiter's wake-up).
+const pgLeave = `WITH c AS (SELECT clock_timestamp() AS now),
+d AS (DELETE FROM floodgate_lock_waiters WHERE name = $1 AND waiter = $2),
+h AS (
+	SELECT w.waiter FROM floodgate_lock_waiters w, c
+	WHERE w.name = $1 AND w.waiter <> $2 AND w.expires_at > c.now
+		AND NOT EXISTS (SELECT 1 FROM floodgate_locks l WHERE l.name = $1 AND l.owner <> '' AND l.expires_at > c.now)
+	ORDER BY w.seq LIMIT 1
+),
+n AS (SELECT pg_notify($3, h.waiter) FROM h)
+SELECT count(*) FROM n`
+
+// pgExtend: $1 name, $2 owner, $3 ttl µs. Matches only the owner's
+// unexpired holding, so it never re-acquires.
+const pgExtend = `UPDATE floodgate_locks SET expires_at = clock_timestamp() + $3::bigint * interval '1 microsecond'
+WHERE name = $1 AND owner = $2 AND holds > 0 AND expires_at > clock_timestamp()`
+
+func (d *dbDriver) pgTry(ctx context.Context, owner string, ttl time.Duration, waiter string) (lock.Grant, time.Duration, error) {
+	var token, remaining sql.NullInt64
+	err := d.db.QueryRowContext(ctx, pgAcquire,
+		d.name, owner, ttl.Microseconds(), d.o.Fair, waiter, d.waiterLease().Microseconds(),
+	).Scan(&token, &remaining)
+	if err != nil {
+		return lock.Grant{}, 0, err
+	}
+	if token.Valid {
+		return lock.Grant{Token: token.Int64}, 0, nil
+	}
+	return lock.Grant{}, hintOf(remaining), lock.ErrLocked
+}

@@ -1,0 +1,492 @@
+// Package sqllock provides distributed locks on PostgreSQL and MySQL/MariaDB
+// through database/sql, with the contract of package lock: leases with a TTL,
+// owner-only release and extend, re-entry, AutoRenew and Lost, fencing
+// tokens, waiting and Fair order. It imports no SQL driver: open the
+// *sql.DB with the driver of your choice (the tests use
+// github.com/jackc/pgx/v5/stdlib and github.com/go-sql-driver/mysql).
+//
+// # Tables
+//
+// A lock is a row of the table floodgate_locks, keyed by the lock name
+// (primary key), in the connection's default schema (PostgreSQL: the first
+// schema of search_path; MySQL: the current database):
+//
+//	name        the lock name (PostgreSQL text; MySQL VARBINARY(512))
+//	owner       the holder's owner id, '' when free
+//	holds       the hold count of a reentrant owner, 0 when free
+//	token       the fencing token of the current or last holding
+//	expires_at  end of the lease (PostgreSQL timestamptz; MySQL DATETIME(6) in UTC)
+//
+// Waiters that need a place in a queue stand in floodgate_lock_waiters
+// (name, waiter, seq, expires_at). Migrate creates both tables; the names are
+// fixed. Rows of floodgate_locks are never deleted, so that tokens keep
+// increasing: a store keeps one small row per lock name ever used.
+//
+// # Clocks and expiry
+//
+// Every deadline is computed and judged by the database's clock, never by
+// the client's: PostgreSQL's clock_timestamp(), MySQL's UTC_TIMESTAMP(6)
+// (UTC, so sessions with different time zones agree). Clients with skewed
+// clocks therefore agree on who holds a lock. A lease whose expires_at has
+// passed is free: the next Lock or TryLock takes it over atomically, and the
+// old holder's Extend and Unlock return lock.ErrNotHeld. The Lease keeps its
+// own deadline on the local monotonic clock (time of the request + TTL,
+// never later than the database's) and closes Lost when it passes.
+//
+// # Atomicity
+//
+// On PostgreSQL an acquisition is one statement: INSERT ... ON CONFLICT (name)
+// DO UPDATE ... WHERE the row is free, expired or held by the same owner,
+// which also joins or leaves the waiter queue. On MySQL it is one INSERT ...
+// ON DUPLICATE KEY UPDATE whose IF() expressions take a free or expired row,
+// read back (SELECT ... FOR UPDATE) in the same transaction. Release and
+// Extend are one UPDATE each that matches only the owner's unexpired row, so
+// a stale holder can never free or extend another owner's lock.
+//
+// A statement that failed with a deadlock or serialization failure is
+// retried (at most 3 attempts in all), and so are acquisitions and renewals
+// whose PostgreSQL session was terminated (SQLSTATE 57P01, 57P02: the pool
+// gives another connection); a release is not, as applying it twice could
+// drop another hold level. Other errors are returned. A statement that fails
+// may still have been committed when the reply was lost: a Lock that returns
+// an error may have taken the lock, which then frees itself at its TTL.
+//
+// # Fencing
+//
+// Lease.Token is strictly increasing per lock name across all holders: each
+// new holding sets token = max(token+1, database clock in microseconds since
+// 1970), and re-entry keeps it. Because the row outlives its holdings and the
+// token follows the database clock, tokens keep increasing even if the row
+// is deleted or restored from an older backup, as long as fewer than one lock
+// per microsecond was taken on average and the database clock does not go
+// back. Pass the token to the resource and let it reject lower tokens (see
+// lock.Fence).
+//
+// # Waiting
+//
+// Lock retries with a bounded exponential back-off: 10ms, doubling, each
+// wait capped by the holder's remaining lease and by lock.MaxPoll (default
+// 1s), so a dead holder's lock is taken soon after it expires and there is
+// never a fixed fast poll. That is all MySQL offers.
+//
+// On PostgreSQL, Lockers made by a Listener are also woken by the release
+// itself, through LISTEN/NOTIFY: their waiters queue in
+// floodgate_lock_waiters, and the statement that releases a lock notifies
+// the longest live waiter only, on a channel of that lock (committed with
+// the release), so there is no thundering herd; a waiter that gives up while
+// the lock is free passes the notification on. database/sql has no API for
+// notifications, so a Listener needs a small driver-specific function (see
+// WaitFunc); the package itself depends on database/sql only. A Listener
+// needs session-level connections (not PgBouncer's transaction pooling).
+//
+// # Fair
+//
+// With lock.Fair, waiters acquire in the order they first failed to acquire
+// (a sequence number from the database), on both dialects. A fair Lock or
+// TryLock does not take a free lock while a live waiter queued before it.
+// The queue holds the fair waiters and, on PostgreSQL with a Listener, every
+// waiter; Lockers without Fair never wait for it. A waiter keeps its place
+// while it retries (at least every MaxPoll); one that stops (crashed, or its
+// clean-up failed) loses it after max(3×MaxPoll, 1s). The queue is
+// consulted only while the lock's row exists, that is from the first
+// acquisition of the name on, unless someone deletes the row.
+//
+// # Drivers
+//
+// PostgreSQL: any database/sql driver; the Listener's WaitFunc below is for
+// github.com/jackc/pgx/v5/stdlib. MySQL: github.com/go-sql-driver/mysql
+// needs no special DSN option (no time values are scanned), and
+// interpolateParams=true saves a round trip per statement. Tested with
+// PostgreSQL 15 and MariaDB 10.11.
+package sqllock
+
+import (
+	"context"
+	"crypto/sha256"
+	"database/sql"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+	"unicode/utf8"
+
+	"github.com/floodgate-dev/floodgate/lock"
+)
+
+// Dialect is the SQL dialect of a database: Postgres or MySQL.
+type Dialect int
+
+const (
+	// Postgres is PostgreSQL 9.5 or later (for INSERT ... ON CONFLICT).
+	Postgres Dialect = iota + 1
+	// MySQL is MySQL 5.7 or later, or MariaDB 10.2 or later, with InnoDB
+	// tables.
+	MySQL
+)
+
+// String returns "Postgres" or "MySQL".
+func (d Dialect) String() string {
+	switch d {
+	case Postgres:
+		return "Postgres"
+	case MySQL:
+		return "MySQL"
+	}
+	return fmt.Sprintf("Dialect(%d)", int(d))
+}
+
+func (d Dialect) check() error {
+	if d != Postgres && d != MySQL {
+		return fmt.Errorf("sqllock: unknown %v (want sqllock.Postgres or sqllock.MySQL)", d)
+	}
+	return nil
+}
+
+// Table names; fixed, in the connection's default schema.
+const (
+	// LocksTable holds one row per lock name.
+	LocksTable = "floodgate_locks"
+	// WaitersTable holds the waiter queue of Fair locks (and, on
+	// PostgreSQL with a Listener, of every waiter, so that a release wakes
+	// only one).
+	WaitersTable = "floodgate_lock_waiters"
+)
+
+// Migrate creates the tables LocksTable and WaitersTable in db if they do
+// not exist. It is idempotent and safe to run from several processes at once
+// (on PostgreSQL concurrent runs are serialized by an advisory lock). It
+// needs the privilege to create tables; run it once at deployment, or at
+// start-up, before New.
+func Migrate(ctx context.Context, db *sql.DB, d Dialect) error {
+	if db == nil {
+		return errors.New("sqllock: db is nil")
+	}
+	if err := d.check(); err != nil {
+		return err
+	}
+	var err error
+	if d == Postgres {
+		err = pgMigrate(ctx, db)
+	} else {
+		err = myMigrate(ctx, db)
+	}
+	if err != nil {
+		return fmt.Errorf("sqllock: migrate: %w", err)
+	}
+	return nil
+}
+
+// New returns a mutual exclusion lock named name in db, whose tables
+// Migrate created. Lockers of the same name on the same database exclude
+// each other, whichever process they are in. Options: lock.TTL, AutoRenew,
+// Owner, Fair and MaxPoll; see the package documentation for what holds.
+//
+// Waiters of a Locker from New retry with a bounded exponential back-off
+// (see Waiting); on PostgreSQL, Listener.New returns Lockers that are also
+// woken by the release. The Locker is safe for concurrent use. New does not
+// touch the database.
+//
+// On PostgreSQL, name and the Owner id must be valid UTF-8 without NUL
+// bytes (they are stored as text); on MySQL any bytes are allowed.
+func New(db *sql.DB, d Dialect, name string, opts ...lock.Option) (lock.Locker, error) {
+	return newLocker(db, d, nil, name, opts)
+}
+
+func newLocker(db *sql.DB, d Dialect, ln *Listener, name string, opts []lock.Option) (lock.Locker, error) {
+	if db == nil {
+		return nil, errors.New("sqllock: db is nil")
+	}
+	if err := d.check(); err != nil {
+		return nil, err
+	}
+	if err := lock.CheckName(name); err != nil {
+		return nil, err
+	}
+	o, err := lock.BuildOptions(opts)
+	if err != nil {
+		return nil, err
+	}
+	if d == Postgres {
+		if !validText(name) {
+			return nil, errors.New("sqllock: name must be valid UTF-8 without NUL bytes on PostgreSQL")
+		}
+		if !validText(o.Owner) {
+			return nil, errors.New("sqllock: Owner must be valid UTF-8 without NUL bytes on PostgreSQL")
+		}
+	}
+	dr := &dbDriver{db: db, dialect: d, name: name, o: o, ln: ln}
+	if d == Postgres {
+		dr.channel = channelName(name)
+	}
+	return lock.NewLocker(dr, o), nil
+}
+
+func validText(s string) bool { return utf8.ValidString(s) && !strings.ContainsRune(s, 0) }
+
+// channelName is the PostgreSQL notification channel of a lock name: a
+// lower-case identifier of 36 bytes (the limit is 63), whatever the name.
+func channelName(name string) string {
+	h := sha256.Sum256([]byte(name))
+	return "fglock_" + hex.EncodeToString(h[:15])
+}
+
+// Waiting back-off.
+const (
+	minBackoff = 10 * time.Millisecond
+	// minWaiterLease is the shortest life of a queue entry between two
+	// retries of its waiter; it is max(3×MaxPoll, minWaiterLease).
+	minWaiterLease = time.Second
+	// leaveTimeout bounds the clean-up of a waiter that gave up.
+	leaveTimeout = time.Second
+	// maxAttempts bounds the attempts of a statement that failed without
+	// effect (see retryable).
+	maxAttempts = 3
+)
+
+// dbDriver implements lock.Driver on one lock name.
+type dbDriver struct {
+	db      *sql.DB
+	dialect Dialect
+	name    string
+	o       lock.Options
+	ln      *Listener // nil: waiters only back off
+	channel string    // PostgreSQL notification channel
+}
+
+func (d *dbDriver) waiterLease() time.Duration { return max(3*d.o.MaxPoll, minWaiterLease) }
+
+// try makes one attempt for owner. waiter is "" for an attempt that must not
+// join the queue; otherwise a failed attempt joins it (or refreshes the
+// entry) and a successful one leaves it. On failure it returns ErrLocked and
+// the holder's remaining lease (0 when the lock is free but queued waiters
+// come first, or unknown).
+func (d *dbDriver) try(ctx context.Context, owner string, ttl time.Duration, waiter string) (lock.Grant, time.Duration, error) {
+	var g lock.Grant
+	var hint time.Duration
+	// Acquiring twice re-enters: the lock may then stay held until its TTL,
+	// as it would if the error were returned.
+	err := d.retry(ctx, true, func() (err error) {
+		if d.dialect == Postgres {
+			g, hint, err = d.pgTry(ctx, owner, ttl, waiter)
+		} else {
+			g, hint, err = d.myTry(ctx, owner, ttl, waiter)
+		}
+		return err
+	})
+	if err != nil && !errors.Is(err, lock.ErrLocked) {
+		return lock.Grant{}, 0, fmt.Errorf("sqllock: acquire %q: %w", d.name, err)
+	}
+	return g, hint, err
+}
+
+// retry runs f, the execution of one statement or transaction, again (at
+// most maxAttempts in all) while it fails with an error that a new attempt
+// may not meet (see retryable). Only a statement that may be applied twice
+// without harm is retried after a terminated session (repeat true): the
+// session may, rarely, end after the commit but before the reply.
+func (d *dbDriver) retry(ctx context.Context, repeat bool, f func() error) error {
+	for attempt := 1; ; attempt++ {
+		err := f()
+		if err == nil || attempt == maxAttempts || ctx.Err() != nil {
+			return err
+		}
+		switch retryable(err) {
+		case rolledBack:
+		case terminated:
+			if !repeat {
+				return err
+			}
+		default:
+			return err
+		}
+	}
+}
+
+// Acquire implements lock.Driver.
+func (d *dbDriver) Acquire(ctx context.Context, owner string, ttl time.Duration, wait bool) (lock.Grant, error) {
+	if !wait {
+		g, _, err := d.try(ctx, owner, ttl, "")
+		return g, err
+	}
+	waiter := ""
+	if d.o.Fair || d.ln != nil {
+		waiter = lock.NewOwnerID() // this call's place in the queue
+	}
+	queued := false
+	defer func() {
+		if queued {
+			ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), leaveTimeout)
+			defer cancel()
+			d.leave(ctx, waiter)
+		}
+	}()
+	var wake, listening <-chan struct{}
+	backoff := minBackoff
+	for {
+		g, hint, err := d.try(ctx, owner, ttl, waiter)
+		if err == nil {
+			queued = false // the acquisition left the queue
+			return g, nil
+		}
+		if ctx.Err() != nil {
+			return lock.Grant{}, ctx.Err()
+		}
+		if !errors.Is(err, lock.ErrLocked) {
+			return lock.Grant{}, err
+		}
+		queued = waiter != ""
+		if d.ln != nil && wake == nil {
+			// Listen only once the lock was found taken, so that an
+			// uncontended Lock costs one statement. A release between
+			// that attempt and the LISTEN is caught by the attempt made
+			// as soon as the LISTEN is in effect (or by the back-off).
+			sub := d.ln.subscribe(d.channel, waiter)
+			defer sub.close()
+			wake, listening = sub.c, sub.ready
+		}
+		delay := min(backoff, d.o.MaxPoll)
+		if hint > 0 {
+			delay = min(delay, hint+time.Millisecond)
+		}
+		backoff = min(2*backoff, d.o.MaxPoll)
+		t := time.NewTimer(delay)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return lock.Grant{}, ctx.Err()
+		case <-wake:
+		case <-listening:
+			listening = nil
+		case <-t.C:
+		}
+		t.Stop()
+	}
+}
+
+// leave takes a waiter that gave up out of the queue; on PostgreSQL it also
+// passes on a wake-up it may have consumed. Errors are ignored: the entry
+// then expires after waiterLease.
+func (d *dbDriver) leave(ctx context.Context, waiter string) {
+	_ = d.retry(ctx, true, func() (err error) {
+		if d.dialect == Postgres {
+			_, err = d.db.ExecContext(ctx, pgLeave, d.name, waiter, d.channel)
+		} else {
+			_, err = d.db.ExecContext(ctx, myLeave, d.name, waiter)
+		}
+		return err
+	})
+}
+
+// Extend implements lock.Driver.
+func (d *dbDriver) Extend(ctx context.Context, owner string, ttl time.Duration) error {
+	var res sql.Result
+	err := d.retry(ctx, true, func() (err error) {
+		if d.dialect == Postgres {
+			res, err = d.db.ExecContext(ctx, pgExtend, d.name, owner, ttl.Microseconds())
+		} else {
+			us := ttl.Microseconds()
+			res, err = d.db.ExecContext(ctx, myExtend, us, us, d.name, owner)
+		}
+		return err
+	})
+	return affected(res, err, "extend", d.name)
+}
+
+// Release implements lock.Driver.
+func (d *dbDriver) Release(ctx context.Context, owner string) error {
+	if d.dialect == Postgres {
+		var holds sql.NullInt64
+		var notified int64
+		// Not repeated after a terminated session: releasing twice could
+		// drop another hold level of a reentrant owner.
+		err := d.retry(ctx, false, func() error {
+			return d.db.QueryRowContext(ctx, pgRelease, d.name, owner, d.channel).Scan(&holds, &notified)
+		})
+		if err != nil {
+			return fmt.Errorf("sqllock: release %q: %w", d.name, err)
+		}
+		if !holds.Valid {
+			return lock.ErrNotHeld
+		}
+		return nil
+	}
+	var res sql.Result
+	err := d.retry(ctx, false, func() (err error) {
+		res, err = d.db.ExecContext(ctx, myRelease, d.name, owner)
+		return err
+	})
+	return affected(res, err, "release", d.name)
+}
+
+// affected maps an UPDATE of the owner's unexpired row to nil (one row) or
+// ErrNotHeld (none).
+func affected(res sql.Result, err error, op, name string) error {
+	if err != nil {
+		return fmt.Errorf("sqllock: %s %q: %w", op, name, err)
+	}
+	n, err := res.RowsAffected()
+	if err != nil {
+		return fmt.Errorf("sqllock: %s %q: %w", op, name, err)
+	}
+	if n == 0 {
+		return lock.ErrNotHeld
+	}
+	return nil
+}
+
+// Kinds of retryable errors.
+const (
+	permanent  = iota
+	rolledBack // deadlock or serialization failure: the transaction was rolled back
+	terminated // the session was terminated; the pool gives another connection
+)
+
+// retryable classifies err, for retry:
+//
+//   - rolledBack: 40001 serialization failure, 40P01 deadlock (PostgreSQL),
+//     and MySQL's error 1213 deadlock;
+//   - terminated: 57P01 and 57P02, the PostgreSQL session was terminated
+//     (by pg_terminate_backend or a server shutdown).
+//
+// Codes are read through an SQLState() string method (pgx's errors have
+// one); go-sql-driver/mysql's errors have none, so its deadlock is
+// recognized by its message ("Error 1213 ..."), as this package imports no
+// driver. A lost connection without a server error (EOF, timeout) is not
+// retried: the statement may have been committed. MySQL connections found
+// dead before a statement is sent are retried by database/sql itself
+// (driver.ErrBadConn).
+func retryable(err error) int {
+	var st interface{ SQLState() string }
+	if errors.As(err, &st) {
+		switch st.SQLState() {
+		case "40001", "40P01":
+			return rolledBack
+		case "57P01", "57P02":
+			return terminated
+		}
+		return permanent
+	}
+	if strings.HasPrefix(errorText(err), "Error 1213") {
+		return rolledBack
+	}
+	return permanent
+}
+
+// errorText returns the message of the innermost wrapped error.
+func errorText(err error) string {
+	for {
+		u := errors.Unwrap(err)
+		if u == nil {
+			return err.Error()
+		}
+		err = u
+	}
+}
+
+func hintOf(us sql.NullInt64) time.Duration {
+	if !us.Valid || us.Int64 <= 0 {
+		return 0
+	}
+	return time.Duration(us.Int64) * time.Microsecond
+}
