@@ -1,0 +1,330 @@
+package counter
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/floodgate-dev/floodgate/backend"
+)
+
+// ErrClosed is returned by Batched.Add after Close.
+var ErrClosed = errors.New("counter: Batched is closed")
+
+// Batched adds to a Counter through a local buffer, for keys too hot for a
+// round trip per increment (page views, bytes served). Add only adds to an
+// in-process sum per key; a background goroutine sends each key's sum to the
+// Counter with one Add every flush interval, and Close sends what is left.
+// It is safe for concurrent use; create it with NewBatched.
+//
+// Durability: a graceful shutdown (Close returning nil) loses nothing. A
+// crash of the process loses the increments added since the last successful
+// flush of their key — at most about one flush interval's worth (plus the
+// sums of keys whose flush was failing at the time). A flush that fails with
+// a store error keeps the key's sum and retries it at the next flush; when
+// the error was a lost reply to a script that Redis did run (a time-out after
+// the request was sent), that sum is counted twice. A sum that would overflow
+// the stored value (ErrOverflow) can never be applied: it is dropped and
+// reported.
+//
+// What readers see: Counter.Get returns the stored value, which lags the
+// Adds made through a Batched by up to one flush interval. Window and TTL
+// counters take the time of the flush, not of the Add: an increment made just
+// before a window ends may be counted in the next one.
+type Batched struct {
+	c       *Counter
+	every   time.Duration
+	timeout time.Duration
+	maxKeys int
+	onError func(error)
+
+	// mu guards pending and closed. Add holds it for reading while it adds to
+	// a key's sum, so a flush, which swaps pending under the write lock, sees
+	// every sum complete.
+	mu      sync.RWMutex
+	pending map[string]*atomic.Int64
+	closed  bool
+
+	kick     chan struct{} // early flush: pending reached maxKeys
+	stop     chan struct{}
+	life     context.Context // cancelled by Close when its ctx ends: aborts a background flush
+	cancel   context.CancelFunc
+	done     chan struct{}
+	stopOnce sync.Once
+}
+
+// BatchOption configures a Batched.
+type BatchOption func(*batchConfig)
+
+type batchConfig struct {
+	timeout time.Duration
+	maxKeys int
+	onError func(error)
+}
+
+// FlushTimeout bounds each background flush (default 5s). Keys not stored
+// when it expires stay pending for the next flush. d must be > 0.
+func FlushTimeout(d time.Duration) BatchOption { return func(c *batchConfig) { c.timeout = d } }
+
+// MaxKeys starts a flush early when this many distinct keys are pending,
+// which bounds the buffer when keys are many (default 10000; 0 disables the
+// early flush). After a failed flush, early flushes wait for the next
+// interval, so a store outage is not retried in a tight loop. n must be >= 0.
+func MaxKeys(n int) BatchOption { return func(c *batchConfig) { c.maxKeys = n } }
+
+// OnError receives the errors of background flushes (default: none; the
+// sums are retried regardless). It is called from the flushing goroutine and
+// must not call Close.
+func OnError(f func(error)) BatchOption { return func(c *batchConfig) { c.onError = f } }
+
+// NewBatched returns a Batched that flushes into c every flushEvery. It
+// starts one goroutine, which Close stops. It fails when c is nil, when
+// flushEvery <= 0, and on an invalid option, with an error naming it.
+func NewBatched(c *Counter, flushEvery time.Duration, opts ...BatchOption) (*Batched, error) {
+	if c == nil {
+		return nil, errors.New("counter: NewBatched: counter is nil")
+	}
+	if flushEvery <= 0 {
+		return nil, fmt.Errorf("counter: NewBatched: flushEvery must be > 0, got %v", flushEvery)
+	}
+	cfg := batchConfig{timeout: 5 * time.Second, maxKeys: 10000}
+	for _, o := range opts {
+		if o != nil {
+			o(&cfg)
+		}
+	}
+	if cfg.timeout <= 0 {
+		return nil, fmt.Errorf("counter: FlushTimeout must be > 0, got %v", cfg.timeout)
+	}
+	if cfg.maxKeys < 0 {
+		return nil, fmt.Errorf("counter: MaxKeys must be >= 0, got %d", cfg.maxKeys)
+	}
+	b := &Batched{
+		c:       c,
+		every:   flushEvery,
+		timeout: cfg.timeout,
+		maxKeys: cfg.maxKeys,
+		onError: cfg.onError,
+		pending: make(map[string]*atomic.Int64),
+		kick:    make(chan struct{}, 1),
+		stop:    make(chan struct{}),
+		done:    make(chan struct{}),
+	}
+	b.life, b.cancel = context.WithCancel(context.Background())
+	go b.run()
+	return b, nil
+}
+
+// Add adds delta to the local sum of key; it never blocks on the network.
+// Errors: a bad key (as Counter.Add), ErrOverflow when the pending sum of
+// key would leave ±MaxValue (nothing is added), and ErrClosed after Close. An
+// Add that returns nil is flushed by the next flush or by Close.
+func (b *Batched) Add(key string, delta int64) error {
+	if err := backend.CheckKey(key); err != nil {
+		return err
+	}
+	if delta > MaxValue || delta < -MaxValue {
+		return fmt.Errorf("%w: delta %d", ErrOverflow, delta)
+	}
+	b.mu.RLock()
+	if b.closed {
+		b.mu.RUnlock()
+		return ErrClosed
+	}
+	p := b.pending[key]
+	if p == nil {
+		b.mu.RUnlock()
+		return b.addNew(key, delta)
+	}
+	err := addSum(p, delta)
+	b.mu.RUnlock()
+	return err
+}
+
+// addNew is Add for a key that was not pending when Add looked.
+func (b *Batched) addNew(key string, delta int64) error {
+	b.mu.Lock()
+	if b.closed {
+		b.mu.Unlock()
+		return ErrClosed
+	}
+	p := b.pending[key]
+	if p == nil {
+		p = new(atomic.Int64)
+		b.pending[key] = p
+	}
+	err := addSum(p, delta)
+	full := b.maxKeys > 0 && len(b.pending) >= b.maxKeys
+	b.mu.Unlock()
+	if full {
+		select {
+		case b.kick <- struct{}{}:
+		default:
+		}
+	}
+	return err
+}
+
+// addSum adds delta to *p unless the sum would leave ±MaxValue.
+func addSum(p *atomic.Int64, delta int64) error {
+	if v := p.Add(delta); !inRange(v) {
+		p.Add(-delta)
+		return fmt.Errorf("%w: pending sum %d%+d", ErrOverflow, v-delta, delta)
+	}
+	return nil
+}
+
+// Flush sends every pending sum to the Counter now, one Add per key (up to 8
+// at a time), and returns when all are sent or ctx ends. Sums that fail with
+// a store or context error stay pending; the error says how many keys did
+// not make it. Flush may be called at any time, also after Close.
+func (b *Batched) Flush(ctx context.Context) error {
+	b.mu.Lock()
+	snap := b.pending
+	if len(snap) == 0 {
+		b.mu.Unlock()
+		return nil
+	}
+	b.pending = make(map[string]*atomic.Int64, len(snap))
+	b.mu.Unlock()
+
+	type item struct {
+		key   string
+		delta int64
+	}
+	work := make(chan item)
+	var (
+		mu       sync.Mutex
+		failed   int
+		dropped  int
+		firstErr error
+		wg       sync.WaitGroup
+	)
+	for range min(8, len(snap)) {
+		wg.Go(func() {
+			for it := range work {
+				err := ctx.Err()
+				if err == nil {
+					_, err = b.c.Add(ctx, it.key, it.delta)
+				}
+				if err == nil {
+					continue
+				}
+				overflow := errors.Is(err, ErrOverflow)
+				if !overflow {
+					b.putBack(it.key, it.delta)
+				}
+				mu.Lock()
+				if overflow {
+					dropped++
+					err = fmt.Errorf("dropped the sum of %q: %w", it.key, err)
+				} else {
+					failed++
+				}
+				if firstErr == nil {
+					firstErr = err
+				}
+				mu.Unlock()
+			}
+		})
+	}
+	for k, p := range snap {
+		if d := p.Load(); d != 0 {
+			work <- item{k, d}
+		}
+	}
+	close(work)
+	wg.Wait()
+	if firstErr == nil {
+		return nil
+	}
+	return fmt.Errorf("counter: flush: %d of %d keys kept pending for the next flush, %d dropped: %w", failed, len(snap), dropped, firstErr)
+}
+
+// putBack returns a sum that could not be stored to the pending set, also
+// after Close.
+func (b *Batched) putBack(key string, delta int64) {
+	b.mu.Lock()
+	p := b.pending[key]
+	if p == nil {
+		p = new(atomic.Int64)
+		b.pending[key] = p
+	}
+	p.Add(delta)
+	b.mu.Unlock()
+}
+
+// Pending returns the number of keys with a sum not yet flushed, not
+// counting the sums of a flush in progress.
+func (b *Batched) Pending() int {
+	b.mu.RLock()
+	defer b.mu.RUnlock()
+	return len(b.pending)
+}
+
+func (b *Batched) run() {
+	defer close(b.done)
+	t := time.NewTicker(b.every)
+	defer t.Stop()
+	kick := b.kick
+	for {
+		select {
+		case <-b.stop:
+			return
+		case <-t.C:
+		case <-kick:
+		}
+		ctx, cancel := context.WithTimeout(b.life, b.timeout)
+		err := b.Flush(ctx)
+		cancel()
+		kick = b.kick
+		if err != nil {
+			kick = nil // no early flushes until the next tick
+			if b.onError != nil {
+				b.onError(err)
+			}
+		}
+	}
+}
+
+// Close stops accepting Adds (they return ErrClosed), stops the background
+// flushes (waiting for one in progress) and sends every pending sum,
+// retrying failed ones with back-off until all are stored or ctx ends; give
+// ctx a deadline. It returns nil when nothing is left pending; otherwise an
+// error that matches ctx's error, and the sums stay pending: calling Close
+// (or Flush) again retries them. When ctx ends during a background flush,
+// that flush is cancelled (a sum whose script had already run counts twice
+// when retried). Close is idempotent: once everything is flushed it returns
+// nil.
+func (b *Batched) Close(ctx context.Context) error {
+	b.mu.Lock()
+	b.closed = true
+	b.mu.Unlock()
+	b.stopOnce.Do(func() { close(b.stop) })
+	select {
+	case <-b.done:
+	case <-ctx.Done():
+		b.cancel()
+		<-b.done
+		return fmt.Errorf("counter: Close: %d keys still pending: %w", b.Pending(), ctx.Err())
+	}
+	backoff := 10 * time.Millisecond
+	for {
+		err := b.Flush(ctx)
+		if err == nil {
+			return nil
+		}
+		if b.Pending() == 0 { // only dropped sums: nothing to retry
+			return err
+		}
+		select {
+		case <-ctx.Done():
+			return errors.Join(err, ctx.Err())
+		case <-time.After(backoff):
+		}
+		backoff = min(2*backoff, time.Second)
+	}
+}

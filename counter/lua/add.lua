@@ -1,0 +1,79 @@
+-- add.lua: add a delta to a counter and return the new value; delta 0 only
+-- reads. One atomic step, so no lock is needed around it. Mirrored by
+-- memory.go.
+-- KEYS[1] the counter: "p" a string; "t" a hash {v value, e expiry µs}; "w"
+--   the prefix of the window's string key, to which the script appends
+--   ":<window number>" (same hash tag, so Cluster-safe; the number depends on
+--   the server's TIME, so it cannot be computed by the caller).
+-- ARGV[1] now µs or "" for TIME; ARGV[2] delta; ARGV[3] mode "p" plain, "t"
+--   TTL, "w" window; for "t": ARGV[4] ttl µs, ARGV[5] refresh (1/0); for "w":
+--   ARGV[4] window µs, ARGV[5] offset µs in [0, window), ARGV[6] margin µs.
+-- reply: {ok (1, or 0 when the new value would overflow and nothing
+--   changed), value, reset_after µs (0 when the counter does not exist or
+--   never expires)}
+-- Values and deltas stay within ±(2^53-1) (checked here and by the caller),
+-- so every number is an exact integer in Lua's doubles; integers are passed
+-- to Redis as strings formatted with %d.
+local now = ARGV[1]
+if now == '' then
+  local t = redis.call('TIME')
+  now = tonumber(t[1]) * 1000000 + tonumber(t[2])
+else
+  now = tonumber(now)
+end
+local delta, mode = tonumber(ARGV[2]), ARGV[3]
+local MAX = 9007199254740991
+
+local function istr(x) return string.format('%d', x) end
+
+-- fdiv: floor(a / b) for integers, b > 0, corrected for double rounding.
+local function fdiv(a, b)
+  local q = math.floor(a / b)
+  local r = a - q * b
+  if r < 0 then return q - 1 elseif r >= b then return q + 1 end
+  return q
+end
+
+-- pttl: a lifetime in µs as whole milliseconds, rounded up, at least 1.
+local function pttl(us)
+  local ms = fdiv(us + 999, 1000)
+  if ms < 1 then return 1 end
+  return ms
+end
+
+if mode == 't' then
+  local ttl = tonumber(ARGV[4])
+  local h = redis.call('HMGET', KEYS[1], 'v', 'e')
+  local v, exp = 0, 0
+  if h[2] and tonumber(h[2]) > now then
+    v, exp = tonumber(h[1]), tonumber(h[2])
+  end
+  local left = 0
+  if exp ~= 0 then left = exp - now end
+  if delta == 0 then return {1, v, left} end
+  local nv = v + delta
+  if nv > MAX or nv < -MAX then return {0, v, left} end
+  if exp == 0 or ARGV[5] == '1' then exp = now + ttl end
+  redis.call('HSET', KEYS[1], 'v', istr(nv), 'e', istr(exp))
+  redis.call('PEXPIRE', KEYS[1], pttl(exp - now))
+  return {1, nv, exp - now}
+end
+
+local key, left = KEYS[1], 0
+if mode == 'w' then
+  local window, offset, margin = tonumber(ARGV[4]), tonumber(ARGV[5]), tonumber(ARGV[6])
+  local wid = fdiv(now - offset, window)
+  key = key .. ':' .. istr(wid)
+  left = (wid + 1) * window + offset - now
+end
+local cur = redis.call('GET', key)
+local v, reset = 0, 0
+if cur then v, reset = tonumber(cur), left end
+if delta == 0 then return {1, v, reset} end
+local nv = v + delta
+if nv > MAX or nv < -MAX then return {0, v, reset} end
+redis.call('INCRBY', key, ARGV[2])
+if mode == 'w' then
+  redis.call('PEXPIRE', key, pttl(left + tonumber(ARGV[6])))
+end
+return {1, nv, left}
