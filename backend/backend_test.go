@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"os"
+	"runtime"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -218,5 +220,40 @@ func TestSubscribePublish(t *testing.T) {
 	other.Close()
 	if err := r.Close(); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestMemorySweepReturnsMemory checks that a million idle keys cost little
+// once they expired and were swept: the shard maps are rebuilt.
+func TestMemorySweepReturnsMemory(t *testing.T) {
+	fk := clock.NewFake(time.Unix(1_700_000_000, 0))
+	m := backend.NewMemory(backend.WithClock(fk), backend.WithSweepInterval(time.Hour))
+	defer m.Close()
+	heap := func() uint64 {
+		var ms runtime.MemStats
+		runtime.GC()
+		runtime.ReadMemStats(&ms)
+		return ms.HeapAlloc
+	}
+	before := heap()
+	tb := m.Table("t")
+	exp := tb.NowMicros() + 1
+	for i := range 200_000 {
+		key := strconv.Itoa(i)
+		sh := tb.Shard(key)
+		sh.Lock()
+		sh.Put(key, &backend.Entry{Expires: exp})
+		sh.Unlock()
+	}
+	full := heap()
+	fk.Advance(time.Second)
+	if n := m.Sweep(); n != 200_000 {
+		t.Fatalf("swept %d", n)
+	}
+	after := heap()
+	perKey := float64(full-before) / 200_000
+	left := float64(int64(after)-int64(before)) / 200_000
+	if left > perKey/10 {
+		t.Fatalf("%.1f B/key while full, %.1f B/key left after the sweep", perKey, left)
 	}
 }

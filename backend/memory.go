@@ -133,6 +133,7 @@ func (m *Memory) Sweep() int {
 					n++
 				}
 			}
+			s.shrink()
 			s.Unlock()
 		}
 	}
@@ -175,7 +176,21 @@ type Entry struct {
 type Shard struct {
 	sync.Mutex
 	entries map[string]*Entry
-	_       [40]byte // keep shards on separate cache lines
+	peak    int     // most entries since the map was last rebuilt
+	_       [32]byte // keep shards on separate cache lines
+}
+
+// shrink rebuilds the map when it holds less than a quarter of its peak: Go
+// maps never give back their buckets, so after a burst of keys expires this
+// is what returns the memory. The shard must be locked.
+func (s *Shard) shrink() {
+	if n := len(s.entries); s.peak >= 64 && n < s.peak/4 {
+		m := make(map[string]*Entry, n)
+		for k, e := range s.entries {
+			m[k] = e
+		}
+		s.entries, s.peak = m, n
+	}
 }
 
 // Shard returns the shard that holds key.
@@ -204,7 +219,10 @@ func (s *Shard) Get(key string) *Entry { return s.entries[key] }
 
 // Put stores e under key, copying the key so that the table never pins the
 // caller's memory. The shard must be locked.
-func (s *Shard) Put(key string, e *Entry) { s.entries[strings.Clone(key)] = e }
+func (s *Shard) Put(key string, e *Entry) {
+	s.entries[strings.Clone(key)] = e
+	s.peak = max(s.peak, len(s.entries))
+}
 
 // Delete removes key. The shard must be locked.
 func (s *Shard) Delete(key string) { delete(s.entries, key) }
