@@ -176,7 +176,7 @@ type Entry struct {
 type Shard struct {
 	sync.Mutex
 	entries map[string]*Entry
-	peak    int     // most entries since the map was last rebuilt
+	peak    int      // most entries since the map was last rebuilt
 	_       [32]byte // keep shards on separate cache lines
 }
 
