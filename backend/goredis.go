@@ -54,11 +54,27 @@ type goRedis struct {
 }
 
 func (g goRedis) EvalSha(ctx context.Context, sha string, keys []string, args []string) (any, error) {
-	return g.do(ctx, func() (any, error) { return g.c.EvalSha(ctx, sha, keys, strArgs(args)...).Result() })
+	return g.evalShaAny(ctx, sha, keys, strArgs(args))
 }
 
 func (g goRedis) Eval(ctx context.Context, src string, keys []string, args []string) (any, error) {
-	return g.do(ctx, func() (any, error) { return g.c.Eval(ctx, src, keys, strArgs(args)...).Result() })
+	return g.evalAny(ctx, src, keys, strArgs(args))
+}
+
+// evalShaAny and evalAny take go-redis's own argument form, so that
+// Redis.RunArgs passes pre-built arguments without converting them.
+func (g goRedis) evalShaAny(ctx context.Context, sha string, keys []string, args []any) (any, error) {
+	if !g.guard || ctx.Done() == nil {
+		return normal(g.c.EvalSha(ctx, sha, keys, args...).Result())
+	}
+	return g.guarded(ctx, func() (any, error) { return g.c.EvalSha(ctx, sha, keys, args...).Result() })
+}
+
+func (g goRedis) evalAny(ctx context.Context, src string, keys []string, args []any) (any, error) {
+	if !g.guard || ctx.Done() == nil {
+		return normal(g.c.Eval(ctx, src, keys, args...).Result())
+	}
+	return g.guarded(ctx, func() (any, error) { return g.c.Eval(ctx, src, keys, args...).Result() })
 }
 
 type reply struct {
@@ -66,10 +82,8 @@ type reply struct {
 	err error
 }
 
-func (g goRedis) do(ctx context.Context, f func() (any, error)) (any, error) {
-	if !g.guard || ctx.Done() == nil {
-		return normal(f())
-	}
+// guarded runs f in a goroutine and returns when it does or when ctx ends.
+func (g goRedis) guarded(ctx context.Context, f func() (any, error)) (any, error) {
 	done := make(chan reply, 1)
 	go func() {
 		v, err := f()

@@ -133,10 +133,7 @@ func (r *Redis) Run(ctx context.Context, s *Script, keys []string, args []string
 		reply, err = r.s.Eval(ctx, s.src, keys, args)
 	}
 	if err != nil {
-		if ctxErr := contextCause(ctx, err); ctxErr != nil && !errors.Is(err, ctxErr) {
-			return nil, fmt.Errorf("backend: redis: %w", errors.Join(err, ctxErr))
-		}
-		return nil, fmt.Errorf("backend: redis: %w", err)
+		return nil, r.wrap(ctx, err)
 	}
 	return reply, nil
 }
@@ -153,6 +150,51 @@ func contextCause(ctx context.Context, err error) error {
 		return context.DeadlineExceeded
 	}
 	return nil
+}
+
+// anyScripter is implemented by Scripters whose client takes arguments as
+// []any (the go-redis adapter).
+type anyScripter interface {
+	evalShaAny(ctx context.Context, sha string, keys []string, args []any) (any, error)
+	evalAny(ctx context.Context, src string, keys []string, args []any) (any, error)
+}
+
+// RunArgs is Run with arguments as values: strings and integers (int, int64).
+// Primitives on a hot path keep their constant arguments pre-built in this
+// form, so that a go-redis client sends them without a conversion per call.
+func (r *Redis) RunArgs(ctx context.Context, s *Script, keys []string, args []any) (any, error) {
+	as, ok := r.s.(anyScripter)
+	if !ok {
+		strs := make([]string, len(args))
+		for i, a := range args {
+			switch v := a.(type) {
+			case string:
+				strs[i] = v
+			case int64:
+				strs[i] = strconv.FormatInt(v, 10)
+			case int:
+				strs[i] = strconv.Itoa(v)
+			default:
+				return nil, fmt.Errorf("backend: script argument %d has type %T", i, a)
+			}
+		}
+		return r.Run(ctx, s, keys, strs)
+	}
+	reply, err := as.evalShaAny(ctx, s.sha, keys, args)
+	if err != nil && strings.HasPrefix(err.Error(), "NOSCRIPT") {
+		reply, err = as.evalAny(ctx, s.src, keys, args)
+	}
+	if err != nil {
+		return nil, r.wrap(ctx, err)
+	}
+	return reply, nil
+}
+
+func (r *Redis) wrap(ctx context.Context, err error) error {
+	if ctxErr := contextCause(ctx, err); ctxErr != nil && !errors.Is(err, ctxErr) {
+		return fmt.Errorf("backend: redis: %w", errors.Join(err, ctxErr))
+	}
+	return fmt.Errorf("backend: redis: %w", err)
 }
 
 // ReplyInts converts a script reply that is an array of integers.

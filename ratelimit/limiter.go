@@ -62,7 +62,7 @@ type Limiter struct {
 	mem    *backend.Table
 	redis  *backend.Redis
 	script *backend.Script // allow.lua with the algorithms this Limiter uses
-	params []string        // ARGV[4...] of allow.lua
+	params []any           // ARGV[4...] of the script
 }
 
 //go:embed lua/common.lua
@@ -357,8 +357,8 @@ func (l *Limiter) commitMemory(e *backend.Entry, now, n int64, pending []int64) 
 }
 
 // scriptParams encodes the rules for allow.lua's ARGV[4...].
-func (l *Limiter) scriptParams() []string {
-	var out []string
+func (l *Limiter) scriptParams() []any {
+	var out []any
 	for _, s := range l.specs {
 		var p [5]int64
 		switch s.kind {
@@ -387,9 +387,9 @@ func (l *Limiter) keys(key string) []string {
 }
 
 func (l *Limiter) call(ctx context.Context, key string, n int64, mode string) (any, error) {
-	args := make([]string, 3, 3+len(l.params))
-	args[0], args[1], args[2] = l.redis.NowArg(), strconv.FormatInt(n, 10), mode
-	return l.redis.Run(ctx, l.script, l.keys(key), append(args, l.params...))
+	args := make([]any, 3, 3+len(l.params))
+	args[0], args[1], args[2] = l.redis.NowArg(), n, mode
+	return l.redis.RunArgs(ctx, l.script, l.keys(key), append(args, l.params...))
 }
 
 func (l *Limiter) allowRedis(ctx context.Context, key string, n int64, vs []verdict) error {
