@@ -1,0 +1,163 @@
+package idempotency
+
+import (
+	"context"
+	"time"
+
+	"github.com/floodgate-dev/floodgate/backend"
+)
+
+// memDriver keeps keys and tokens in two tables of a Memory backend. A key's
+// entry holds a *memRecord; a token's entry holds its deadline in A. Times
+// are the backend's clock, in microseconds; entries expire at their
+// deadline, so the janitor removing one changes nothing.
+type memDriver struct {
+	keys   *backend.Table
+	tokens *backend.Table
+}
+
+// memRecord is the state of a key. Running records are in flight: wake is
+// closed when the runner finishes (complete or abort) or its expired lease
+// is taken over, so that waiters look again at once.
+type memRecord struct {
+	running  bool
+	owner    string
+	deadline int64 // µs: end of the lease while running, else end of the TTL
+	fp       string
+	res      result
+	wake     chan struct{}
+}
+
+func newMemDriver(m *backend.Memory, ns string) *memDriver {
+	return &memDriver{
+		keys:   m.Table("idempotency.keys/" + ns),
+		tokens: m.Table("idempotency.tokens/" + ns),
+	}
+}
+
+// live returns the record of key if it has not expired; the shard must be
+// locked.
+func live(sh *backend.Shard, key string, now int64) *memRecord {
+	e := sh.Get(key)
+	if e == nil {
+		return nil
+	}
+	r := e.Value.(*memRecord)
+	if r.deadline <= now {
+		return nil
+	}
+	return r
+}
+
+func (d *memDriver) begin(_ context.Context, key, owner, fp string, lease time.Duration, _ bool) (outcome, error) {
+	sh := d.keys.Shard(key)
+	sh.Lock()
+	defer sh.Unlock()
+	now := d.keys.NowMicros()
+	if r := live(sh, key, now); r != nil {
+		switch {
+		case r.fp != fp:
+			return outcome{state: mismatch}, nil
+		case !r.running:
+			res := r.res
+			res.val = clone(res.val)
+			return outcome{state: done, res: res}, nil
+		}
+		return outcome{state: inFlight, hint: time.Duration(r.deadline-now) * time.Microsecond, wake: r.wake}, nil
+	}
+	if e := sh.Get(key); e != nil {
+		if old := e.Value.(*memRecord); old.running {
+			close(old.wake) // an expired lease taken over: its waiters look again
+		}
+	}
+	r := &memRecord{running: true, owner: owner, deadline: now + lease.Microseconds(), fp: fp, wake: make(chan struct{})}
+	sh.Put(key, &backend.Entry{Value: r, Expires: r.deadline})
+	return outcome{state: claimed}, nil
+}
+
+// held returns owner's live in-flight record of key; the shard must be
+// locked.
+func held(sh *backend.Shard, key, owner string, now int64) *memRecord {
+	r := live(sh, key, now)
+	if r == nil || !r.running || r.owner != owner {
+		return nil
+	}
+	return r
+}
+
+func (d *memDriver) renew(_ context.Context, key, owner string, lease time.Duration) (bool, error) {
+	sh := d.keys.Shard(key)
+	sh.Lock()
+	defer sh.Unlock()
+	now := d.keys.NowMicros()
+	r := held(sh, key, owner, now)
+	if r == nil {
+		return false, nil
+	}
+	r.deadline = now + lease.Microseconds()
+	sh.Get(key).Expires = r.deadline
+	return true, nil
+}
+
+func (d *memDriver) complete(_ context.Context, key, owner string, ttl time.Duration, res result) (bool, error) {
+	sh := d.keys.Shard(key)
+	sh.Lock()
+	defer sh.Unlock()
+	now := d.keys.NowMicros()
+	r := held(sh, key, owner, now)
+	if r == nil {
+		return false, nil
+	}
+	close(r.wake)
+	res.val = clone(res.val)
+	nr := &memRecord{deadline: now + ttl.Microseconds(), fp: r.fp, res: res}
+	sh.Put(key, &backend.Entry{Value: nr, Expires: nr.deadline})
+	return true, nil
+}
+
+func (d *memDriver) abort(_ context.Context, key, owner string) (bool, error) {
+	sh := d.keys.Shard(key)
+	sh.Lock()
+	defer sh.Unlock()
+	r := held(sh, key, owner, d.keys.NowMicros())
+	if r == nil {
+		return false, nil
+	}
+	close(r.wake)
+	sh.Delete(key)
+	return true, nil
+}
+
+// subscribe returns no channel: on Memory, begin hands waiters the record's
+// wake channel.
+func (d *memDriver) subscribe(context.Context, string) (<-chan string, func(), error) {
+	return nil, func() {}, nil
+}
+
+func (d *memDriver) issue(_ context.Context, token string, ttl time.Duration) (bool, error) {
+	sh := d.tokens.Shard(token)
+	sh.Lock()
+	defer sh.Unlock()
+	now := d.tokens.NowMicros()
+	if e := sh.Get(token); e != nil && e.A > now {
+		return false, nil
+	}
+	deadline := now + ttl.Microseconds()
+	sh.Put(token, &backend.Entry{A: deadline, Expires: deadline})
+	return true, nil
+}
+
+func (d *memDriver) consume(_ context.Context, token string) (bool, error) {
+	sh := d.tokens.Shard(token)
+	sh.Lock()
+	defer sh.Unlock()
+	e := sh.Get(token)
+	if e == nil {
+		return false, nil
+	}
+	sh.Delete(token) // delete first; then judge
+	return e.A > d.tokens.NowMicros(), nil
+}
+
+// clone copies b; the copy is never nil, as a result read back from Redis.
+func clone(b []byte) []byte { return append([]byte{}, b...) }

@@ -1,0 +1,73 @@
+package idempotency
+
+import (
+	"context"
+	"crypto/rand"
+	"errors"
+	"fmt"
+)
+
+// TokenLen is the length of a token from IssueToken: 26 characters of the
+// RFC 4648 base32 alphabet (A-Z, 2-7), carrying 128 random bits.
+const TokenLen = 26
+
+// IssueToken returns a new one-time token, kept for the Store's TTL: 128
+// bits from crypto/rand, so tokens can neither be guessed nor collide. Hand
+// it to the client (a hidden form field, a link) and pass it back to
+// ConsumeToken when the client submits. It returns store errors wrapped.
+func (s *Store) IssueToken(ctx context.Context) (string, error) {
+	if err := ctx.Err(); err != nil {
+		return "", err
+	}
+	for range 3 {
+		tok := rand.Text()
+		ok, err := s.d.issue(ctx, tok, s.cfg.ttl)
+		if err != nil {
+			return "", fmt.Errorf("idempotency: %w", err)
+		}
+		if ok {
+			return tok, nil
+		}
+	}
+	// Three live collisions of 128 random bits mean a broken random source.
+	return "", errors.New("idempotency: IssueToken: random tokens keep colliding")
+}
+
+// ConsumeToken reports whether token was issued by IssueToken (on a Store
+// with the same backend and Namespace), has not expired and was not consumed
+// before, and consumes it. Of any number of concurrent calls with one token,
+// exactly one returns true: the token is deleted and its existence reported
+// in one atomic step (delete first, then judge), so there is no window
+// between checking and consuming. An expired token is deleted too.
+//
+// A string that cannot be a token (wrong length or alphabet) returns false,
+// as tokens come from clients; an empty token is an error naming it. Store
+// errors are returned wrapped; the token is then in an unknown state.
+func (s *Store) ConsumeToken(ctx context.Context, token string) (bool, error) {
+	if token == "" {
+		return false, errors.New("idempotency: token is empty")
+	}
+	if err := ctx.Err(); err != nil {
+		return false, err
+	}
+	if !validToken(token) {
+		return false, nil
+	}
+	ok, err := s.d.consume(ctx, token)
+	if err != nil {
+		return false, fmt.Errorf("idempotency: %w", err)
+	}
+	return ok, nil
+}
+
+func validToken(t string) bool {
+	if len(t) != TokenLen {
+		return false
+	}
+	for i := 0; i < len(t); i++ {
+		if c := t[i]; (c < 'A' || c > 'Z') && (c < '2' || c > '7') {
+			return false
+		}
+	}
+	return true
+}
