@@ -97,6 +97,9 @@ func (d *redisDriver) Acquire(ctx context.Context, owner string, ttl time.Durati
 		defer sub.Close()
 		wake = sub.C
 	} else if !errors.Is(err, backend.ErrNoPubSub) {
+		if ctxErr := ctx.Err(); ctxErr != nil {
+			return Grant{}, fmt.Errorf("lock: %w", errors.Join(err, ctxErr))
+		}
 		return Grant{}, fmt.Errorf("lock: %w", err)
 	}
 	queued := false

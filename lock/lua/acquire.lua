@@ -30,8 +30,8 @@ end
 
 local function enqueue()
   if ARGV[5] == '1' then
-    redis.call('ZADD', KEYS[3], 'NX', now, owner)
-    redis.call('HSET', KEYS[4], owner, now + tonumber(ARGV[6]))
+    redis.call('ZADD', KEYS[3], 'NX', string.format('%d', now), owner)
+    redis.call('HSET', KEYS[4], owner, string.format('%d', now + tonumber(ARGV[6])))
     redis.call('PEXPIRE', KEYS[3], math.ceil(tonumber(ARGV[6]) / 1000) + 1000)
     redis.call('PEXPIRE', KEYS[4], math.ceil(tonumber(ARGV[6]) / 1000) + 1000)
   end

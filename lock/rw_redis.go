@@ -1,0 +1,103 @@
+package lock
+
+import (
+	"context"
+	_ "embed"
+	"fmt"
+	"time"
+
+	"github.com/floodgate-dev/floodgate/backend"
+)
+
+var (
+	//go:embed lua/rw_acquire.lua
+	luaRWAcquire string
+	//go:embed lua/rw_release.lua
+	luaRWRelease string
+	//go:embed lua/rw_extend.lua
+	luaRWExtend string
+	//go:embed lua/rw_leave.lua
+	luaRWLeave string
+
+	rwAcquireScript = backend.NewScript(luaRWAcquire)
+	rwReleaseScript = backend.NewScript(luaRWRelease)
+	rwExtendScript  = backend.NewScript(luaRWExtend)
+	rwLeaveScript   = backend.NewScript(luaRWLeave)
+)
+
+// rwRedis is an RWMutex on Redis. Every key of a name shares the hash tag
+// {name}, so the scripts run on Redis Cluster; the suffixes (rw*) differ from
+// the mutex's, so a Mutex and an RWMutex of one name are separate locks.
+// Waiters queue in two sorted sets, readers and writers, by place; a release
+// publishes on the lock's channel which side and places may retry (see
+// lua/rw_release.lua).
+type rwRedis struct {
+	r       *backend.Redis
+	o       Options
+	keys    []string // writer, fence, readers, reader holds, waiting readers, waiting writers, waiter deadlines
+	channel string
+}
+
+func newRWRedis(r *backend.Redis, name string, o Options) *rwRedis {
+	return &rwRedis{
+		r: r,
+		o: o,
+		keys: []string{
+			r.Key(name, "rwl"),
+			r.Key(name, "rwf"),
+			r.Key(name, "rwr"),
+			r.Key(name, "rwh"),
+			r.Key(name, "rwqr"),
+			r.Key(name, "rwqw"),
+			r.Key(name, "rwd"),
+		},
+		channel: r.Key(name, "rwn"),
+	}
+}
+
+// side returns the Driver of one side, read or write.
+func (d *rwRedis) side(s byte) Driver { return rwRedisSide{d: d, side: string(s)} }
+
+type rwRedisSide struct {
+	d    *rwRedis
+	side string // "r" or "w"
+}
+
+func (s rwRedisSide) Acquire(ctx context.Context, owner string, ttl time.Duration, wait bool) (Grant, error) {
+	d := s.d
+	try := func(ctx context.Context, waiting bool) (Grant, time.Duration, int64, error) {
+		reply, err := d.r.Run(ctx, rwAcquireScript, d.keys, []string{
+			d.r.NowArg(), s.side, owner, micros(ttl), boolArg(d.o.Fair), boolArg(waiting), micros(3 * d.o.MaxPoll),
+		})
+		if err != nil {
+			return Grant{}, 0, 0, fmt.Errorf("lock: %w", err)
+		}
+		return parseAttempt(reply, d.o.MaxPoll)
+	}
+	leave := func(ctx context.Context) {
+		_, _ = d.r.Run(ctx, rwLeaveScript, d.keys, []string{d.r.NowArg(), s.side, owner, d.channel})
+	}
+	return redisWait(ctx, d.r, d.channel, s.side[0], wait, try, leave)
+}
+
+func (s rwRedisSide) Extend(ctx context.Context, owner string, ttl time.Duration) error {
+	reply, err := s.d.r.Run(ctx, rwExtendScript, s.d.keys, []string{s.d.r.NowArg(), s.side, owner, micros(ttl)})
+	if err != nil {
+		return fmt.Errorf("lock: %w", err)
+	}
+	if n, _ := reply.(int64); n != 1 {
+		return ErrNotHeld
+	}
+	return nil
+}
+
+func (s rwRedisSide) Release(ctx context.Context, owner string) error {
+	reply, err := s.d.r.Run(ctx, rwReleaseScript, s.d.keys, []string{s.d.r.NowArg(), s.side, owner, s.d.channel})
+	if err != nil {
+		return fmt.Errorf("lock: %w", err)
+	}
+	if n, _ := reply.(int64); n < 0 {
+		return ErrNotHeld
+	}
+	return nil
+}
