@@ -1,0 +1,20 @@
+-- requeue.lua: give a dead job a new life: it is scheduled again, due now,
+-- with its attempt count reset to 0.
+-- KEYS[1] scheduled (zset: id -> due µs); KEYS[2] dead (zset); KEYS[3] meta (hash: id -> "attempt:due_us")
+-- ARGV[1] now µs or "" for TIME; ARGV[2] id; ARGV[3] channel on which the due time is published
+-- reply: 1 requeued; 0 no dead job has the id.
+local now = ARGV[1]
+if now == '' then
+  local t = redis.call('TIME')
+  now = tonumber(t[1]) * 1000000 + tonumber(t[2])
+else
+  now = tonumber(now)
+end
+local id = ARGV[2]
+if redis.call('ZREM', KEYS[2], id) == 0 then return 0 end
+local snow = string.format('%d', now)
+local head = redis.call('ZRANGE', KEYS[1], 0, 0, 'WITHSCORES')
+redis.call('HSET', KEYS[3], id, '0:' .. snow)
+redis.call('ZADD', KEYS[1], snow, id)
+if not head[2] or now < tonumber(head[2]) then redis.call('PUBLISH', ARGV[3], snow) end
+return 1

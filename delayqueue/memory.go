@@ -1,0 +1,284 @@
+package delayqueue
+
+import (
+	"cmp"
+	"context"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+
+	"github.com/floodgate-dev/floodgate/backend"
+)
+
+// memDriver is a queue in a Memory backend. All Queues of one name on one
+// Memory share a memQueue (the entry of the name in the "delayqueue" table),
+// whose mutex makes every method one atomic step, as a script is on Redis.
+// The methods mirror the scripts in lua/ line by line.
+type memDriver struct {
+	t *backend.Table
+	q *memQueue
+}
+
+// memQueue is the state of one queue; mu guards everything in it.
+type memQueue struct {
+	mu                           sync.Mutex
+	jobs                         map[string]*memJob
+	sched, ready, inflight, dead *zset
+	subs                         map[chan string]struct{}
+}
+
+type memJob struct {
+	payload []byte
+	attempt int
+	due     int64 // µs
+}
+
+func newMemDriver(m *backend.Memory, name string) *memDriver {
+	t := m.Table("delayqueue")
+	sh := t.Shard(name)
+	sh.Lock()
+	defer sh.Unlock()
+	e := sh.Get(name)
+	if e == nil {
+		e = &backend.Entry{Value: &memQueue{
+			jobs:     make(map[string]*memJob),
+			sched:    newZset(),
+			ready:    newZset(),
+			inflight: newZset(),
+			dead:     newZset(),
+			subs:     make(map[chan string]struct{}),
+		}}
+		sh.Put(name, e)
+	}
+	return &memDriver{t: t, q: e.Value.(*memQueue)}
+}
+
+// schedule adds id to scheduled, due at due, and wakes the subscribers when
+// it is the new head (as enqueue.lua does); q.mu must be held.
+func (q *memQueue) schedule(id string, due int64) {
+	head := q.sched.head()
+	q.sched.Add(id, due)
+	if head < 0 || due < head {
+		q.publish(due)
+	}
+}
+
+// publish wakes the subscribers; q.mu must be held. Like Redis pub/sub it
+// drops messages for subscribers whose buffer is full.
+func (q *memQueue) publish(due int64) {
+	msg := strconv.FormatInt(due, 10)
+	for c := range q.subs {
+		select {
+		case c <- msg:
+		default:
+		}
+	}
+}
+
+func (d *memDriver) enqueue(_ context.Context, id string, payload []byte, at, delay int64) (int64, bool, error) {
+	q := d.q
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	now := d.t.NowMicros()
+	if _, ok := q.jobs[id]; ok {
+		return 0, true, nil
+	}
+	due := at
+	if at < 0 {
+		due = now + delay
+	}
+	q.jobs[id] = &memJob{payload: clone(payload), due: due}
+	q.schedule(id, due)
+	return due, false, nil
+}
+
+func (d *memDriver) cancel(_ context.Context, id string) (bool, error) {
+	q := d.q
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if _, ok := q.jobs[id]; !ok {
+		return false, nil
+	}
+	delete(q.jobs, id)
+	q.sched.Remove(id)
+	q.ready.Remove(id)
+	q.inflight.Remove(id)
+	q.dead.Remove(id)
+	return true, nil
+}
+
+func (d *memDriver) pump(_ context.Context, maxAttempts int) (pumpResult, error) {
+	q := d.q
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	now := d.t.NowMicros()
+	var r pumpResult
+	for r.Moved < BatchSize {
+		id, due, ok := q.sched.Min()
+		if !ok || due > now {
+			break
+		}
+		q.sched.PopMin()
+		q.ready.Add(id, due)
+		r.Moved++
+	}
+	for r.Requeued+r.Dead < BatchSize {
+		id, deadline, ok := q.inflight.Min()
+		if !ok || deadline > now {
+			break
+		}
+		q.inflight.PopMin()
+		j := q.jobs[id]
+		if j.attempt >= maxAttempts {
+			q.dead.Add(id, now)
+			r.Dead++
+		} else {
+			q.ready.Add(id, deadline)
+			j.due = deadline
+			r.Requeued++
+		}
+	}
+	r.Ready = int64(q.ready.Len())
+	r.NextDue = q.sched.head()
+	r.NextDeadline = q.inflight.head()
+	r.Now = now
+	return r, nil
+}
+
+func (d *memDriver) claim(_ context.Context, visibility int64) (*delivery, error) {
+	q := d.q
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	now := d.t.NowMicros()
+	id, _, ok := q.ready.PopMin()
+	if !ok {
+		return nil, nil
+	}
+	j := q.jobs[id]
+	j.attempt++
+	deadline := now + visibility
+	q.inflight.Add(id, deadline)
+	return &delivery{
+		Job:      Job{ID: id, Payload: clone(j.payload), Attempt: j.attempt, DueAt: microTime(j.due)},
+		deadline: deadline,
+	}, nil
+}
+
+// holds reports whether the delivery of attempt holds the lease of id; q.mu
+// must be held.
+func (q *memQueue) holds(id string, attempt int) bool {
+	j := q.jobs[id]
+	return j != nil && j.attempt == attempt && q.inflight.Has(id)
+}
+
+func (d *memDriver) extend(_ context.Context, id string, attempt int, visibility int64) (int64, error) {
+	q := d.q
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if !q.holds(id, attempt) {
+		return 0, nil
+	}
+	deadline := d.t.NowMicros() + visibility
+	q.inflight.Add(id, deadline)
+	return deadline, nil
+}
+
+func (d *memDriver) ack(_ context.Context, id string, attempt int) (bool, error) {
+	q := d.q
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if !q.holds(id, attempt) {
+		return false, nil
+	}
+	q.inflight.Remove(id)
+	delete(q.jobs, id)
+	return true, nil
+}
+
+func (d *memDriver) retry(_ context.Context, id string, attempt int, backoff int64, maxAttempts int) (retryOutcome, error) {
+	q := d.q
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if !q.holds(id, attempt) {
+		return leaseLost, nil
+	}
+	now := d.t.NowMicros()
+	q.inflight.Remove(id)
+	if attempt >= maxAttempts {
+		q.dead.Add(id, now)
+		return killed, nil
+	}
+	due := now + backoff
+	q.jobs[id].due = due
+	q.schedule(id, due)
+	return retried, nil
+}
+
+func (d *memDriver) stats(context.Context) (Stats, error) {
+	q := d.q
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	return Stats{
+		Scheduled: int64(q.sched.Len()),
+		Ready:     int64(q.ready.Len()),
+		InFlight:  int64(q.inflight.Len()),
+		Dead:      int64(q.dead.Len()),
+	}, nil
+}
+
+func (d *memDriver) listDead(_ context.Context, limit int) ([]DeadJob, error) {
+	q := d.q
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	items := slices.Clone(q.dead.h)
+	slices.SortFunc(items, func(a, b *zitem) int {
+		if c := cmp.Compare(a.score, b.score); c != 0 {
+			return c
+		}
+		return strings.Compare(a.member, b.member)
+	})
+	out := make([]DeadJob, 0, min(limit, len(items)))
+	for _, it := range items[:min(limit, len(items))] {
+		j := q.jobs[it.member]
+		out = append(out, DeadJob{
+			Job:    Job{ID: it.member, Payload: clone(j.payload), Attempt: j.attempt, DueAt: microTime(j.due)},
+			DiedAt: microTime(it.score),
+		})
+	}
+	return out, nil
+}
+
+func (d *memDriver) requeue(_ context.Context, id string) (bool, error) {
+	q := d.q
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if !q.dead.Remove(id) {
+		return false, nil
+	}
+	now := d.t.NowMicros()
+	j := q.jobs[id]
+	j.attempt, j.due = 0, now
+	q.schedule(id, now)
+	return true, nil
+}
+
+func (d *memDriver) subscribe(context.Context) (<-chan string, func(), error) {
+	c := make(chan string, 4)
+	q := d.q
+	q.mu.Lock()
+	q.subs[c] = struct{}{}
+	q.mu.Unlock()
+	var once sync.Once
+	return c, func() {
+		once.Do(func() {
+			q.mu.Lock()
+			delete(q.subs, c)
+			q.mu.Unlock()
+		})
+	}, nil
+}
+
+// clone copies p; like a Redis reply, an empty payload comes back as a
+// non-nil empty slice.
+func clone(p []byte) []byte { return append(make([]byte, 0, len(p)), p...) }

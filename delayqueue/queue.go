@@ -1,0 +1,620 @@
+// Package delayqueue is a reliable delay queue on the Memory or Redis
+// backend: jobs are enqueued with a due time and delivered to a handler no
+// earlier than that, at least once, under a lease.
+//
+//	q, err := delayqueue.New(b, "emails", delayqueue.Concurrency(8))
+//	id, err := q.Enqueue(ctx, payload, delayqueue.Delay(10*time.Minute))
+//	err = q.Run(ctx, func(ctx context.Context, j *delayqueue.Job) error {
+//		return send(ctx, j.Payload) // nil acks; an error retries with backoff
+//	})
+//
+// # How it works
+//
+// A queue is four sorted sets and two hashes, all under the hash tag {name}
+// on Redis (so a queue lives on one Cluster slot): scheduled (job id scored
+// by due time), ready (due jobs, by due time), inflight (delivered jobs, by
+// lease deadline) and dead (jobs that used up their attempts), plus the
+// payloads and each job's attempt count and due time. Every change of state
+// is one script call, and the scripts are the only place where state
+// changes, so any number of consumers in any number of processes may share a
+// queue:
+//
+//   - Enqueue adds the job to scheduled (or reports ErrDuplicate for an ID
+//     that is already in the queue) and, when it is due before every other
+//     scheduled job, publishes its due time to wake sleeping consumers.
+//   - A consumer's pump moves due jobs from scheduled to ready, at most 100
+//     per call, and takes back in-flight jobs whose lease deadline passed (a
+//     consumer crashed or stalled): to ready, or to dead once they used
+//     their attempts.
+//   - A consumer's claim pops the ready job due first into inflight with a
+//     lease of Visibility and increments its attempt count, which also serves
+//     as the lease's fencing token.
+//   - While the handler runs its lease is extended every Visibility/3. When
+//     it returns nil the job is deleted (ack); when it returns an error the
+//     job goes back to scheduled at now + Backoff(attempt), or to dead after
+//     MaxAttempts attempts.
+//
+// Whether a job is due and whether a lease ended is judged by one clock: the
+// Redis server's (TIME in the scripts) or the Memory backend's, never the
+// consumers' own. A job is never delivered before its due time by that clock.
+// Times are whole microseconds since the Unix epoch (exact in Lua up to
+// 2^53 µs, the year 2255); Delay and At round up to the next microsecond.
+//
+// Jobs that used up their attempts wait in the dead set: ListDead shows
+// them, Requeue gives one another MaxAttempts attempts, Cancel deletes it.
+//
+// Consumers do not poll on a fixed fast interval: an idle consumer sleeps
+// until the earliest due time or lease deadline it saw, or until an Enqueue
+// or a retry publishes an earlier due time (Redis pub/sub on the queue's
+// channel; channels in process on Memory), and at most MaxPoll (default 1s)
+// so that a lost wake-up costs at most that much lateness. With jobs due
+// continuously a consumer makes about two script calls per job (claim, ack)
+// plus a pump per due time; idle, one pump per due time or MaxPoll.
+//
+// # Why not keyspace notifications
+//
+// A common recipe stores each job in a key that expires at its due time and
+// reacts to Redis keyspace "expired" events. It is not reliable, so this
+// package does not use it: the events are pub/sub messages, fire-and-forget,
+// lost for good while no consumer is subscribed (a deploy, a crash, a
+// network blip); they are emitted only when Redis notices the expiry (on
+// access or by its sampling sweep), so they can come seconds late under
+// load; they carry the key name but not the value, which is already gone;
+// and in a Cluster every node emits its own. Here the state is a sorted set
+// that survives every consumer, a due job stays in it until a consumer takes
+// it, and the pub/sub message is only a hint to wake up early.
+//
+// # Delivery guarantees
+//
+// Delivery is at least once: a job is deleted only when a handler returned
+// nil for it. A consumer that dies mid-handler leaves the job in flight; once
+// its lease ends (Visibility after the last extension, by the store's clock)
+// the next pump hands it to another consumer with the next Attempt number.
+// Within a lease a job is delivered to one consumer only. Handlers should
+// therefore be idempotent, or deduplicate on Job.ID and Job.Attempt.
+//
+// On Redis, durability is Redis's: with AOF and appendfsync always an
+// acknowledged Enqueue survives a restart; without persistence a restart
+// loses the queue.
+package delayqueue
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/floodgate-dev/floodgate/backend"
+)
+
+// Limits.
+const (
+	// MaxNameLen is the longest queue name, in bytes.
+	MaxNameLen = 512
+	// MaxIDLen is the longest job ID, in bytes.
+	MaxIDLen = backend.MaxKeyLen
+	// MaxDelay is the longest Delay, and At may be at most MaxDelay from
+	// now: a hundred years keeps due times below 2^53 µs (year 2255), the
+	// exact range of Lua numbers.
+	MaxDelay = 100 * 365 * 24 * time.Hour
+	// BatchSize is how many due jobs one pump moves to ready, and how many
+	// expired leases it takes back, at most: it bounds the time one script
+	// call holds Redis.
+	BatchSize = 100
+)
+
+// Sentinel errors.
+var (
+	// ErrDuplicate is returned by Enqueue, together with the job's ID, when
+	// a job with the ID given by the ID option is already in the queue
+	// (scheduled, ready, in flight or dead). Nothing is changed.
+	ErrDuplicate = errors.New("delayqueue: a job with this ID is already in the queue")
+	// ErrNotFound is returned by Cancel when no job has the ID, and by
+	// Requeue when no dead job has it.
+	ErrNotFound = errors.New("delayqueue: no such job")
+	// ErrLeaseLost is the cause of a handler's context cancellation when the
+	// consumer can no longer know that it holds the job's lease: an
+	// extension found the job taken back, acked or cancelled, or no
+	// extension succeeded for a whole Visibility (the store is unreachable).
+	// Another consumer may then get the job. It is also reported to OnError
+	// when an ack or retry finds the lease gone.
+	ErrLeaseLost = errors.New("delayqueue: lease lost")
+	// ErrSkipRetry, returned by a handler (or wrapped in its error), moves
+	// the job to the dead set at once, whatever MaxAttempts says.
+	ErrSkipRetry = errors.New("delayqueue: skip retry")
+	// ErrShutdown is the cause of a handler's context cancellation when Run's
+	// context ended and the handler did not finish within ShutdownTimeout.
+	ErrShutdown = errors.New("delayqueue: shutting down")
+)
+
+// Job is one delivery of a job to a handler.
+type Job struct {
+	// ID is the job's ID: the one given with the ID option, or the random one
+	// Enqueue returned.
+	ID string
+	// Payload is the enqueued payload. The handler owns this copy.
+	Payload []byte
+	// Attempt is the number of this delivery: 1 the first time, then one
+	// more for every retry and for every lease that ended without an ack
+	// (a crashed consumer).
+	Attempt int
+	// DueAt is when this delivery became due, by the store's clock: the
+	// enqueued due time, a retry's now + backoff, or the deadline of the
+	// lease that ended. The job is never delivered before it.
+	DueAt time.Time
+}
+
+// Stats are the sizes of a queue's sets, read in one atomic step.
+type Stats struct {
+	// Scheduled jobs wait for their due time, or are due but not yet moved
+	// to ready by a consumer's pump.
+	Scheduled int64
+	// Ready jobs are due and wait for a free consumer.
+	Ready int64
+	// InFlight jobs are leased to a consumer whose handler runs (or whose
+	// lease has not yet been taken back).
+	InFlight int64
+	// Dead jobs used up their attempts (or failed with ErrSkipRetry). They
+	// stay until Cancel removes them or Requeue schedules them again; see
+	// ListDead.
+	Dead int64
+}
+
+// Handler processes one delivery. Returning nil acks the job (it is
+// deleted); an error retries it after Backoff(j.Attempt), or moves it to the
+// dead set after MaxAttempts attempts or when the error wraps ErrSkipRetry.
+// A panic counts as an error. ctx is cancelled with cause ErrLeaseLost when
+// the lease is lost, and with cause ErrShutdown when Run stops before the
+// handler finished; the handler should then return soon.
+type Handler func(ctx context.Context, j *Job) error
+
+// Option configures a Queue.
+type Option func(*config)
+
+type config struct {
+	visibility  time.Duration
+	maxAttempts int
+	backoff     func(attempt int) time.Duration
+	concurrency int
+	maxPoll     time.Duration
+	shutdown    time.Duration
+	onError     func(error)
+	errs        []error
+}
+
+// Visibility sets the lease of a delivered job: how long after the last
+// extension a consumer that stopped (crashed, paused, partitioned) keeps the
+// job before another consumer may get it. While the handler runs the lease
+// is extended every d/3, so d bounds the redelivery delay after a crash, not
+// the handler's run time. Default 30s; d must be at least 1ms and a whole
+// number of microseconds.
+func Visibility(d time.Duration) Option {
+	return func(c *config) {
+		if d < time.Millisecond || d%time.Microsecond != 0 || d > MaxDelay {
+			c.errs = append(c.errs, fmt.Errorf("delayqueue: Visibility must be a whole number of microseconds between 1ms and MaxDelay, got %v", d))
+			return
+		}
+		c.visibility = d
+	}
+}
+
+// MaxAttempts sets how many deliveries a job gets: after the n-th failed
+// attempt (an error, a panic, or a lease that ended without an ack) the job
+// moves to the dead set instead of being retried. Default 25; n must be >= 1
+// (1: no retries).
+func MaxAttempts(n int) Option {
+	return func(c *config) {
+		if n < 1 {
+			c.errs = append(c.errs, fmt.Errorf("delayqueue: MaxAttempts must be >= 1, got %d", n))
+			return
+		}
+		c.maxAttempts = n
+	}
+}
+
+// Backoff sets the delay before a failed job is delivered again: f(attempt)
+// for the attempt that failed (1 after the first failure). Negative delays
+// count as 0; delays are rounded up to whole microseconds and capped at
+// MaxDelay. Default DefaultBackoff. f must not be nil; it is called from
+// Run's goroutines, possibly concurrently.
+func Backoff(f func(attempt int) time.Duration) Option {
+	return func(c *config) {
+		if f == nil {
+			c.errs = append(c.errs, errors.New("delayqueue: Backoff must not be nil"))
+			return
+		}
+		c.backoff = f
+	}
+}
+
+// DefaultBackoff is the default Backoff: 1s after the first failed attempt,
+// doubling with every further one, capped at 10 minutes (1s, 2s, 4s, ...,
+// 8m32s, 10m, 10m, ...). It has no jitter; wrap it to add some.
+func DefaultBackoff(attempt int) time.Duration {
+	if attempt < 1 {
+		attempt = 1
+	}
+	if attempt > 10 {
+		return 10 * time.Minute
+	}
+	return min(time.Second<<(attempt-1), 10*time.Minute)
+}
+
+// Concurrency sets how many handlers one Run executes at once. Default 1; n
+// must be between 1 and 10000.
+func Concurrency(n int) Option {
+	return func(c *config) {
+		if n < 1 || n > 10000 {
+			c.errs = append(c.errs, fmt.Errorf("delayqueue: Concurrency must be between 1 and 10000, got %d", n))
+			return
+		}
+		c.concurrency = n
+	}
+}
+
+// MaxPoll sets the longest an idle consumer sleeps before it looks at the
+// store again although nothing woke it: the bound on lateness when a
+// wake-up message is lost (pub/sub is fire-and-forget) or the Redis client
+// has no pub/sub. Default 1s; d must be at least 1ms.
+func MaxPoll(d time.Duration) Option {
+	return func(c *config) {
+		if d < time.Millisecond {
+			c.errs = append(c.errs, fmt.Errorf("delayqueue: MaxPoll must be >= 1ms, got %v", d))
+			return
+		}
+		c.maxPoll = d
+	}
+}
+
+// ShutdownTimeout sets how long Run, once its context ended, waits for
+// running handlers to finish (their leases are still extended meanwhile).
+// Handlers still running then get their context cancelled with cause
+// ErrShutdown and are abandoned: Run returns without acking them, and their
+// jobs are delivered again once their leases end. Default 10s; 0 abandons
+// running handlers at once; d must be >= 0.
+func ShutdownTimeout(d time.Duration) Option {
+	return func(c *config) {
+		if d < 0 {
+			c.errs = append(c.errs, fmt.Errorf("delayqueue: ShutdownTimeout must be >= 0, got %v", d))
+			return
+		}
+		c.shutdown = d
+	}
+}
+
+// OnError sets the function to which Run reports the errors it recovers
+// from: store errors (Run retries with backoff up to MaxPoll) and lost
+// leases (wrapping ErrLeaseLost). It is called from Run's goroutines,
+// possibly concurrently. Default: log with slog.Default at level Warn. f
+// must not be nil; use func(error) {} to discard.
+func OnError(f func(error)) Option {
+	return func(c *config) {
+		if f == nil {
+			c.errs = append(c.errs, errors.New("delayqueue: OnError must not be nil"))
+			return
+		}
+		c.onError = f
+	}
+}
+
+// Queue is a delay queue named name on a store. Queues with the same name on
+// the same store are the same queue, in any number of processes: jobs
+// enqueued through one are delivered to the Runs of all. A Queue is safe for
+// concurrent use. Create it with New; Enqueue and Run are what most callers
+// want.
+//
+// Options (Visibility, MaxAttempts, Backoff, ...) are those of this Queue's
+// Runs: give every consumer of a queue the same options.
+type Queue struct {
+	name string
+	cfg  config
+	d    driver
+}
+
+// driver is the store side of a queue: every method is one atomic step in
+// the store, judged by the store's clock.
+type driver interface {
+	// enqueue adds a job due at `at` µs, or `delay` µs after now when at < 0;
+	// dup reports an existing ID (nothing changed).
+	enqueue(ctx context.Context, id string, payload []byte, at, delay int64) (due int64, dup bool, err error)
+	// cancel removes a job in any state; false when there is none.
+	cancel(ctx context.Context, id string) (bool, error)
+	// pump moves due jobs to ready and takes back expired leases, at most
+	// BatchSize of each.
+	pump(ctx context.Context, maxAttempts int) (pumpResult, error)
+	// claim leases the ready job due first; nil when none is ready.
+	claim(ctx context.Context, visibility int64) (*delivery, error)
+	// extend moves the lease deadline of the delivery holding attempt;
+	// 0 when it is lost, else the new deadline.
+	extend(ctx context.Context, id string, attempt int, visibility int64) (int64, error)
+	// ack deletes the job if the delivery holds its lease.
+	ack(ctx context.Context, id string, attempt int) (bool, error)
+	// retry schedules the job again at now + backoff, or kills it when
+	// attempt >= maxAttempts, if the delivery holds its lease.
+	retry(ctx context.Context, id string, attempt int, backoff int64, maxAttempts int) (retryOutcome, error)
+	stats(ctx context.Context) (Stats, error)
+	// listDead returns up to limit dead jobs, first died first.
+	listDead(ctx context.Context, limit int) ([]DeadJob, error)
+	// requeue schedules a dead job again, due now, attempts reset; false
+	// when no dead job has the id.
+	requeue(ctx context.Context, id string) (bool, error)
+	// subscribe returns a channel of published due times (µs, decimal);
+	// nil when the store cannot publish.
+	subscribe(ctx context.Context) (<-chan string, func(), error)
+}
+
+// pumpResult is what a pump did and saw.
+type pumpResult struct {
+	Moved, Requeued, Dead int // jobs moved to ready, leases taken back to ready, to dead
+	Ready                 int64
+	NextDue               int64 // µs: head of scheduled, -1 when empty
+	NextDeadline          int64 // µs: head of inflight, -1 when empty
+	Now                   int64 // µs: the store's clock
+}
+
+// delivery is a claimed job with its lease deadline.
+type delivery struct {
+	Job
+	deadline int64     // µs, store clock
+	claimed  time.Time // local time the claim request was sent
+}
+
+type retryOutcome int
+
+const (
+	leaseLost retryOutcome = iota
+	retried
+	killed
+)
+
+// New returns the queue named name on b. It fails with an error naming the
+// option and value when an option is invalid, when name is empty or longer
+// than MaxNameLen, and when b is nil. On Redis every key of the queue shares
+// the hash tag {name} (Cluster-safe).
+func New(b backend.Backend, name string, opts ...Option) (*Queue, error) {
+	if b == nil {
+		return nil, errors.New("delayqueue: backend is nil")
+	}
+	if name == "" {
+		return nil, errors.New("delayqueue: name is empty")
+	}
+	if len(name) > MaxNameLen {
+		return nil, fmt.Errorf("delayqueue: name must be at most %d bytes, got %d", MaxNameLen, len(name))
+	}
+	cfg := config{
+		visibility:  30 * time.Second,
+		maxAttempts: 25,
+		backoff:     DefaultBackoff,
+		concurrency: 1,
+		maxPoll:     time.Second,
+		shutdown:    10 * time.Second,
+	}
+	for _, o := range opts {
+		if o != nil {
+			o(&cfg)
+		}
+	}
+	if len(cfg.errs) > 0 {
+		return nil, errors.Join(cfg.errs...)
+	}
+	if cfg.onError == nil {
+		cfg.onError = func(err error) {
+			slog.Default().Warn("delayqueue", "queue", name, "err", err)
+		}
+	}
+	q := &Queue{name: name, cfg: cfg}
+	switch b := b.(type) {
+	case *backend.Memory:
+		q.d = newMemDriver(b, name)
+	case *backend.Redis:
+		q.d = newRedisDriver(b, name)
+	default:
+		return nil, fmt.Errorf("delayqueue: unsupported backend %T", b)
+	}
+	return q, nil
+}
+
+// Name returns the queue's name.
+func (q *Queue) Name() string { return q.name }
+
+// EnqueueOption configures one Enqueue.
+type EnqueueOption func(*enqueueConfig)
+
+type enqueueConfig struct {
+	delay    time.Duration
+	at       time.Time
+	id       string
+	hasDelay bool
+	hasAt    bool
+	hasID    bool
+}
+
+// Delay makes the job due d after now, by the store's clock (Redis TIME),
+// rounded up to a whole microsecond. Default 0: due at once. d must be
+// between 0 and MaxDelay; Delay and At exclude each other.
+func Delay(d time.Duration) EnqueueOption {
+	return func(c *enqueueConfig) { c.delay, c.hasDelay = d, true }
+}
+
+// At makes the job due at t, rounded up to a whole microsecond, as judged by
+// the store's clock (on Redis the server's, which may differ from the
+// caller's). A t in the past makes the job due at once, ordered by t among
+// the due jobs. t must be after the Unix epoch and at most MaxDelay after
+// the caller's now; Delay and At exclude each other.
+func At(t time.Time) EnqueueOption {
+	return func(c *enqueueConfig) { c.at, c.hasAt = t, true }
+}
+
+// ID gives the job an ID of the caller's choice instead of a random one. A
+// job whose ID is already in the queue — scheduled, ready, in flight or dead
+// — is not enqueued again: Enqueue then returns the ID and ErrDuplicate, and
+// changes nothing. The ID is free again once the job is acked or cancelled.
+// id must be non-empty and at most MaxIDLen bytes.
+func ID(id string) EnqueueOption {
+	return func(c *enqueueConfig) { c.id, c.hasID = id, true }
+}
+
+// Enqueue adds a job with the payload (copied; nil means empty), due at once
+// or as the options say, and returns its ID: the one given with ID, else a
+// random 32-character hex ID.
+//
+// Errors: an error naming the option and value for a bad option;
+// ErrDuplicate (with the ID) when the ID option names a job already in the
+// queue; the context's error; store errors (wrapped). When Enqueue returns a
+// store error the job may or may not have been added (Redis may have run the
+// script before the reply was lost); enqueue with ID to retry safely.
+func (q *Queue) Enqueue(ctx context.Context, payload []byte, opts ...EnqueueOption) (string, error) {
+	var c enqueueConfig
+	for _, o := range opts {
+		if o != nil {
+			o(&c)
+		}
+	}
+	at, delay := int64(-1), int64(0)
+	switch {
+	case c.hasAt && c.hasDelay:
+		return "", fmt.Errorf("delayqueue: At (%v) and Delay (%v) exclude each other", c.at, c.delay)
+	case c.hasDelay:
+		if c.delay < 0 || c.delay > MaxDelay {
+			return "", fmt.Errorf("delayqueue: Delay must be between 0 and MaxDelay (876000h), got %v", c.delay)
+		}
+		delay = ceilMicros(c.delay)
+	case c.hasAt:
+		if !c.at.After(time.Unix(0, 0)) || c.at.After(time.Now().Add(MaxDelay)) {
+			return "", fmt.Errorf("delayqueue: At must be after the Unix epoch and at most MaxDelay from now, got %v", c.at)
+		}
+		at = c.at.UnixMicro()
+		if c.at.After(time.UnixMicro(at)) {
+			at++
+		}
+	}
+	id := c.id
+	if c.hasID {
+		if id == "" {
+			return "", errors.New("delayqueue: ID is empty")
+		}
+		if len(id) > MaxIDLen {
+			return "", fmt.Errorf("delayqueue: ID must be at most %d bytes, got %d", MaxIDLen, len(id))
+		}
+	} else {
+		id = newID()
+	}
+	if err := ctx.Err(); err != nil {
+		return "", err
+	}
+	_, dup, err := q.d.enqueue(ctx, id, payload, at, delay)
+	if err != nil {
+		return "", err
+	}
+	if dup {
+		return id, ErrDuplicate
+	}
+	return id, nil
+}
+
+// Cancel removes the job with the ID, whatever its state, so that it is not
+// delivered (again). A handler running it is not interrupted, but its
+// outcome is discarded (its ack or retry finds the lease gone). Cancel also
+// removes dead jobs. Errors: ErrNotFound when no job has the ID (never
+// enqueued, acked, or cancelled already); an error for an empty or too long
+// ID; the context's error; store errors.
+func (q *Queue) Cancel(ctx context.Context, id string) error {
+	if id == "" {
+		return errors.New("delayqueue: ID is empty")
+	}
+	if len(id) > MaxIDLen {
+		return fmt.Errorf("delayqueue: ID must be at most %d bytes, got %d", MaxIDLen, len(id))
+	}
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	ok, err := q.d.cancel(ctx, id)
+	if err != nil {
+		return err
+	}
+	if !ok {
+		return ErrNotFound
+	}
+	return nil
+}
+
+// DeadJob is a job in the dead set.
+type DeadJob struct {
+	// Job is the job as its last delivery saw it: Attempt is the number of
+	// attempts it used, DueAt when the last one was due.
+	Job
+	// DiedAt is when it moved to the dead set, by the store's clock.
+	DiedAt time.Time
+}
+
+// MaxList is the most dead jobs ListDead returns in one call.
+const MaxList = 1000
+
+// ListDead returns up to limit jobs of the dead set, those that died first
+// first (ties by ID), with their payloads; it changes nothing. limit must be
+// between 1 and MaxList. Requeue gives a dead job another run; Cancel
+// deletes it. On Memory it sorts the whole dead set, O(n log n).
+//
+// Errors: an error naming limit when it is out of range; the context's
+// error; store errors.
+func (q *Queue) ListDead(ctx context.Context, limit int) ([]DeadJob, error) {
+	if limit < 1 || limit > MaxList {
+		return nil, fmt.Errorf("delayqueue: ListDead limit must be between 1 and %d, got %d", MaxList, limit)
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	return q.d.listDead(ctx, limit)
+}
+
+// Requeue moves a dead job back to the scheduled set, due now (by the
+// store's clock), with its attempt count reset, so that it gets MaxAttempts
+// new attempts. Errors: ErrNotFound when no dead job has the ID (jobs in
+// other states are not touched); an error for an empty or too long ID; the
+// context's error; store errors.
+func (q *Queue) Requeue(ctx context.Context, id string) error {
+	if id == "" {
+		return errors.New("delayqueue: ID is empty")
+	}
+	if len(id) > MaxIDLen {
+		return fmt.Errorf("delayqueue: ID must be at most %d bytes, got %d", MaxIDLen, len(id))
+	}
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	ok, err := q.d.requeue(ctx, id)
+	if err != nil {
+		return err
+	}
+	if !ok {
+		return ErrNotFound
+	}
+	return nil
+}
+
+// Stats returns the number of jobs in each state, read in one atomic step
+// (one script call on Redis). Errors: the context's error; store errors.
+func (q *Queue) Stats(ctx context.Context) (Stats, error) {
+	if err := ctx.Err(); err != nil {
+		return Stats{}, err
+	}
+	return q.d.stats(ctx)
+}
+
+// ceilMicros converts d to µs, rounding up.
+func ceilMicros(d time.Duration) int64 {
+	us := d.Microseconds()
+	if time.Duration(us)*time.Microsecond < d {
+		us++
+	}
+	return us
+}
+
+func newID() string {
+	var b [16]byte
+	_, _ = rand.Read(b[:]) // never fails (crypto/rand panics instead)
+	return hex.EncodeToString(b[:])
+}
