@@ -1,0 +1,18 @@
+// Package bench compares floodgate's rate limiters with peer libraries and
+// with client-side and server-side ceilings. It is a separate module, so that
+// the peers' dependencies never reach floodgate's own go.mod.
+//
+// Everything is a `go test -bench` benchmark; run.sh runs the whole
+// comparison and benchstat, and cmd/summary turns the output into the tables
+// of results/README.md. The benchmarks start one private redis-server
+// (internal/testenv), never the machine's own.
+//
+//	BenchmarkRedis/lib=L/alg=A/keys=K/g=G   decisions/s, p50-µs, p99-µs, server-µs/op, server-busy, denied/op, allocs/op
+//	BenchmarkMemory/lib=L/alg=A/keys=K/g=G  ns/op, allocs/op
+//	BenchmarkRedisFootprint/lib=L/alg=A     B/key and redis-keys/key for 100,000 user keys
+//	BenchmarkMemoryFootprint/lib=L/alg=A    B/key for 1,000,000 idle keys, and after expiry and Sweep
+//	BenchmarkServerCeiling/...              redis-benchmark -P 16 running the minimal GCRA script
+//
+// G is the number of goroutines, started explicitly (not b.RunParallel), so
+// it does not depend on GOMAXPROCS. The b.N calls are split evenly among them.
+package bench
