@@ -121,7 +121,8 @@ func TestMemorySweep(t *testing.T) {
 }
 
 func TestMemoryJanitorBoundsIdleKeys(t *testing.T) {
-	m := backend.NewMemory(backend.WithSweepInterval(20 * time.Millisecond))
+	fk := clock.NewFake(time.Unix(1_700_000_000, 0))
+	m := backend.NewMemory(backend.WithClock(fk), backend.WithSweepInterval(20*time.Millisecond))
 	defer m.Close()
 	lim, err := ratelimit.New(m, ratelimit.GCRA{Rate: 100, Per: time.Second, Burst: 1})
 	if err != nil {
@@ -136,6 +137,7 @@ func TestMemoryJanitorBoundsIdleKeys(t *testing.T) {
 		t.Fatalf("Len = %d, want 10000", n)
 	}
 	// Each key's state is worthless 10ms after its call; the janitor removes it.
+	fk.Advance(time.Second)
 	deadline := time.Now().Add(5 * time.Second)
 	for m.Len() > 0 && time.Now().Before(deadline) {
 		time.Sleep(10 * time.Millisecond)
