@@ -373,7 +373,10 @@ func TestSentinelFailover(t *testing.T) {
 	}
 
 	// The group is healthy again: a second failover brings the original
-	// master back, with the data.
+	// master back, with the data once it has reached the replica.
+	if n, err := direct.Do(ctx, "WAIT", 1, 5000).Int(); err != nil || n < 1 {
+		t.Fatalf("WAIT 1 5000 on the new master = %d, %v", n, err)
+	}
 	back, err := s.Failover(ctx)
 	if err != nil {
 		t.Fatalf("second Failover: %v", err)
