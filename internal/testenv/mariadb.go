@@ -13,6 +13,7 @@ import (
 	"sync"
 	"syscall"
 	"testing"
+	"time"
 
 	// The "mysql" database/sql driver, used for readiness checks and
 	// KillConnections (and available to tests under that name).
@@ -117,9 +118,22 @@ func (m *MariaDB) init(install, bin string) error {
 		userArg = []string{"--user=root"}
 	}
 	args := append([]string{"--no-defaults", "--datadir=" + data, "--auth-root-authentication-method=normal", "--skip-test-db", "--skip-name-resolve"}, userArg...)
-	cmd := exec.Command(install, append(args, common...)...)
-	cmd.Dir = m.Dir
-	if err := runSetup(cmd, filepath.Join(m.Dir, "install.log")); err != nil {
+	// mariadb-install-db's bootstrap server fails now and then on a loaded
+	// machine (it gives up waiting for itself); a fresh data dir and another
+	// try has always done.
+	var err error
+	for attempt := range 3 {
+		if attempt > 0 {
+			_ = os.RemoveAll(data)
+			time.Sleep(time.Duration(attempt) * 500 * time.Millisecond)
+		}
+		cmd := exec.Command(install, append(args, common...)...)
+		cmd.Dir = m.Dir
+		if err = runSetup(cmd, filepath.Join(m.Dir, "install.log")); err == nil {
+			break
+		}
+	}
+	if err != nil {
 		return err
 	}
 	m.d = &daemon{
@@ -158,7 +172,7 @@ func (m *MariaDB) init(install, bin string) error {
 			})
 		},
 	}
-	err := startDaemon(m.d, func(port int) {
+	err = startDaemon(m.d, func(port int) {
 		m.Port = port
 		m.Addr = m.d.addr
 		m.DSN = fmt.Sprintf("root@tcp(%s)/%s?parseTime=true", m.Addr, MariaDBDatabase)
