@@ -1,0 +1,271 @@
+package config
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/floodgate-dev/floodgate/ratelimit"
+)
+
+// Config is a set of domains, each from its own file. Create it with Load.
+type Config struct {
+	Domains map[string]*Domain
+}
+
+// Domain is the descriptor tree of one domain. Create it with Parse, or Load.
+type Domain struct {
+	Name string // the domain: key
+	File string // the file it came from, as given to Parse
+	Line int    // the line of the domain: key
+
+	root        *level
+	limits      []*Limit
+	descriptors int
+}
+
+// Entry is one key/value pair of a request descriptor, as in Envoy's
+// RateLimitDescriptor.Entry.
+type Entry struct {
+	Key, Value string
+}
+
+// Limit is one rate_limit block of a configuration.
+//
+// Rule is built from RequestsPerUnit (rpu), the duration of Unit and the
+// algorithm's parameters:
+//
+//	fixed_window    FixedWindow{Limit: rpu, Window: unit}
+//	sliding_window  SlidingWindow{Limit: rpu, Window: unit, Buckets: buckets (0: ratelimit.DefaultBuckets)}
+//	sliding_log     SlidingLog{Limit: rpu, Window: unit}
+//	token_bucket    TokenBucket{Capacity: burst (default rpu), Refill: rpu, Every: unit}
+//	leaky_bucket    LeakyBucket{Rate: rpu, Per: unit, Burst: burst (default 0), Delay: delay (default 0, as nginx; "nodelay": NoDelay)}
+//	gcra            GCRA{Rate: rpu, Per: unit, Burst: burst (default rpu)}
+//
+// An unlimited limit has no Rule and no Algorithm. The Rule is not Named; the
+// server chooses the name (and so the state) it decides under.
+type Limit struct {
+	Name            string // rate_limit.name; "" when unnamed
+	Unit            Unit   // UnitUnknown only when Unlimited
+	RequestsPerUnit uint32
+	Unlimited       bool
+	ShadowMode      bool     // descriptor shadow_mode
+	DetailedMetric  bool     // descriptor detailed_metric
+	QuotaMode       bool     // descriptor quota_mode (not acted upon here)
+	Metadata        any      // descriptor metadata as decoded (maps, lists, scalars); nil when absent
+	Replaces        []string // names of the limits this one replaces
+	Algorithm       string   // fixed_window, sliding_window, sliding_log, token_bucket, leaky_bucket or gcra
+	Rule            ratelimit.Rule
+
+	// Path identifies the descriptor this limit belongs to, stably across
+	// reloads as long as the descriptor keeps its place in the tree:
+	// "domain|key_value|key|...", one element per level, "key_value" for a
+	// descriptor with a value (a pattern keeps its '*') and "key" for a
+	// default. '%' and '|' inside names are written %25 and %7C. It suits
+	// metric labels (bounded) and state keys (with StateKey).
+	Path string
+
+	File string // where the rate_limit block is
+	Line int
+
+	vary []bool // per level: the request's value is part of the state key
+}
+
+// Window is the length of the limit's unit (0 when Unlimited).
+func (l *Limit) Window() time.Duration { return l.Unit.Duration() }
+
+// StateKey returns the key under which a request matched to l is counted:
+// Path, plus the request's value at every level that does not fix it (a
+// default, or a pattern without share_threshold). entries must be the entries
+// Domain.Match matched to l. Like envoyproxy/ratelimit's cache key, it gives
+// every distinct value its own counter, and one shared counter to all values
+// matching a share_threshold pattern.
+func (l *Limit) StateKey(entries []Entry) string {
+	var b strings.Builder
+	b.WriteString(l.Path)
+	for i, v := range l.vary {
+		if v && i < len(entries) {
+			b.WriteByte('|')
+			b.WriteString(escape(entries[i].Value))
+		}
+	}
+	return b.String()
+}
+
+// Limits returns the domain's limits in file order. The slice must not be
+// changed.
+func (d *Domain) Limits() []*Limit { return d.limits }
+
+// Descriptors returns the number of descriptors in the domain, at every level.
+func (d *Domain) Descriptors() int { return d.descriptors }
+
+// Unit is a rate limit unit; its values are those of Envoy RLS v3
+// RateLimitResponse.RateLimit.Unit.
+type Unit int32
+
+// The units of Envoy RLS v3.
+const (
+	UnitUnknown Unit = 0
+	UnitSecond  Unit = 1
+	UnitMinute  Unit = 2
+	UnitHour    Unit = 3
+	UnitDay     Unit = 4
+	UnitMonth   Unit = 5
+	UnitYear    Unit = 6
+	UnitWeek    Unit = 7
+)
+
+var unitNames = map[Unit]string{
+	UnitUnknown: "UNKNOWN", UnitSecond: "SECOND", UnitMinute: "MINUTE", UnitHour: "HOUR",
+	UnitDay: "DAY", UnitMonth: "MONTH", UnitYear: "YEAR", UnitWeek: "WEEK",
+}
+
+// String returns the Envoy enum name: "SECOND", "MINUTE", ...
+func (u Unit) String() string {
+	if s, ok := unitNames[u]; ok {
+		return s
+	}
+	return fmt.Sprintf("Unit(%d)", int32(u))
+}
+
+// Duration returns the length of the unit, from envoyproxy/ratelimit's
+// UnitToDivider (src/utils/utilities.go): a week is 7 days, a month 30 days
+// and a year 365 days, so windows are epoch-aligned multiples of those. (Its
+// optional calendar-month mode is not followed.) UnitUnknown and unknown
+// values return 0.
+func (u Unit) Duration() time.Duration {
+	switch u {
+	case UnitSecond:
+		return time.Second
+	case UnitMinute:
+		return time.Minute
+	case UnitHour:
+		return time.Hour
+	case UnitDay:
+		return 24 * time.Hour
+	case UnitWeek:
+		return 7 * 24 * time.Hour
+	case UnitMonth:
+		return 30 * 24 * time.Hour
+	case UnitYear:
+		return 365 * 24 * time.Hour
+	}
+	return 0
+}
+
+// parseUnit reads a unit as envoyproxy/ratelimit does: the upper-cased name
+// looked up in the enum (strings.ToUpper, so "Minute" and "MINUTE" work).
+func parseUnit(s string) (Unit, bool) {
+	up := strings.ToUpper(s)
+	for u, name := range unitNames {
+		if u != UnitUnknown && name == up {
+			return u, true
+		}
+	}
+	return UnitUnknown, false
+}
+
+// Match returns the limit of each descriptor of a request to domain, in
+// order: nil where none applies (and for every descriptor when the domain is
+// unknown). Pass the result to ApplyReplaces to apply replaces.
+func (c *Config) Match(domain string, descriptors ...[]Entry) []*Limit {
+	out := make([]*Limit, len(descriptors))
+	d := c.Domains[domain]
+	if d == nil {
+		return out
+	}
+	for i, entries := range descriptors {
+		out[i] = d.Match(entries)
+	}
+	return out
+}
+
+// Load reads the configuration at path: one file, or every *.yaml and *.yml
+// file directly in a directory (names starting with '.' are skipped), one
+// domain per file. A domain in two files is an error naming both. The error
+// is an ErrorList with every problem of every file.
+func Load(path string) (*Config, error) {
+	fi, err := os.Stat(path)
+	if err != nil {
+		return nil, ErrorList{{File: path, Msg: errMsg(err)}}
+	}
+	files := []string{path}
+	if fi.IsDir() {
+		files, err = configFiles(path)
+		if err != nil {
+			return nil, ErrorList{{File: path, Msg: errMsg(err)}}
+		}
+		if len(files) == 0 {
+			return nil, ErrorList{{File: path, Msg: "no *.yaml or *.yml files in the directory"}}
+		}
+	}
+	cfg := &Config{Domains: make(map[string]*Domain, len(files))}
+	var errs ErrorList
+	for _, f := range files {
+		data, err := os.ReadFile(f)
+		if err != nil {
+			errs = append(errs, &Error{File: f, Msg: errMsg(err)})
+			continue
+		}
+		d, err := Parse(f, data)
+		if err != nil {
+			errs = append(errs, err.(ErrorList)...)
+			continue
+		}
+		if prev, dup := cfg.Domains[d.Name]; dup {
+			errs = append(errs, &Error{File: d.File, Line: d.Line,
+				Msg: fmt.Sprintf("duplicate domain %q (also in %s:%d)", d.Name, prev.File, prev.Line)})
+			continue
+		}
+		cfg.Domains[d.Name] = d
+	}
+	if len(errs) > 0 {
+		return nil, errs
+	}
+	return cfg, nil
+}
+
+// configFiles lists the configuration files of dir in name order.
+func configFiles(dir string) ([]string, error) {
+	ents, err := os.ReadDir(dir)
+	if err != nil {
+		return nil, err
+	}
+	var files []string
+	for _, e := range ents {
+		name := e.Name()
+		ext := strings.ToLower(filepath.Ext(name))
+		if strings.HasPrefix(name, ".") || ext != ".yaml" && ext != ".yml" {
+			continue
+		}
+		p := filepath.Join(dir, name)
+		fi, err := os.Stat(p) // follows symlinks, as Kubernetes ConfigMap mounts use
+		if err != nil {
+			return nil, err
+		}
+		if fi.Mode().IsRegular() {
+			files = append(files, p)
+		}
+	}
+	sort.Strings(files)
+	return files, nil
+}
+
+// errMsg drops the path that *fs.PathError repeats.
+func errMsg(err error) string {
+	if pe, ok := err.(*os.PathError); ok {
+		return pe.Op + ": " + pe.Err.Error()
+	}
+	return err.Error()
+}
+
+// escape writes '%' and '|' of a Path element as %25 and %7C.
+func escape(s string) string {
+	if !strings.ContainsAny(s, "%|") {
+		return s
+	}
+	return strings.NewReplacer("%", "%25", "|", "%7C").Replace(s)
+}
