@@ -56,8 +56,8 @@ func TestBadOptions(t *testing.T) {
 func TestBadCalls(t *testing.T) {
 	ctx := context.Background()
 	for _, bk := range []kindOfBackend{allBackends()[0], allBackends()[1]} {
-		t.Run(bk.name, func(t *testing.T) {
-			c, err := counter.New(bk.make(t, nil), "n", counter.TTL(time.Hour))
+		t.Run(bk.Name, func(t *testing.T) {
+			c, err := counter.New(bk.Make(t, nil), "n", counter.TTL(time.Hour))
 			if err != nil {
 				t.Fatal(err)
 			}

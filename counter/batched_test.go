@@ -21,10 +21,10 @@ import (
 func TestBatchedSum(t *testing.T) {
 	const workers, each, keys = 16, 3000, 5
 	for _, bk := range threeBackends() {
-		t.Run(bk.name, func(t *testing.T) {
+		t.Run(bk.Name, func(t *testing.T) {
 			t.Parallel()
 			ctx := context.Background()
-			c, err := counter.New(bk.make(t, nil), "views")
+			c, err := counter.New(bk.Make(t, nil), "views")
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -15,8 +15,8 @@ import (
 func BenchmarkAdd(b *testing.B) {
 	for _, bk := range allBackends()[:2] {
 		for _, keys := range []int{1, 1024} {
-			b.Run(bk.name+"/keys="+strconv.Itoa(keys), func(b *testing.B) {
-				c, err := counter.New(bk.make(b, nil), "bench", counter.Window(time.Hour))
+			b.Run(bk.Name+"/keys="+strconv.Itoa(keys), func(b *testing.B) {
+				c, err := counter.New(bk.Make(b, nil), "bench", counter.Window(time.Hour))
 				if err != nil {
 					b.Fatal(err)
 				}

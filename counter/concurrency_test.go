@@ -22,9 +22,9 @@ import (
 func TestConcurrentAdds(t *testing.T) {
 	const workers, each = 32, 1000
 	for _, bk := range threeBackends() {
-		t.Run(bk.name, func(t *testing.T) {
+		t.Run(bk.Name, func(t *testing.T) {
 			ctx := context.Background()
-			c, err := counter.New(bk.make(t, nil), "hits", counter.TTL(time.Hour))
+			c, err := counter.New(bk.Make(t, nil), "hits", counter.TTL(time.Hour))
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -70,10 +70,10 @@ func TestConcurrentAdds(t *testing.T) {
 // exists with ResetAfter in (0, TTL] and is gone once TTL has passed.
 func TestRealClock(t *testing.T) {
 	for _, bk := range threeBackends() {
-		t.Run(bk.name, func(t *testing.T) {
+		t.Run(bk.Name, func(t *testing.T) {
 			t.Parallel()
 			ctx := context.Background()
-			c, err := counter.New(bk.make(t, nil), "short", counter.TTL(150*time.Millisecond))
+			c, err := counter.New(bk.Make(t, nil), "short", counter.TTL(150*time.Millisecond))
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -137,12 +137,12 @@ var tables = []table{
 
 func TestConformance(t *testing.T) {
 	for _, bk := range allBackends() {
-		t.Run(bk.name, func(t *testing.T) {
+		t.Run(bk.Name, func(t *testing.T) {
 			t.Parallel()
 			for _, tb := range tables {
 				t.Run(tb.name, func(t *testing.T) {
 					clk := clock.NewFake(t0)
-					c, err := counter.New(bk.make(t, clk), "visits", tb.opts...)
+					c, err := counter.New(bk.Make(t, clk), "visits", tb.opts...)
 					if err != nil {
 						t.Fatal(err)
 					}
@@ -202,11 +202,11 @@ func runSteps(t *testing.T, c *counter.Counter, clk *clock.Fake, steps []step) {
 // window length do not. WindowOffset(-30m) and (+30m) name the same windows.
 func TestIdentity(t *testing.T) {
 	for _, bk := range allBackends() {
-		t.Run(bk.name, func(t *testing.T) {
+		t.Run(bk.Name, func(t *testing.T) {
 			t.Parallel()
 			ctx := context.Background()
 			clk := clock.NewFake(t0)
-			b := bk.make(t, clk)
+			b := bk.Make(t, clk)
 			mk := func(name string, opts ...counter.Option) *counter.Counter {
 				c, err := counter.New(b, name, opts...)
 				if err != nil {

@@ -52,8 +52,8 @@ func TestBadPolicy(t *testing.T) {
 func TestBadCalls(t *testing.T) {
 	ctx := context.Background()
 	for _, bk := range allBackends()[:2] {
-		t.Run(bk.name, func(t *testing.T) {
-			g, err := lockout.New(bk.make(t, nil), lockout.Policy{MaxFailures: 1, Window: time.Minute, BanFor: time.Minute})
+		t.Run(bk.Name, func(t *testing.T) {
+			g, err := lockout.New(bk.Make(t, nil), lockout.Policy{MaxFailures: 1, Window: time.Minute, BanFor: time.Minute})
 			if err != nil {
 				t.Fatal(err)
 			}

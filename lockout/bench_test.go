@@ -19,8 +19,8 @@ func BenchmarkFail(b *testing.B) { bench(b, true) }
 func bench(b *testing.B, fail bool) {
 	p := lockout.Policy{MaxFailures: lockout.MaxMaxFailures, Window: time.Millisecond, BanFor: time.Minute}
 	for _, bk := range allBackends()[:2] {
-		b.Run(bk.name, func(b *testing.B) {
-			g, err := lockout.New(bk.make(b, nil), p)
+		b.Run(bk.Name, func(b *testing.B) {
+			g, err := lockout.New(bk.Make(b, nil), p)
 			if err != nil {
 				b.Fatal(err)
 			}

@@ -23,11 +23,11 @@ func TestConcurrentFails(t *testing.T) {
 	const workers, each = 64, 4
 	p := lockout.Policy{MaxFailures: 50, Window: time.Minute, BanFor: time.Hour}
 	for _, bk := range threeBackends() {
-		t.Run(bk.name, func(t *testing.T) {
+		t.Run(bk.Name, func(t *testing.T) {
 			t.Parallel()
 			ctx := context.Background()
 			clk := clock.NewFake(t0)
-			g, err := lockout.New(bk.make(t, clk), p)
+			g, err := lockout.New(bk.Make(t, clk), p)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -78,10 +78,10 @@ func TestConcurrentFails(t *testing.T) {
 func TestRealClock(t *testing.T) {
 	p := lockout.Policy{MaxFailures: 2, Window: time.Minute, BanFor: 150 * time.Millisecond}
 	for _, bk := range threeBackends() {
-		t.Run(bk.name, func(t *testing.T) {
+		t.Run(bk.Name, func(t *testing.T) {
 			t.Parallel()
 			ctx := context.Background()
-			g, err := lockout.New(bk.make(t, nil), p)
+			g, err := lockout.New(bk.Make(t, nil), p)
 			if err != nil {
 				t.Fatal(err)
 			}

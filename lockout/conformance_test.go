@@ -101,12 +101,12 @@ var tables = []table{
 
 func TestConformance(t *testing.T) {
 	for _, bk := range allBackends() {
-		t.Run(bk.name, func(t *testing.T) {
+		t.Run(bk.Name, func(t *testing.T) {
 			t.Parallel()
 			for _, tb := range tables {
 				t.Run(tb.name, func(t *testing.T) {
 					clk := clock.NewFake(t0)
-					g, err := lockout.New(bk.make(t, clk), tb.policy)
+					g, err := lockout.New(bk.Make(t, clk), tb.policy)
 					if err != nil {
 						t.Fatal(err)
 					}
@@ -153,11 +153,11 @@ func runSteps(t *testing.T, g *lockout.Guard, clk *clock.Fake, key string, steps
 // policy or another key does not.
 func TestIdentity(t *testing.T) {
 	for _, bk := range allBackends() {
-		t.Run(bk.name, func(t *testing.T) {
+		t.Run(bk.Name, func(t *testing.T) {
 			t.Parallel()
 			ctx := context.Background()
 			clk := clock.NewFake(t0)
-			b := bk.make(t, clk)
+			b := bk.Make(t, clk)
 			mk := func(p lockout.Policy) *lockout.Guard {
 				g, err := lockout.New(b, p)
 				if err != nil {
