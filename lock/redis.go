@@ -85,8 +85,10 @@ func (d *redisDriver) try(ctx context.Context, owner string, ttl time.Duration, 
 }
 
 func (d *redisDriver) Acquire(ctx context.Context, owner string, ttl time.Duration, wait bool) (Grant, error) {
-	if !wait {
-		g, _, err := d.try(ctx, owner, ttl, false)
+	// One attempt first: a free lock is taken without the subscription a
+	// waiter needs.
+	g, _, err := d.try(ctx, owner, ttl, false)
+	if !wait || !errors.Is(err, ErrLocked) {
 		return g, err
 	}
 	// Subscribe before the first attempt, so that a release between the

@@ -150,8 +150,11 @@ func (l *Listener) subscribe(channel, waiter string) *subscription {
 		m = make(map[*subscription]struct{})
 		l.subs[channel] = m
 	}
+	// A channel without subscribers may be in the middle of its UNLISTEN:
+	// only a channel that already had subscribers is surely listened.
+	had := len(m) > 0
 	m[s] = struct{}{}
-	if l.running && l.listened[channel] {
+	if l.running && had && l.listened[channel] {
 		s.markReady()
 		return s
 	}
@@ -348,6 +351,9 @@ func (l *Listener) sync(conn *sql.Conn, want map[string]bool) error {
 		}
 		l.mu.Lock()
 		delete(l.listened, ch)
+		if len(l.subs[ch]) > 0 {
+			l.dirty = true // subscribed again meanwhile: LISTEN on the next turn
+		}
 		l.mu.Unlock()
 	}
 	l.mu.Lock()
