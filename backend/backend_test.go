@@ -159,6 +159,11 @@ func TestSentinelFailover(t *testing.T) {
 	if _, err := lim.AllowN(ctx, "k", 4); err != nil {
 		t.Fatal(err)
 	}
+	// Replication is asynchronous: a failover keeps only what reached the
+	// replica, so wait for it as an application needing this would.
+	if n, err := c.Do(ctx, "WAIT", 1, 5000).Int(); err != nil || n < 1 {
+		t.Fatalf("WAIT 1 5000 = %d, %v", n, err)
+	}
 	if _, err := s.Failover(ctx); err != nil {
 		t.Fatal(err)
 	}
