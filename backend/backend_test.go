@@ -3,6 +3,7 @@ package backend_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"runtime"
 	"strconv"
@@ -151,7 +152,7 @@ func TestSentinelFailover(t *testing.T) {
 	s := testenv.SharedSentinel(t)
 	c := redis.NewFailoverClient(&redis.FailoverOptions{MasterName: s.MasterName, SentinelAddrs: s.SentinelAddrs})
 	defer c.Close()
-	lim, err := ratelimit.New(backend.NewRedis(c, backend.WithPrefix("failover")), ratelimit.TokenBucket{Capacity: 10, Refill: 1, Every: time.Hour})
+	lim, err := ratelimit.New(backend.NewRedis(c, backend.WithPrefix(fmt.Sprintf("failover%d", time.Now().UnixNano()))), ratelimit.TokenBucket{Capacity: 10, Refill: 1, Every: time.Hour})
 	if err != nil {
 		t.Fatal(err)
 	}
