@@ -1,12 +1,15 @@
-// Package testenv starts private, real Redis servers for tests: a standalone
-// redis-server (StartRedis), a three-master Redis Cluster (StartCluster) and
-// a master/replica pair watched by a Sentinel (StartSentinel). Never a mock,
-// and never the machine's own Redis: every server is a child process of the
+// Package testenv starts private, real servers for tests: a standalone
+// redis-server (StartRedis), a three-master Redis Cluster (StartCluster), a
+// master/replica pair watched by a Sentinel (StartSentinel), PostgreSQL
+// (StartPostgres), MariaDB (StartMariaDB) and ZooKeeper (StartZooKeeper).
+// Never a mock, and never the machine's own servers: every server is a child
+// process of the
 // test binary listening on 127.0.0.1 at a port chosen free at start (never
 // 6379), with its own temporary directory for data, config and logs.
 //
-// It needs redis-server and redis-cli on PATH (Debian: apt-get install -y
-// redis-server); without them every start returns an error saying so.
+// It needs the servers installed (Debian: apt-get install -y redis-server
+// redis-tools postgresql mariadb-server zookeeper; scripts/test.sh does it);
+// without them a start returns an error saying what is missing.
 //
 // A test package shares one server of each kind across its tests:
 //
@@ -19,7 +22,8 @@
 //	}
 //
 // Tests that break servers (Pause, Kill, Restart, Failover) take their own
-// with NewRedis, NewCluster or NewSentinel, closed by t.Cleanup.
+// with NewRedis, NewCluster, NewSentinel, NewPostgres, NewMariaDB or
+// NewZooKeeper, closed by t.Cleanup.
 //
 // The servers cannot outlive the test binary: on Linux they are started with
 // Pdeathsig SIGKILL, and Close (or Main) stops them and removes their
