@@ -14,9 +14,9 @@ import (
 
 func TestConsumeTokenOnceUnderConcurrency(t *testing.T) {
 	for _, bk := range coreBackends() {
-		t.Run(bk.name, func(t *testing.T) {
+		t.Run(bk.Name, func(t *testing.T) {
 			t.Parallel()
-			s := newStore(t, bk.make(t, nil))
+			s := newStore(t, bk.Make(t, nil))
 			ctx := context.Background()
 			for round := range 5 {
 				tok, err := s.IssueToken(ctx)
@@ -85,9 +85,9 @@ func duplicates(t *testing.T, s *idempotency.Store, key string, n int, hold time
 
 func TestDoOnceUnderConcurrency(t *testing.T) {
 	for _, bk := range coreBackends() {
-		t.Run(bk.name, func(t *testing.T) {
+		t.Run(bk.Name, func(t *testing.T) {
 			t.Parallel()
-			b := bk.make(t, nil)
+			b := bk.Make(t, nil)
 			t.Run("no wait", func(t *testing.T) {
 				runs, outs := duplicates(t, newStore(t, b), "no-wait", 32, 300*ms)
 				count := map[string]int{}
@@ -117,9 +117,9 @@ func TestDoOnceUnderConcurrency(t *testing.T) {
 // renewed lease keeps every duplicate out.
 func TestLeaseRenewedWhileRunning(t *testing.T) {
 	for _, bk := range coreBackends() {
-		t.Run(bk.name, func(t *testing.T) {
+		t.Run(bk.Name, func(t *testing.T) {
 			t.Parallel()
-			s := newStore(t, bk.make(t, nil), idempotency.Lease(600*ms))
+			s := newStore(t, bk.Make(t, nil), idempotency.Lease(600*ms))
 			ctx := context.Background()
 			var runs atomic.Int64
 			started := make(chan struct{}, 1)
@@ -168,9 +168,9 @@ func TestLeaseRenewedWhileRunning(t *testing.T) {
 // by their poll (MaxPoll is a minute here).
 func TestWaiterWokenByResult(t *testing.T) {
 	for _, bk := range coreBackends() {
-		t.Run(bk.name, func(t *testing.T) {
+		t.Run(bk.Name, func(t *testing.T) {
 			t.Parallel()
-			b := bk.make(t, nil)
+			b := bk.Make(t, nil)
 			opts := []idempotency.Option{idempotency.Lease(time.Minute), idempotency.MaxPoll(time.Minute), idempotency.WaitForResult(time.Minute)}
 			s := newStore(t, b, opts...)
 			ctx := context.Background()
@@ -208,9 +208,9 @@ func TestWaiterWokenByResult(t *testing.T) {
 // waiter claims the key and runs its own fn.
 func TestWaiterTakesOverAfterError(t *testing.T) {
 	for _, bk := range coreBackends() {
-		t.Run(bk.name, func(t *testing.T) {
+		t.Run(bk.Name, func(t *testing.T) {
 			t.Parallel()
-			b := bk.make(t, nil)
+			b := bk.Make(t, nil)
 			opts := []idempotency.Option{idempotency.MaxPoll(time.Minute), idempotency.WaitForResult(time.Minute)}
 			s := newStore(t, b, opts...)
 			ctx := context.Background()
@@ -249,9 +249,9 @@ func TestWaiterTakesOverAfterError(t *testing.T) {
 
 func TestWaitEnds(t *testing.T) {
 	for _, bk := range coreBackends() {
-		t.Run(bk.name, func(t *testing.T) {
+		t.Run(bk.Name, func(t *testing.T) {
 			t.Parallel()
-			b := bk.make(t, nil)
+			b := bk.Make(t, nil)
 			s := newStore(t, b)
 			ctx := context.Background()
 			started, release := make(chan struct{}), make(chan struct{})
@@ -285,9 +285,9 @@ func TestWaitEnds(t *testing.T) {
 // fn finishes anyway, and its result is stored, not lost.
 func TestResultStoredAfterCallerLeft(t *testing.T) {
 	for _, bk := range coreBackends() {
-		t.Run(bk.name, func(t *testing.T) {
+		t.Run(bk.Name, func(t *testing.T) {
 			t.Parallel()
-			s := newStore(t, bk.make(t, nil))
+			s := newStore(t, bk.Make(t, nil))
 			ctx, cancel := context.WithCancel(context.Background())
 			res, _, err := s.Do(ctx, "left", func(context.Context) ([]byte, error) {
 				cancel()
@@ -306,9 +306,9 @@ func TestResultStoredAfterCallerLeft(t *testing.T) {
 
 func TestPanicFreesKey(t *testing.T) {
 	for _, bk := range coreBackends() {
-		t.Run(bk.name, func(t *testing.T) {
+		t.Run(bk.Name, func(t *testing.T) {
 			t.Parallel()
-			s := newStore(t, bk.make(t, nil))
+			s := newStore(t, bk.Make(t, nil))
 			ctx := context.Background()
 			func() {
 				defer func() {

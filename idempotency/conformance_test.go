@@ -108,12 +108,12 @@ var tables = []struct {
 
 func TestConformanceStore(t *testing.T) {
 	for _, bk := range allBackends() {
-		t.Run(bk.name, func(t *testing.T) {
+		t.Run(bk.Name, func(t *testing.T) {
 			t.Parallel()
 			for _, tb := range tables {
 				t.Run(tb.name, func(t *testing.T) {
 					clk := clock.NewFake(t0)
-					s := newStore(t, bk.make(t, clk), idempotency.Lease(3*time.Second), idempotency.TTL(10*time.Second))
+					s := newStore(t, bk.Make(t, clk), idempotency.Lease(3*time.Second), idempotency.TTL(10*time.Second))
 					ctx := context.Background()
 					for i, o := range tb.ops {
 						clk.Advance(o.advance)
@@ -154,10 +154,10 @@ var errDeclined = errors.New("card declined")
 // TestConformanceDo runs the public API at fixed fake times.
 func TestConformanceDo(t *testing.T) {
 	for _, bk := range allBackends() {
-		t.Run(bk.name, func(t *testing.T) {
+		t.Run(bk.Name, func(t *testing.T) {
 			t.Parallel()
 			clk := clock.NewFake(t0)
-			b := bk.make(t, clk)
+			b := bk.Make(t, clk)
 			s := newStore(t, b, idempotency.TTL(10*time.Second),
 				idempotency.StoreErrors(func(err error) bool { return errors.Is(err, errDeclined) }))
 			ctx := context.Background()
@@ -221,10 +221,10 @@ func TestConformanceDo(t *testing.T) {
 
 func TestConformanceTokens(t *testing.T) {
 	for _, bk := range allBackends() {
-		t.Run(bk.name, func(t *testing.T) {
+		t.Run(bk.Name, func(t *testing.T) {
 			t.Parallel()
 			clk := clock.NewFake(t0)
-			s := newStore(t, bk.make(t, clk), idempotency.TTL(10*time.Second))
+			s := newStore(t, bk.Make(t, clk), idempotency.TTL(10*time.Second))
 			ctx := context.Background()
 			issue := func() string {
 				t.Helper()

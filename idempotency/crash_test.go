@@ -111,9 +111,9 @@ func TestCrashedRunnerSubprocess(t *testing.T) {
 // result is not stored.
 func TestCrashedRunnerInProcess(t *testing.T) {
 	for _, bk := range coreBackends() {
-		t.Run(bk.name, func(t *testing.T) {
+		t.Run(bk.Name, func(t *testing.T) {
 			t.Parallel()
-			b := bk.make(t, nil)
+			b := bk.Make(t, nil)
 			ctx := context.Background()
 			dead := newStore(t, b, idempotency.Lease(200*ms))
 			idempotency.DisableRenewal(dead)

@@ -78,9 +78,9 @@ func isProblem(t *testing.T, w *httptest.ResponseRecorder, status int) {
 
 func TestMiddleware(t *testing.T) {
 	for _, bk := range coreBackends() {
-		t.Run(bk.name, func(t *testing.T) {
+		t.Run(bk.Name, func(t *testing.T) {
 			t.Parallel()
-			b := bk.make(t, nil)
+			b := bk.Make(t, nil)
 			s := newStore(t, b)
 
 			t.Run("replay equals the original", func(t *testing.T) {

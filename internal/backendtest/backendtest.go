@@ -51,6 +51,7 @@ func All() []Kind {
 			if err != nil {
 				t.Fatal(err)
 			}
+			t.Cleanup(func() { b.Close() })
 			return b
 		}},
 		{"cluster", func(t testing.TB, clk clock.Clock) backend.Backend { return Cluster(t, clk) }},
@@ -92,6 +93,7 @@ func RedisAt(t testing.TB, addr string, clk clock.Clock) *backend.Redis {
 	if err != nil {
 		t.Fatal(err)
 	}
+	t.Cleanup(func() { b.Close() }) // its pub/sub connection, if it opened one
 	return b
 }
 
@@ -103,5 +105,6 @@ func Cluster(t testing.TB, clk clock.Clock) *backend.Redis {
 	if err != nil {
 		t.Fatal(err)
 	}
+	t.Cleanup(func() { b.Close() })
 	return b
 }
