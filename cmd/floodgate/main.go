@@ -1,5 +1,7 @@
 // Command floodgate is the command line of floodgate's decision server.
 //
+//	floodgate serve --config FILE|DIR    run the decision server
+//	floodgate check --domain D k=v ...   ask a running server for a decision
 //	floodgate config check FILE|DIR...   validate configuration files offline
 //	floodgate version                    print the version
 //
@@ -36,11 +38,10 @@ type command struct {
 // commands are floodgate's subcommands, in the order the help lists them.
 func commands() []command {
 	return []command{
+		{"serve", "run the decision server (Envoy RLS gRPC and HTTP)", runServe},
+		{"check", "ask a running server for a decision", runCheck},
 		{"config", "check configuration files (config check FILE|DIR)", runConfig},
 		{"version", "print the version", runVersion},
-
-		// The server's commands go here: serve (run the decision server) and
-		// check (ask a running server for a decision).
 	}
 }
 
@@ -54,6 +55,9 @@ Commands:
 Run 'floodgate <command> --help' for more about a command.
 
 Examples:
+  floodgate serve --config examples/floodgate.yaml            # limits in process, no Redis
+  floodgate serve --config conf/ --redis redis://localhost:6379
+  floodgate check --domain api user=alice                     # ask the server on localhost:8081
   floodgate config check ratelimit.yaml       # one file: one domain
   floodgate config check /etc/floodgate/      # every *.yaml and *.yml file of a directory
   floodgate version

@@ -1,0 +1,203 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/signal"
+	"runtime/debug"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/floodgate-dev/floodgate/server"
+	"github.com/floodgate-dev/floodgate/server/config"
+)
+
+const serveUsage = `Usage: floodgate serve --config FILE|DIR [flags]
+
+Runs the decision server: Envoy's rate limit service over gRPC, and an HTTP
+API (POST /json, POST /v1/check, /healthz, /readyz, /metrics). Without --redis
+the limits live in this process (the embedded memory backend); with --redis
+they live in Redis, and any number of servers share them.
+
+The configuration is envoyproxy/ratelimit's YAML (a file, or a directory of
+*.yaml files, one domain each) plus an algorithm per rate_limit. It is
+reloaded when a file changes and on SIGHUP; a bad new configuration is logged
+and the old one keeps serving. SIGINT or SIGTERM drains in-flight requests
+and exits.
+
+Flags:
+%s
+Redis URLs:
+  redis://[user:pass@]host:6379[/db]        standalone, or a Cluster (detected by itself)
+  rediss://host:6380                        TLS
+  redis://host1:7000,host2:7001             Cluster seed nodes
+  redis+sentinel://host1:26379,host2:26379/mymaster[/db]   Sentinel
+  unix:///run/redis.sock
+
+Examples:
+  floodgate serve --config examples/floodgate.yaml
+  floodgate serve --config /etc/ratelimit/config/ --redis redis://localhost:6379 --failure-mode deny
+  floodgate serve --config conf/ --grpc-addr :8081 --http-addr :8080 --token-file /run/secrets/token
+`
+
+func runServe(args []string, stdout, stderr io.Writer) int {
+	fs := newFlagSet("floodgate serve")
+	var (
+		cfgPath       = fs.String("config", "", "configuration `file or directory` (required)")
+		httpAddr      = fs.String("http-addr", ":8080", "HTTP API `address`; empty for none")
+		grpcAddr      = fs.String("grpc-addr", ":8081", "gRPC (Envoy RLS v3) `address`; empty for none")
+		redisURL      = fs.String("redis", "", "Redis `URL`; empty for the embedded memory backend")
+		prefix        = fs.String("redis-prefix", "floodgate", "prefix of every Redis key")
+		timeout       = fs.Duration("timeout", server.DefaultTimeout, "per-call store `timeout`")
+		failMode      = fs.String("failure-mode", "allow", "answer when the store fails: allow, deny, or error (let Envoy's failure_mode_deny decide)")
+		brkFailures   = fs.Int("breaker-failures", 5, "consecutive store failures that open the circuit breaker; -1 disables it")
+		brkCooldown   = fs.Duration("breaker-cooldown", time.Second, "how long an open breaker fails calls before probing the store")
+		tokenFile     = fs.String("token-file", "", "`file` holding a bearer token required on HTTP and gRPC (also $FLOODGATE_TOKEN)")
+		tlsCert       = fs.String("tls-cert", "", "TLS certificate `file` (with --tls-key: TLS on both APIs)")
+		tlsKey        = fs.String("tls-key", "", "TLS private key `file`")
+		maxBody       = fs.Int64("max-body-bytes", server.DefaultMaxBodyBytes, "largest HTTP body or gRPC message")
+		maxDesc       = fs.Int("max-descriptors", server.DefaultMaxDescriptors, "most descriptors in one request")
+		reloadEvery   = fs.Duration("reload-interval", time.Second, "how often to look for configuration changes; 0 only on SIGHUP")
+		shutdownAfter = fs.Duration("shutdown-timeout", 10*time.Second, "how long to drain in-flight requests on exit")
+		logFormat     = fs.String("log-format", "text", "log format: text or json")
+		logLevel      = fs.String("log-level", "info", "log level: debug, info, warn or error")
+	)
+	help := fmt.Sprintf(serveUsage, flagDefaults(fs))
+	rest, code, done := parse(fs, args, true, help, stdout, stderr)
+	if done {
+		return code
+	}
+	if len(rest) > 0 {
+		return usageError(stderr, "floodgate serve", fmt.Sprintf("unexpected argument %q", rest[0]))
+	}
+	if *cfgPath == "" {
+		return usageError(stderr, "floodgate serve", "--config is required (a file or a directory of *.yaml files; try examples/floodgate.yaml)")
+	}
+	mode, err := server.ParseFailureMode(*failMode)
+	if err != nil {
+		return usageError(stderr, "floodgate serve", "--failure-mode: "+err.Error())
+	}
+	logger, err := newLogger(stderr, *logFormat, *logLevel)
+	if err != nil {
+		return usageError(stderr, "floodgate serve", err.Error())
+	}
+	token := os.Getenv("FLOODGATE_TOKEN")
+	if *tokenFile != "" {
+		data, err := os.ReadFile(*tokenFile)
+		if err != nil {
+			fmt.Fprintf(stderr, "floodgate serve: --token-file: %v\n", err)
+			return exitFailure
+		}
+		token = strings.TrimSpace(string(data))
+		if token == "" {
+			fmt.Fprintf(stderr, "floodgate serve: --token-file %s is empty\n", *tokenFile)
+			return exitFailure
+		}
+	}
+	interval := *reloadEvery
+	if interval == 0 {
+		interval = -1
+	}
+
+	b, closer, err := server.OpenStore(*redisURL, *prefix, max(*timeout, 2*time.Second))
+	if err != nil {
+		fmt.Fprintf(stderr, "floodgate serve: %v\nCheck that Redis runs at that address, or leave out --redis to keep limits in this process.\n", err)
+		return exitFailure
+	}
+	defer closer.Close()
+
+	srv, err := server.New(server.Config{
+		ConfigPath: *cfgPath,
+		HTTPAddr:   *httpAddr,
+		GRPCAddr:   *grpcAddr,
+		Backend:    b,
+		Service: server.Options{
+			Timeout:        *timeout,
+			FailureMode:    mode,
+			MaxDescriptors: *maxDesc,
+			Breaker:        server.BreakerOptions{Failures: *brkFailures, Cooldown: *brkCooldown},
+		},
+		Token:           token,
+		TLSCertFile:     *tlsCert,
+		TLSKeyFile:      *tlsKey,
+		MaxBodyBytes:    *maxBody,
+		ReloadInterval:  interval,
+		ShutdownTimeout: *shutdownAfter,
+		Logger:          logger,
+	})
+	if err != nil {
+		var list config.ErrorList
+		if errors.As(err, &list) {
+			for _, e := range list {
+				fmt.Fprintln(stderr, e)
+			}
+			fmt.Fprintf(stderr, "floodgate serve: the configuration is invalid (%d problems); fix them and run 'floodgate config check %s'\n", len(list), *cfgPath)
+			return exitFailure
+		}
+		fmt.Fprintf(stderr, "floodgate serve: %v\n", err)
+		return exitFailure
+	}
+	backendName := "memory"
+	if *redisURL != "" {
+		backendName = "redis"
+	}
+	info, _ := debug.ReadBuildInfo()
+	logger.Info("floodgate starting", "version", versionString(info), "backend", backendName,
+		"http", srv.HTTPAddr(), "grpc", srv.GRPCAddr(), "failure_mode", mode.String(), "timeout", *timeout)
+
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	hup := make(chan os.Signal, 1)
+	signal.Notify(hup, syscall.SIGHUP)
+	defer signal.Stop(hup)
+	go func() {
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-hup:
+				if err := srv.Reload(); err == nil {
+					logger.Info("SIGHUP: configuration checked")
+				}
+			}
+		}
+	}()
+	if err := srv.Serve(ctx); err != nil {
+		fmt.Fprintf(stderr, "floodgate serve: %v\n", err)
+		return exitFailure
+	}
+	return exitOK
+}
+
+// newLogger returns a slog logger writing to w.
+func newLogger(w io.Writer, format, level string) (*slog.Logger, error) {
+	var lv slog.Level
+	if err := lv.UnmarshalText([]byte(level)); err != nil {
+		return nil, fmt.Errorf("--log-level %q: want debug, info, warn or error", level)
+	}
+	opts := &slog.HandlerOptions{Level: lv}
+	switch format {
+	case "text":
+		return slog.New(slog.NewTextHandler(w, opts)), nil
+	case "json":
+		return slog.New(slog.NewJSONHandler(w, opts)), nil
+	}
+	return nil, fmt.Errorf("--log-format %q: want text or json", format)
+}
+
+// flagDefaults lists fs's flags for a help text.
+func flagDefaults(fs interface {
+	SetOutput(io.Writer)
+	PrintDefaults()
+}) string {
+	var b strings.Builder
+	fs.SetOutput(&b)
+	fs.PrintDefaults()
+	fs.SetOutput(io.Discard)
+	return b.String()
+}

@@ -1,0 +1,405 @@
+package server
+
+import (
+	"bytes"
+	"context"
+	"crypto/subtle"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"math"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+
+	rls "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"google.golang.org/protobuf/encoding/protojson"
+
+	"github.com/floodgate-dev/floodgate/server/config"
+)
+
+// DefaultMaxBodyBytes bounds the body of an HTTP request.
+const DefaultMaxBodyBytes = 1 << 20
+
+// HTTPOptions configure the HTTP API.
+type HTTPOptions struct {
+	// Token, when set, is required as "Authorization: Bearer <token>" on
+	// every path but /healthz and /readyz.
+	Token        string
+	MaxBodyBytes int64 // DefaultMaxBodyBytes when 0
+}
+
+// NewHTTPHandler returns the HTTP API of s:
+//
+//	POST /json      Envoy's RateLimitRequest as protojson → RateLimitResponse; 200 OK, 429 OVER_LIMIT
+//	POST /v1/check  {"domain": "d", "descriptors": [{"key": "value", ...}], "cost": 1} → decision; 200 or 429
+//	GET  /healthz   200 while the process serves
+//	GET  /readyz    200 when a configuration is loaded and the store is not failing; else 503
+//	GET  /metrics   Prometheus metrics (when s has Metrics)
+//
+// Malformed requests get 400 with a message naming the problem; an
+// unavailable store (failure mode "error") gets 503.
+func NewHTTPHandler(s *Service, o HTTPOptions) http.Handler {
+	if o.MaxBodyBytes <= 0 {
+		o.MaxBodyBytes = DefaultMaxBodyBytes
+	}
+	h := &httpAPI{s: s, o: o}
+	mux := http.NewServeMux()
+	mux.HandleFunc("POST /json", h.auth(h.json))
+	mux.HandleFunc("POST /v1/check", h.auth(h.check))
+	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
+		io.WriteString(w, "ok\n")
+	})
+	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, _ *http.Request) {
+		if !s.Ready() {
+			http.Error(w, "not ready: "+s.notReadyReason(), http.StatusServiceUnavailable)
+			return
+		}
+		io.WriteString(w, "ok\n")
+	})
+	if m := s.opts.Metrics; m != nil {
+		mh := m.Handler()
+		mux.HandleFunc("GET /metrics", h.auth(mh.ServeHTTP))
+	}
+	return mux
+}
+
+type httpAPI struct {
+	s *Service
+	o HTTPOptions
+}
+
+// auth checks the bearer token when one is set.
+func (h *httpAPI) auth(next http.HandlerFunc) http.HandlerFunc {
+	if h.o.Token == "" {
+		return next
+	}
+	want := []byte("Bearer " + h.o.Token)
+	return func(w http.ResponseWriter, r *http.Request) {
+		got := []byte(r.Header.Get("Authorization"))
+		if subtle.ConstantTimeCompare(got, want) != 1 {
+			if m := h.s.opts.Metrics; m != nil {
+				m.requests.WithLabelValues(apiOf(r), "unauthorized").Inc()
+			}
+			w.Header().Set("WWW-Authenticate", `Bearer realm="floodgate"`)
+			http.Error(w, "missing or wrong bearer token", http.StatusUnauthorized)
+			return
+		}
+		next(w, r)
+	}
+}
+
+func apiOf(r *http.Request) string {
+	switch r.URL.Path {
+	case "/json":
+		return "json"
+	case "/v1/check":
+		return "check"
+	}
+	return "metrics"
+}
+
+// body reads a request body within the size limit.
+func (h *httpAPI) body(w http.ResponseWriter, r *http.Request) ([]byte, error) {
+	data, err := io.ReadAll(http.MaxBytesReader(w, r.Body, h.o.MaxBodyBytes))
+	var mbe *http.MaxBytesError
+	if errors.As(err, &mbe) {
+		return nil, inputErrorf("request body is larger than %d bytes", h.o.MaxBodyBytes)
+	}
+	return data, err
+}
+
+func (h *httpAPI) json(w http.ResponseWriter, r *http.Request) {
+	start := time.Now()
+	code := h.serveJSON(w, r)
+	if m := h.s.opts.Metrics; m != nil {
+		m.request("json", code, time.Since(start))
+	}
+}
+
+func (h *httpAPI) serveJSON(w http.ResponseWriter, r *http.Request) string {
+	data, err := h.body(w, r)
+	if err != nil {
+		return h.error(w, err)
+	}
+	var req rls.RateLimitRequest
+	if err := protojson.Unmarshal(data, &req); err != nil {
+		return h.error(w, inputErrorf("request is not a RateLimitRequest in protojson: %v", err))
+	}
+	in, err := fromProto(&req)
+	if err != nil {
+		return h.error(w, err)
+	}
+	out, err := h.s.Decide(r.Context(), in)
+	if err != nil {
+		return h.error(w, err)
+	}
+	resp, err := protojson.Marshal(toProto(out))
+	if err != nil {
+		return h.error(w, err)
+	}
+	w.Header().Set("Content-Type", "application/json")
+	if out.Code == CodeOverLimit {
+		w.WriteHeader(http.StatusTooManyRequests)
+	}
+	w.Write(resp)
+	return out.Code.String()
+}
+
+// error answers err and returns its metrics label.
+func (h *httpAPI) error(w http.ResponseWriter, err error) string {
+	var ie *InputError
+	switch {
+	case errors.As(err, &ie):
+		http.Error(w, err.Error(), http.StatusBadRequest)
+		return "invalid"
+	case errors.Is(err, ErrUnavailable):
+		http.Error(w, err.Error(), http.StatusServiceUnavailable)
+		return "unavailable"
+	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
+		http.Error(w, err.Error(), http.StatusServiceUnavailable)
+		return "error"
+	}
+	http.Error(w, err.Error(), http.StatusInternalServerError)
+	return "error"
+}
+
+// CheckRequest is the body of POST /v1/check. Descriptors are JSON objects
+// whose members are the entries, in order: {"user": "alice", "path": "/x"}.
+type CheckRequest struct {
+	Domain      string
+	Descriptors [][]config.Entry
+	Cost        *int64 // nil: 1
+}
+
+// CheckResponse is the answer of POST /v1/check.
+type CheckResponse struct {
+	Allowed      bool            `json:"allowed"`
+	Code         string          `json:"code"`
+	RetryAfterMS int64           `json:"retry_after_ms"`         // the longest of the descriptors'; -1 when a cost can never be admitted
+	Failed       bool            `json:"store_failed,omitempty"` // answered by the failure mode
+	Decisions    []CheckDecision `json:"decisions"`
+}
+
+// CheckDecision is one descriptor's part of a CheckResponse.
+type CheckDecision struct {
+	Code         string `json:"code"`
+	Descriptor   string `json:"descriptor,omitempty"` // the limit's path in the configuration; "" when no limit applies
+	Name         string `json:"name,omitempty"`
+	Algorithm    string `json:"algorithm,omitempty"`
+	Limit        uint32 `json:"limit,omitempty"`
+	Unit         string `json:"unit,omitempty"`
+	Unlimited    bool   `json:"unlimited,omitempty"`
+	Remaining    int64  `json:"remaining"`
+	RetryAfterMS int64  `json:"retry_after_ms"`
+	ResetAfterMS int64  `json:"reset_after_ms"`
+	Shadow       bool   `json:"shadow,omitempty"`
+}
+
+func (h *httpAPI) check(w http.ResponseWriter, r *http.Request) {
+	start := time.Now()
+	code := h.serveCheck(w, r)
+	if m := h.s.opts.Metrics; m != nil {
+		m.request("check", code, time.Since(start))
+	}
+}
+
+func (h *httpAPI) serveCheck(w http.ResponseWriter, r *http.Request) string {
+	data, err := h.body(w, r)
+	if err != nil {
+		return h.error(w, err)
+	}
+	cr, err := ParseCheckRequest(data)
+	if err != nil {
+		return h.error(w, err)
+	}
+	in := &Request{Domain: cr.Domain, Descriptors: make([]Descriptor, len(cr.Descriptors))}
+	cost := int64(1)
+	if cr.Cost != nil {
+		cost = *cr.Cost
+	}
+	for i, es := range cr.Descriptors {
+		in.Descriptors[i] = Descriptor{Entries: es, Cost: cost}
+	}
+	out, err := h.s.Decide(r.Context(), in)
+	if err != nil {
+		return h.error(w, err)
+	}
+	resp := checkResponse(out)
+	w.Header().Set("Content-Type", "application/json")
+	if !resp.Allowed {
+		if resp.RetryAfterMS > 0 {
+			w.Header().Set("Retry-After", strconv.FormatInt((resp.RetryAfterMS+999)/1000, 10))
+		}
+		w.WriteHeader(http.StatusTooManyRequests)
+	}
+	json.NewEncoder(w).Encode(resp)
+	return out.Code.String()
+}
+
+func checkResponse(out *Response) *CheckResponse {
+	resp := &CheckResponse{
+		Allowed:   out.Code != CodeOverLimit,
+		Code:      out.Code.String(),
+		Failed:    out.Failed,
+		Decisions: make([]CheckDecision, len(out.Statuses)),
+	}
+	for i := range out.Statuses {
+		st := &out.Statuses[i]
+		d := CheckDecision{Code: st.Code.String(), Shadow: st.Shadow}
+		if l := st.Limit; l != nil {
+			d.Descriptor, d.Name, d.Algorithm = l.Path, l.Name, l.Algorithm
+			if l.Unlimited {
+				d.Unlimited = true
+				d.Remaining = math.MaxUint32
+			} else {
+				d.Limit, d.Unit = l.RequestsPerUnit, l.Unit.String()
+				d.Remaining = max(st.Remaining, 0)
+				d.RetryAfterMS = ceilMS(st.RetryAfter)
+				d.ResetAfterMS = ceilMS(st.ResetAfter)
+			}
+		}
+		if st.Code == CodeOverLimit {
+			switch {
+			case d.RetryAfterMS < 0 || resp.RetryAfterMS < 0:
+				resp.RetryAfterMS = -1
+			default:
+				resp.RetryAfterMS = max(resp.RetryAfterMS, d.RetryAfterMS)
+			}
+		}
+		resp.Decisions[i] = d
+	}
+	return resp
+}
+
+// ceilMS rounds d up to whole milliseconds, so that a client that waits that
+// long is admitted; negative durations give -1.
+func ceilMS(d time.Duration) int64 {
+	if d < 0 {
+		return -1
+	}
+	return int64((d + time.Millisecond - 1) / time.Millisecond)
+}
+
+// ParseCheckRequest decodes the body of POST /v1/check. Descriptor objects
+// keep their member order, which is the entry order matching depends on.
+// Unknown members are errors that name them.
+func ParseCheckRequest(data []byte) (*CheckRequest, error) {
+	dec := json.NewDecoder(bytes.NewReader(data))
+	dec.UseNumber()
+	bad := func(format string, args ...any) error {
+		return inputErrorf("check request: "+format, args...)
+	}
+	if err := expectDelim(dec, '{'); err != nil {
+		return nil, bad("%v", err)
+	}
+	var cr CheckRequest
+	seen := map[string]bool{}
+	for dec.More() {
+		tok, err := dec.Token()
+		if err != nil {
+			return nil, bad("%v", err)
+		}
+		name, _ := tok.(string)
+		if seen[name] {
+			return nil, bad("member %q is repeated", name)
+		}
+		seen[name] = true
+		switch name {
+		case "domain":
+			tok, err := dec.Token()
+			s, ok := tok.(string)
+			if err != nil || !ok {
+				return nil, bad("domain must be a string")
+			}
+			cr.Domain = s
+		case "cost", "hits_addend":
+			tok, err := dec.Token()
+			n, ok := tok.(json.Number)
+			if err != nil || !ok {
+				return nil, bad("%s must be a whole number", name)
+			}
+			v, err := strconv.ParseInt(n.String(), 10, 64)
+			if err != nil || v < 0 || v > math.MaxInt64/2 {
+				return nil, bad("%s %s: want a whole number from 0 to 2^62", name, n)
+			}
+			cr.Cost = &v
+		case "descriptors":
+			if err := expectDelim(dec, '['); err != nil {
+				return nil, bad("descriptors must be a list of objects: %v", err)
+			}
+			for dec.More() {
+				es, err := readEntries(dec)
+				if err != nil {
+					return nil, bad("descriptors[%d]: %v", len(cr.Descriptors), err)
+				}
+				cr.Descriptors = append(cr.Descriptors, es)
+			}
+			if _, err := dec.Token(); err != nil {
+				return nil, bad("%v", err)
+			}
+		default:
+			return nil, bad("unknown member %q (want domain, descriptors, cost)", name)
+		}
+	}
+	if _, err := dec.Token(); err != nil {
+		return nil, bad("%v", err)
+	}
+	if _, err := dec.Token(); err != io.EOF {
+		return nil, bad("data after the object")
+	}
+	return &cr, nil
+}
+
+// readEntries reads one descriptor object.
+func readEntries(dec *json.Decoder) ([]config.Entry, error) {
+	if err := expectDelim(dec, '{'); err != nil {
+		return nil, fmt.Errorf("want an object of entries: %v", err)
+	}
+	var es []config.Entry
+	for dec.More() {
+		tok, err := dec.Token()
+		if err != nil {
+			return nil, err
+		}
+		key, _ := tok.(string)
+		tok, err = dec.Token()
+		if err != nil {
+			return nil, err
+		}
+		var value string
+		switch v := tok.(type) {
+		case string:
+			value = v
+		case json.Number:
+			value = v.String()
+		case bool:
+			value = strconv.FormatBool(v)
+		default:
+			return nil, fmt.Errorf("entry %q: the value must be a string, number or boolean", key)
+		}
+		es = append(es, config.Entry{Key: key, Value: value})
+	}
+	_, err := dec.Token()
+	return es, err
+}
+
+func expectDelim(dec *json.Decoder, want json.Delim) error {
+	tok, err := dec.Token()
+	if err != nil {
+		return err
+	}
+	if d, ok := tok.(json.Delim); !ok || d != want {
+		return fmt.Errorf("want %q, got %v", want, tokString(tok))
+	}
+	return nil
+}
+
+func tokString(tok json.Token) string {
+	if d, ok := tok.(json.Delim); ok {
+		return strconv.Quote(d.String())
+	}
+	return strings.TrimSpace(fmt.Sprintf("%#v", tok))
+}

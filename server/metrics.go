@@ -1,0 +1,201 @@
+package server
+
+import (
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/floodgate-dev/floodgate/server/config"
+)
+
+// Metrics are the server's Prometheus metrics. Label values are bounded by
+// the configuration: a descriptor is named by its path in the configuration
+// ("domain|key_value|key"), never by the values of a request, unless its
+// limit sets detailed_metric (then the request's values are appended, as
+// envoyproxy/ratelimit does).
+//
+//	floodgate_decisions_total{domain,descriptor,result}   result: within_limit, near_limit, over_limit, shadow_over_limit
+//	floodgate_hits_total{domain,descriptor}                units asked for (hits_addend)
+//	floodgate_requests_total{api,code}                     api: grpc, json, check; code: OK, OVER_LIMIT, invalid, unavailable, unauthorized
+//	floodgate_request_duration_seconds{api}                decision latency as the server saw it
+//	floodgate_backend_duration_seconds                     store call latency (remote stores)
+//	floodgate_backend_errors_total{reason}                 error, timeout, breaker_open
+//	floodgate_failure_mode_total{mode}                     requests answered by the failure mode
+//	floodgate_breaker_open                                 1 while the circuit breaker fails calls fast
+//	floodgate_config_reloads_total{result}                 success, failure
+//	floodgate_config_info{version}                         1 for the configuration being served
+//	floodgate_config_loaded_timestamp_seconds              when it was loaded
+type Metrics struct {
+	Registry *prometheus.Registry
+
+	decisions       *prometheus.CounterVec
+	hits            *prometheus.CounterVec
+	requests        *prometheus.CounterVec
+	requestDuration *prometheus.HistogramVec
+	backendDuration prometheus.Histogram
+	backendErrors   *prometheus.CounterVec
+	failureMode     *prometheus.CounterVec
+	reloads         *prometheus.CounterVec
+	configInfo      *prometheus.GaugeVec
+	configLoaded    prometheus.Gauge
+	breakerOpen     prometheus.GaugeFunc
+}
+
+// NewMetrics returns the metrics in a registry of their own, with the Go
+// runtime and process collectors.
+func NewMetrics() *Metrics {
+	r := prometheus.NewRegistry()
+	r.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	buckets := []float64{.00005, .0001, .00025, .0005, .001, .0025, .005, .01, .025, .05, .1, .25, 1}
+	m := &Metrics{
+		Registry: r,
+		decisions: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "floodgate_decisions_total", Help: "Descriptor decisions by domain, descriptor path and result.",
+		}, []string{"domain", "descriptor", "result"}),
+		hits: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "floodgate_hits_total", Help: "Units asked for (hits_addend) by domain and descriptor path.",
+		}, []string{"domain", "descriptor"}),
+		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "floodgate_requests_total", Help: "Requests by API and answer.",
+		}, []string{"api", "code"}),
+		requestDuration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name: "floodgate_request_duration_seconds", Help: "Time to decide a request, by API.", Buckets: buckets,
+		}, []string{"api"}),
+		backendDuration: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name: "floodgate_backend_duration_seconds", Help: "Time of each call to a remote store.", Buckets: buckets,
+		}),
+		backendErrors: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "floodgate_backend_errors_total", Help: "Store calls that failed, by reason.",
+		}, []string{"reason"}),
+		failureMode: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "floodgate_failure_mode_total", Help: "Requests answered by the failure mode.",
+		}, []string{"mode"}),
+		reloads: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "floodgate_config_reloads_total", Help: "Configuration loads by result.",
+		}, []string{"result"}),
+		configInfo: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "floodgate_config_info", Help: "1 for the version of the configuration being served.",
+		}, []string{"version"}),
+		configLoaded: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "floodgate_config_loaded_timestamp_seconds", Help: "When the configuration being served was loaded.",
+		}),
+	}
+	r.MustRegister(m.decisions, m.hits, m.requests, m.requestDuration, m.backendDuration,
+		m.backendErrors, m.failureMode, m.reloads, m.configInfo, m.configLoaded)
+	for _, reason := range []string{"error", "timeout", "breaker_open"} {
+		m.backendErrors.WithLabelValues(reason)
+	}
+	for _, res := range []string{"success", "failure"} {
+		m.reloads.WithLabelValues(res)
+	}
+	return m
+}
+
+// Handler serves the metrics in the Prometheus exposition format.
+func (m *Metrics) Handler() http.Handler {
+	return promhttp.HandlerFor(m.Registry, promhttp.HandlerOpts{})
+}
+
+// watchBreaker exports b's state.
+func (m *Metrics) watchBreaker(b *breaker) {
+	if m.breakerOpen != nil {
+		return
+	}
+	m.breakerOpen = prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Name: "floodgate_breaker_open", Help: "1 while the circuit breaker fails store calls fast.",
+	}, func() float64 {
+		if b.isOpen() {
+			return 1
+		}
+		return 0
+	})
+	m.Registry.MustRegister(m.breakerOpen)
+}
+
+// configLoaded records a successful load of version.
+func (m *Metrics) configSet(version string, at time.Time) {
+	m.configInfo.Reset()
+	m.configInfo.WithLabelValues(version).Set(1)
+	m.configLoaded.Set(float64(at.UnixNano()) / 1e9)
+}
+
+// reload counts a configuration load.
+func (m *Metrics) reload(ok bool) {
+	if ok {
+		m.reloads.WithLabelValues("success").Inc()
+	} else {
+		m.reloads.WithLabelValues("failure").Inc()
+	}
+}
+
+// limitStats are the counters of one limit, resolved once per configuration.
+type limitStats struct {
+	within, near, over, shadow, hits prometheus.Counter
+}
+
+func (m *Metrics) limitStats(domain string, l *config.Limit) *limitStats {
+	return &limitStats{
+		within: m.decisions.WithLabelValues(domain, l.Path, "within_limit"),
+		near:   m.decisions.WithLabelValues(domain, l.Path, "near_limit"),
+		over:   m.decisions.WithLabelValues(domain, l.Path, "over_limit"),
+		shadow: m.decisions.WithLabelValues(domain, l.Path, "shadow_over_limit"),
+		hits:   m.hits.WithLabelValues(domain, l.Path),
+	}
+}
+
+// request counts one answered request of api.
+func (m *Metrics) request(api, code string, d time.Duration) {
+	m.requests.WithLabelValues(api, code).Inc()
+	m.requestDuration.WithLabelValues(api).Observe(d.Seconds())
+}
+
+// record counts the decisions of a request.
+func (s *Service) record(rs *ruleset, req *Request, resp *Response) {
+	m := s.opts.Metrics
+	if m == nil {
+		return
+	}
+	for i := range resp.Statuses {
+		st := &resp.Statuses[i]
+		l := st.Limit
+		if l == nil || l.Unlimited {
+			continue
+		}
+		cost := req.Descriptors[i].Cost
+		var ls *limitStats
+		if l.DetailedMetric {
+			ls = m.limitStats(req.Domain, &config.Limit{Path: detailedPath(l, req.Descriptors[i].Entries)})
+		} else if ls = rs.stats[l]; ls == nil {
+			ls = m.limitStats(req.Domain, &config.Limit{Path: "override"})
+		}
+		ls.hits.Add(float64(cost))
+		switch {
+		case st.Shadow:
+			ls.shadow.Inc()
+		case st.Code == CodeOverLimit:
+			ls.over.Inc()
+		case cost > 0 && l.RequestsPerUnit > 0 && float64(st.Remaining) < (1-s.opts.NearLimitRatio)*float64(l.RequestsPerUnit):
+			ls.near.Inc()
+		default:
+			ls.within.Inc()
+		}
+	}
+}
+
+// detailedPath is a descriptor's path with the request's values, for
+// detailed_metric.
+func detailedPath(l *config.Limit, entries []config.Entry) string {
+	var b strings.Builder
+	b.WriteString(l.Path)
+	for _, e := range entries {
+		b.WriteByte('|')
+		b.WriteString(escapePath(e.Key))
+		b.WriteByte('_')
+		b.WriteString(escapePath(e.Value))
+	}
+	return b.String()
+}

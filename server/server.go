@@ -1,0 +1,343 @@
+package server
+
+import (
+	"context"
+	"crypto/sha256"
+	"crypto/subtle"
+	"crypto/tls"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+
+	rls "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/health"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
+
+	"github.com/floodgate-dev/floodgate/backend"
+	"github.com/floodgate-dev/floodgate/server/config"
+)
+
+// Config configures a Server.
+type Config struct {
+	ConfigPath string // a file or a directory of *.yaml files; required
+	HTTPAddr   string // "" serves no HTTP
+	GRPCAddr   string // "" serves no gRPC
+	Backend    backend.Backend
+	Service    Options
+
+	Token        string // bearer token required on HTTP and gRPC; "" for none
+	TLSCertFile  string // both set: TLS on both listeners
+	TLSKeyFile   string
+	MaxBodyBytes int64 // HTTP body and gRPC message limit; DefaultMaxBodyBytes when 0
+
+	// ReloadInterval is how often the configuration files are checked for
+	// changes; 0 means every second, < 0 never (SIGHUP, through Reload, still
+	// works).
+	ReloadInterval  time.Duration
+	ShutdownTimeout time.Duration // for draining in-flight requests; 10s when 0
+	Logger          *slog.Logger
+}
+
+// Server runs the decision service over HTTP and gRPC, with configuration
+// reloads. Create it with New, then Serve.
+type Server struct {
+	cfg     Config
+	svc     *Service
+	log     *slog.Logger
+	metrics *Metrics
+	health  *health.Server
+
+	httpLn, grpcLn net.Listener
+	httpSrv        *http.Server
+	grpcSrv        *grpc.Server
+
+	reloadMu sync.Mutex
+	version  string
+	lastErr  string // of the last rejected configuration, logged once
+}
+
+// New loads the configuration (an invalid one is an error naming file, line
+// and problem), opens the listeners and returns a Server ready to Serve.
+func New(c Config) (*Server, error) {
+	if c.ConfigPath == "" {
+		return nil, errors.New("server: no configuration path")
+	}
+	if c.Backend == nil {
+		return nil, errors.New("server: no backend")
+	}
+	if c.HTTPAddr == "" && c.GRPCAddr == "" {
+		return nil, errors.New("server: neither an HTTP nor a gRPC address")
+	}
+	if (c.TLSCertFile == "") != (c.TLSKeyFile == "") {
+		return nil, errors.New("server: TLS needs both a certificate and a key file")
+	}
+	if c.MaxBodyBytes <= 0 {
+		c.MaxBodyBytes = DefaultMaxBodyBytes
+	}
+	if c.ReloadInterval == 0 {
+		c.ReloadInterval = time.Second
+	}
+	if c.ShutdownTimeout <= 0 {
+		c.ShutdownTimeout = 10 * time.Second
+	}
+	if c.Logger == nil {
+		c.Logger = slog.New(slog.DiscardHandler)
+	}
+	s := &Server{cfg: c, log: c.Logger, metrics: NewMetrics()}
+	opts := c.Service
+	opts.Metrics, opts.Logger = s.metrics, c.Logger
+	svc, err := NewService(c.Backend, opts)
+	if err != nil {
+		return nil, err
+	}
+	s.svc = svc
+	if err := s.Reload(); err != nil {
+		return nil, err
+	}
+
+	var tlsConf *tls.Config
+	if c.TLSCertFile != "" {
+		cert, err := tls.LoadX509KeyPair(c.TLSCertFile, c.TLSKeyFile)
+		if err != nil {
+			return nil, fmt.Errorf("server: TLS: %w", err)
+		}
+		tlsConf = &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12}
+	}
+	if c.HTTPAddr != "" {
+		ln, err := net.Listen("tcp", c.HTTPAddr)
+		if err != nil {
+			return nil, fmt.Errorf("server: HTTP: %w", err)
+		}
+		if tlsConf != nil {
+			ln = tls.NewListener(ln, tlsConf)
+		}
+		s.httpLn = ln
+		s.httpSrv = &http.Server{
+			Handler:           NewHTTPHandler(svc, HTTPOptions{Token: c.Token, MaxBodyBytes: c.MaxBodyBytes}),
+			ReadHeaderTimeout: 10 * time.Second,
+			IdleTimeout:       2 * time.Minute,
+			ErrorLog:          slog.NewLogLogger(c.Logger.Handler(), slog.LevelWarn),
+		}
+	}
+	if c.GRPCAddr != "" {
+		ln, err := net.Listen("tcp", c.GRPCAddr)
+		if err != nil {
+			s.closeListeners()
+			return nil, fmt.Errorf("server: gRPC: %w", err)
+		}
+		s.grpcLn = ln
+		gopts := []grpc.ServerOption{grpc.MaxRecvMsgSize(int(c.MaxBodyBytes))}
+		if tlsConf != nil {
+			gopts = append(gopts, grpc.Creds(credentials.NewTLS(tlsConf)))
+		}
+		if c.Token != "" {
+			gopts = append(gopts, grpc.UnaryInterceptor(tokenInterceptor(c.Token, s.metrics)))
+		}
+		s.grpcSrv = grpc.NewServer(gopts...)
+		rls.RegisterRateLimitServiceServer(s.grpcSrv, NewRLS(svc))
+		s.health = health.NewServer()
+		healthpb.RegisterHealthServer(s.grpcSrv, s.health)
+	}
+	return s, nil
+}
+
+// tokenInterceptor requires "authorization: Bearer <token>" metadata, except
+// on the health service.
+func tokenInterceptor(token string, m *Metrics) grpc.UnaryServerInterceptor {
+	want := []byte("Bearer " + token)
+	return func(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
+		if strings.HasPrefix(info.FullMethod, "/grpc.health.v1.Health/") {
+			return handler(ctx, req)
+		}
+		md, _ := metadata.FromIncomingContext(ctx)
+		var got []byte
+		if v := md.Get("authorization"); len(v) == 1 {
+			got = []byte(v[0])
+		}
+		if subtle.ConstantTimeCompare(got, want) != 1 {
+			m.requests.WithLabelValues("grpc", "unauthorized").Inc()
+			return nil, status.Error(codes.Unauthenticated, "missing or wrong bearer token")
+		}
+		return handler(ctx, req)
+	}
+}
+
+// Service returns the decision service.
+func (s *Server) Service() *Service { return s.svc }
+
+// Metrics returns the server's metrics.
+func (s *Server) Metrics() *Metrics { return s.metrics }
+
+// HTTPAddr returns the address the HTTP API listens on ("" when none).
+func (s *Server) HTTPAddr() string {
+	if s.httpLn == nil {
+		return ""
+	}
+	return s.httpLn.Addr().String()
+}
+
+// GRPCAddr returns the address the gRPC API listens on ("" when none).
+func (s *Server) GRPCAddr() string {
+	if s.grpcLn == nil {
+		return ""
+	}
+	return s.grpcLn.Addr().String()
+}
+
+// Reload reads the configuration again and, when it is valid and changed,
+// serves it from the next request on. An invalid configuration is logged and
+// returned; the previous one keeps serving.
+func (s *Server) Reload() error {
+	s.reloadMu.Lock()
+	defer s.reloadMu.Unlock()
+	version, err := fingerprint(s.cfg.ConfigPath)
+	if err == nil && version == s.version {
+		return nil
+	}
+	var cfg *config.Config
+	if err == nil {
+		cfg, err = config.Load(s.cfg.ConfigPath)
+	}
+	if err == nil {
+		err = s.svc.SetConfig(cfg, version)
+	}
+	if err != nil {
+		if s.version != "" && err.Error() != s.lastErr {
+			s.metrics.reload(false)
+			s.log.Error("configuration rejected; the previous one keeps serving", "path", s.cfg.ConfigPath, "error", err)
+		}
+		s.lastErr = err.Error()
+		return err
+	}
+	s.lastErr = ""
+	s.metrics.reload(true)
+	s.log.Info("configuration loaded", "path", s.cfg.ConfigPath, "version", version, "domains", len(cfg.Domains))
+	s.version = version
+	return nil
+}
+
+// fingerprint is a digest of the configuration files' names and contents.
+func fingerprint(path string) (string, error) {
+	files := []string{path}
+	if fi, err := os.Stat(path); err != nil {
+		return "", err
+	} else if fi.IsDir() {
+		ents, err := os.ReadDir(path)
+		if err != nil {
+			return "", err
+		}
+		files = files[:0]
+		for _, e := range ents {
+			files = append(files, filepath.Join(path, e.Name()))
+		}
+		sort.Strings(files)
+	}
+	h := sha256.New()
+	for _, f := range files {
+		data, err := os.ReadFile(f)
+		if err != nil {
+			if fi, serr := os.Stat(f); serr == nil && fi.IsDir() {
+				continue
+			}
+			return "", err
+		}
+		fmt.Fprintf(h, "%s\x00%d\x00", filepath.Base(f), len(data))
+		h.Write(data)
+	}
+	return hex.EncodeToString(h.Sum(nil))[:12], nil
+}
+
+// Serve serves until ctx ends, then stops accepting requests, drains the
+// in-flight ones (up to ShutdownTimeout) and returns. It returns early with
+// an error when a listener fails.
+func (s *Server) Serve(ctx context.Context) error {
+	errc := make(chan error, 2)
+	if s.httpSrv != nil {
+		go func() {
+			if err := s.httpSrv.Serve(s.httpLn); err != nil && !errors.Is(err, http.ErrServerClosed) {
+				errc <- fmt.Errorf("server: HTTP: %w", err)
+			}
+		}()
+	}
+	if s.grpcSrv != nil {
+		s.health.SetServingStatus("", healthpb.HealthCheckResponse_SERVING)
+		s.health.SetServingStatus("envoy.service.ratelimit.v3.RateLimitService", healthpb.HealthCheckResponse_SERVING)
+		go func() {
+			if err := s.grpcSrv.Serve(s.grpcLn); err != nil && !errors.Is(err, grpc.ErrServerStopped) {
+				errc <- fmt.Errorf("server: gRPC: %w", err)
+			}
+		}()
+	}
+	var tick <-chan time.Time
+	if s.cfg.ReloadInterval > 0 {
+		t := time.NewTicker(s.cfg.ReloadInterval)
+		defer t.Stop()
+		tick = t.C
+	}
+	s.log.Info("serving", "http", s.HTTPAddr(), "grpc", s.GRPCAddr())
+	var err error
+loop:
+	for {
+		select {
+		case <-ctx.Done():
+			break loop
+		case err = <-errc:
+			break loop
+		case <-tick:
+			s.Reload() // logs a rejected configuration itself
+		}
+	}
+	s.shutdown()
+	return err
+}
+
+// shutdown stops both APIs, letting in-flight requests finish.
+func (s *Server) shutdown() {
+	s.log.Info("shutting down; draining in-flight requests", "timeout", s.cfg.ShutdownTimeout)
+	ctx, cancel := context.WithTimeout(context.Background(), s.cfg.ShutdownTimeout)
+	defer cancel()
+	var wg sync.WaitGroup
+	if s.httpSrv != nil {
+		wg.Go(func() {
+			if err := s.httpSrv.Shutdown(ctx); err != nil {
+				s.httpSrv.Close()
+			}
+		})
+	}
+	if s.grpcSrv != nil {
+		s.health.Shutdown()
+		wg.Go(func() {
+			done := make(chan struct{})
+			go func() { s.grpcSrv.GracefulStop(); close(done) }()
+			select {
+			case <-done:
+			case <-ctx.Done():
+				s.grpcSrv.Stop()
+			}
+		})
+	}
+	wg.Wait()
+}
+
+func (s *Server) closeListeners() {
+	if s.httpLn != nil {
+		s.httpLn.Close()
+	}
+	if s.grpcLn != nil {
+		s.grpcLn.Close()
+	}
+}

@@ -1,0 +1,576 @@
+package server
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/floodgate-dev/floodgate/backend"
+	"github.com/floodgate-dev/floodgate/ratelimit"
+	"github.com/floodgate-dev/floodgate/server/config"
+)
+
+// Code is the verdict of a request or of one descriptor; its values are those
+// of Envoy RLS v3 RateLimitResponse.Code.
+type Code int32
+
+// The codes of Envoy RLS v3.
+const (
+	CodeUnknown   Code = 0
+	CodeOK        Code = 1
+	CodeOverLimit Code = 2
+)
+
+// String returns the Envoy enum name.
+func (c Code) String() string {
+	switch c {
+	case CodeOK:
+		return "OK"
+	case CodeOverLimit:
+		return "OVER_LIMIT"
+	}
+	return "UNKNOWN"
+}
+
+// Request is one rate limit request, independent of the API it came over.
+type Request struct {
+	Domain      string
+	Descriptors []Descriptor
+}
+
+// Descriptor is one descriptor of a Request.
+type Descriptor struct {
+	Entries []config.Entry
+	// Cost is the number of units the descriptor consumes: Envoy's
+	// hits_addend. 0 peeks: the status is reported, nothing is consumed.
+	Cost int64
+	// Override, when set, is the descriptor's own limit (Envoy's
+	// RateLimitDescriptor.limit); it applies instead of the configuration's
+	// as long as the domain is configured. It is a fixed window.
+	Override *Override
+}
+
+// Override is a limit carried by a request descriptor.
+type Override struct {
+	RequestsPerUnit uint32
+	Unit            config.Unit
+}
+
+// Response is the decision for a Request.
+type Response struct {
+	Code     Code     // OVER_LIMIT when any status is OVER_LIMIT
+	Statuses []Status // one per descriptor, in request order
+	// Failed reports that the store could not decide (an error, a timeout or
+	// the circuit breaker): the codes are the failure mode's.
+	Failed bool
+}
+
+// Status is the decision for one descriptor.
+type Status struct {
+	Code Code
+	// Limit is the limit the descriptor was decided under; nil when none
+	// applies (the code is then OK).
+	Limit *config.Limit
+	// Remaining is what the limit has left after this request; MaxUint32 for
+	// an unlimited limit.
+	Remaining int64
+	// RetryAfter is how long until the descriptor's own limit admits the
+	// request again: 0 when it admits it now (even when another descriptor
+	// of the request is over its limit), < 0 when its cost can never be
+	// admitted.
+	RetryAfter time.Duration
+	// ResetAfter is how long until the limit is back to full.
+	ResetAfter time.Duration
+	// Shadow reports a limit in shadow mode that was exceeded: the code is
+	// OK, the excess is counted in metrics.
+	Shadow bool
+}
+
+// FailureMode says how the service answers when the store cannot decide.
+type FailureMode int
+
+// The failure modes.
+const (
+	// FailOpen answers OK to every descriptor (the default): a store outage
+	// does not take the protected service down.
+	FailOpen FailureMode = iota
+	// FailClosed answers OVER_LIMIT to every descriptor that has a limit.
+	FailClosed
+	// FailError returns ErrUnavailable, so that the caller (Envoy's
+	// failure_mode_deny) decides.
+	FailError
+)
+
+// ParseFailureMode reads "allow", "deny" or "error".
+func ParseFailureMode(s string) (FailureMode, error) {
+	switch s {
+	case "allow", "open":
+		return FailOpen, nil
+	case "deny", "closed":
+		return FailClosed, nil
+	case "error":
+		return FailError, nil
+	}
+	return 0, fmt.Errorf("failure mode %q: want allow, deny or error", s)
+}
+
+func (m FailureMode) String() string {
+	switch m {
+	case FailClosed:
+		return "deny"
+	case FailError:
+		return "error"
+	}
+	return "allow"
+}
+
+// Limits on a request, by default.
+const (
+	DefaultMaxDescriptors = 64
+	DefaultMaxEntries     = 32
+	DefaultTimeout        = 50 * time.Millisecond
+)
+
+// ErrUnavailable is returned by Decide in the FailError mode when the store
+// cannot decide.
+var ErrUnavailable = errors.New("rate limit store unavailable")
+
+// InputError is a malformed request: the transports answer it with 400 or
+// InvalidArgument.
+type InputError struct{ Msg string }
+
+func (e *InputError) Error() string { return e.Msg }
+
+func inputErrorf(format string, args ...any) error {
+	return &InputError{Msg: fmt.Sprintf(format, args...)}
+}
+
+// Options configure a Service. The zero value of each field selects its
+// default.
+type Options struct {
+	Timeout        time.Duration // per store call; DefaultTimeout
+	FailureMode    FailureMode
+	MaxDescriptors int // per request; DefaultMaxDescriptors
+	MaxEntries     int // per descriptor; DefaultMaxEntries
+	Breaker        BreakerOptions
+	Metrics        *Metrics // nil: no metrics
+	Logger         *slog.Logger
+	// NearLimitRatio is the share of a limit above which an admitted request
+	// counts as near the limit in metrics (envoyproxy/ratelimit's
+	// NEAR_LIMIT_RATIO); 0.8 by default.
+	NearLimitRatio float64
+}
+
+// Service decides rate limit requests against a configuration on a backend.
+// It is safe for concurrent use; SetConfig swaps the configuration
+// atomically while requests are decided.
+type Service struct {
+	b       backend.Backend
+	opts    Options
+	remote  bool // the store is across a network: calls get a timeout
+	breaker *breaker
+	log     *slog.Logger
+	rules   atomic.Pointer[ruleset]
+
+	overrides sync.Map // overrideKey -> *ratelimit.Limiter
+	nOverride atomic.Int32
+}
+
+// maxOverrideLimiters bounds the distinct limit overrides kept.
+const maxOverrideLimiters = 4096
+
+type overrideKey struct {
+	rpu  uint32
+	unit config.Unit
+}
+
+// ruleset is a configuration with a Limiter for each of its limits.
+type ruleset struct {
+	cfg      *config.Config
+	limiters map[*config.Limit]*ratelimit.Limiter
+	stats    map[*config.Limit]*limitStats
+	version  string
+	loaded   time.Time
+}
+
+// NewService returns a Service on b. It has no configuration until
+// SetConfig: until then every request is answered OK (no limit applies) and
+// Ready reports false.
+func NewService(b backend.Backend, opts Options) (*Service, error) {
+	if b == nil {
+		return nil, errors.New("server: backend is nil")
+	}
+	if opts.Timeout < 0 {
+		return nil, fmt.Errorf("server: timeout %v is negative", opts.Timeout)
+	}
+	if opts.Timeout == 0 {
+		opts.Timeout = DefaultTimeout
+	}
+	if opts.MaxDescriptors <= 0 {
+		opts.MaxDescriptors = DefaultMaxDescriptors
+	}
+	if opts.MaxEntries <= 0 {
+		opts.MaxEntries = DefaultMaxEntries
+	}
+	if opts.NearLimitRatio <= 0 || opts.NearLimitRatio > 1 {
+		opts.NearLimitRatio = 0.8
+	}
+	if opts.Logger == nil {
+		opts.Logger = slog.New(slog.DiscardHandler)
+	}
+	_, remote := b.(*backend.Redis)
+	s := &Service{b: b, opts: opts, remote: remote, log: opts.Logger}
+	s.breaker = newBreaker(opts.Breaker)
+	if opts.Metrics != nil {
+		opts.Metrics.watchBreaker(s.breaker)
+	}
+	return s, nil
+}
+
+// SetConfig makes cfg the configuration of every later decision. version is
+// reported by Config and in metrics (for example a hash of the files). State
+// is kept across configurations for every limit whose descriptor path and
+// rule are unchanged.
+func (s *Service) SetConfig(cfg *config.Config, version string) error {
+	if cfg == nil {
+		return errors.New("server: config is nil")
+	}
+	rs := &ruleset{
+		cfg:      cfg,
+		limiters: map[*config.Limit]*ratelimit.Limiter{},
+		stats:    map[*config.Limit]*limitStats{},
+		version:  version,
+		loaded:   time.Now(),
+	}
+	for _, d := range cfg.Domains {
+		for _, l := range d.Limits() {
+			if l.Unlimited {
+				continue
+			}
+			lim, err := ratelimit.New(s.b, l.Rule)
+			if err != nil {
+				return fmt.Errorf("%s:%d: %w", l.File, l.Line, err)
+			}
+			rs.limiters[l] = lim
+			if s.opts.Metrics != nil {
+				rs.stats[l] = s.opts.Metrics.limitStats(d.Name, l)
+			}
+		}
+	}
+	s.rules.Store(rs)
+	if m := s.opts.Metrics; m != nil {
+		m.configSet(version, rs.loaded)
+	}
+	return nil
+}
+
+// Config returns the current configuration, its version and when it was
+// set; nil before the first SetConfig.
+func (s *Service) Config() (cfg *config.Config, version string, loaded time.Time) {
+	rs := s.rules.Load()
+	if rs == nil {
+		return nil, "", time.Time{}
+	}
+	return rs.cfg, rs.version, rs.loaded
+}
+
+// Ready reports whether the service has a configuration and its store is not
+// known to be down (the circuit breaker is closed).
+func (s *Service) Ready() bool {
+	return s.rules.Load() != nil && !s.breaker.isOpen()
+}
+
+// Decide decides req. Errors: *InputError for a malformed request, and
+// ErrUnavailable in the FailError mode when the store cannot decide; in the
+// other modes a store failure is answered by the failure mode with
+// Response.Failed set.
+//
+// Every descriptor with a limit (and not in shadow mode) is decided in one
+// atomic step where the store allows it — the memory backend, a standalone
+// Redis, keys of one Redis Cluster slot — so a request that is over any limit
+// consumes nothing from the others. Across Cluster slots, see
+// ratelimit.AllowAll. Shadow-mode descriptors are decided on their own after
+// it and never change the codes.
+func (s *Service) Decide(ctx context.Context, req *Request) (*Response, error) {
+	if err := s.validate(req); err != nil {
+		return nil, err
+	}
+	resp := &Response{Code: CodeOK, Statuses: make([]Status, len(req.Descriptors))}
+	rs := s.rules.Load()
+	if rs == nil {
+		for i := range resp.Statuses {
+			resp.Statuses[i].Code = CodeOK
+		}
+		return resp, nil
+	}
+	limits := s.match(rs, req)
+
+	var reqBuf [8]ratelimit.Request
+	var idxBuf [8]int
+	gate, gateIdx := reqBuf[:0], idxBuf[:0]
+	var shadow []int
+	for i, l := range limits {
+		st := &resp.Statuses[i]
+		st.Code = CodeOK
+		if l == nil {
+			continue
+		}
+		st.Limit = l
+		if l.Unlimited {
+			st.Remaining = math.MaxUint32
+			continue
+		}
+		if l.ShadowMode {
+			shadow = append(shadow, i)
+			continue
+		}
+		gate = append(gate, ratelimit.Request{
+			Limiter: s.limiter(rs, l),
+			Key:     stateKey(l, req.Descriptors[i].Entries),
+			N:       req.Descriptors[i].Cost,
+		})
+		gateIdx = append(gateIdx, i)
+	}
+
+	if len(gate) > 0 {
+		var resBuf [8]ratelimit.Result
+		results := resBuf[:0]
+		if len(gate) > len(resBuf) {
+			results = make([]ratelimit.Result, len(gate))
+		} else {
+			results = resBuf[:len(gate)]
+		}
+		_, err := s.allow(ctx, gate, results)
+		if err != nil {
+			return s.fail(ctx, rs, req.Domain, resp, err)
+		}
+		for j, i := range gateIdx {
+			st := &resp.Statuses[i]
+			r := results[j]
+			st.Remaining, st.RetryAfter, st.ResetAfter = r.Remaining, r.RetryAfter, r.ResetAfter
+			if r.RetryAfter != 0 {
+				st.Code = CodeOverLimit
+				resp.Code = CodeOverLimit
+			}
+		}
+	}
+	for _, i := range shadow {
+		l := limits[i]
+		st := &resp.Statuses[i]
+		var r [1]ratelimit.Result
+		_, err := s.allow(ctx, []ratelimit.Request{{
+			Limiter: s.limiter(rs, l),
+			Key:     stateKey(l, req.Descriptors[i].Entries),
+			N:       req.Descriptors[i].Cost,
+		}}, r[:])
+		if err != nil {
+			// A shadow limit never changes an answer, so neither does its failure.
+			s.log.Debug("shadow mode limit not decided", "domain", req.Domain, "limit", l.Path, "error", err)
+			continue
+		}
+		st.Remaining, st.RetryAfter, st.ResetAfter = r[0].Remaining, r[0].RetryAfter, r[0].ResetAfter
+		st.Shadow = r[0].RetryAfter != 0
+	}
+	s.record(rs, req, resp)
+	return resp, nil
+}
+
+func (s *Service) validate(req *Request) error {
+	if req == nil {
+		return inputErrorf("request is empty")
+	}
+	if req.Domain == "" {
+		return inputErrorf("domain is empty")
+	}
+	if len(req.Descriptors) == 0 {
+		return inputErrorf("rate limit descriptor list must not be empty")
+	}
+	if len(req.Descriptors) > s.opts.MaxDescriptors {
+		return inputErrorf("%d descriptors: at most %d are accepted", len(req.Descriptors), s.opts.MaxDescriptors)
+	}
+	for i, d := range req.Descriptors {
+		if len(d.Entries) == 0 {
+			return inputErrorf("descriptors[%d] has no entries", i)
+		}
+		if len(d.Entries) > s.opts.MaxEntries {
+			return inputErrorf("descriptors[%d]: %d entries: at most %d are accepted", i, len(d.Entries), s.opts.MaxEntries)
+		}
+		for j, e := range d.Entries {
+			if e.Key == "" {
+				return inputErrorf("descriptors[%d].entries[%d]: key is empty", i, j)
+			}
+		}
+		if d.Cost < 0 {
+			return inputErrorf("descriptors[%d]: cost %d is negative", i, d.Cost)
+		}
+		if o := d.Override; o != nil && o.Unit.Duration() == 0 {
+			return inputErrorf("descriptors[%d].limit: unit %v is not a rate limit unit", i, o.Unit)
+		}
+	}
+	return nil
+}
+
+// match returns the limit of each descriptor: overrides first, then the
+// configuration, then replaces.
+func (s *Service) match(rs *ruleset, req *Request) []*config.Limit {
+	d := rs.cfg.Domains[req.Domain]
+	out := make([]*config.Limit, len(req.Descriptors))
+	if d == nil {
+		return out
+	}
+	for i := range req.Descriptors {
+		desc := &req.Descriptors[i]
+		if desc.Override != nil {
+			out[i] = overrideLimit(req.Domain, desc)
+			continue
+		}
+		out[i] = d.Match(desc.Entries)
+	}
+	return config.ApplyReplaces(out)
+}
+
+// overrideLimit is the limit of a descriptor that carries its own: a fixed
+// window keyed by the domain and every entry, as envoyproxy/ratelimit does.
+func overrideLimit(domain string, d *Descriptor) *config.Limit {
+	var b strings.Builder
+	b.WriteString(escapePath(domain))
+	b.WriteString("|override")
+	for _, e := range d.Entries {
+		b.WriteByte('|')
+		b.WriteString(escapePath(e.Key))
+		b.WriteByte('_')
+		b.WriteString(escapePath(e.Value))
+	}
+	return &config.Limit{
+		Name:            "override",
+		Unit:            d.Override.Unit,
+		RequestsPerUnit: d.Override.RequestsPerUnit,
+		Algorithm:       "fixed_window",
+		Rule:            ratelimit.FixedWindow{Limit: int64(d.Override.RequestsPerUnit), Window: d.Override.Unit.Duration()},
+		Path:            b.String(),
+	}
+}
+
+func escapePath(s string) string {
+	if !strings.ContainsAny(s, "%|") {
+		return s
+	}
+	return strings.NewReplacer("%", "%25", "|", "%7C").Replace(s)
+}
+
+// limiter returns the Limiter of l.
+func (s *Service) limiter(rs *ruleset, l *config.Limit) *ratelimit.Limiter {
+	if lim := rs.limiters[l]; lim != nil {
+		return lim
+	}
+	k := overrideKey{l.RequestsPerUnit, l.Unit}
+	if v, ok := s.overrides.Load(k); ok {
+		return v.(*ratelimit.Limiter)
+	}
+	lim, err := ratelimit.New(s.b, l.Rule)
+	if err != nil {
+		// Only overrides get here, and every override is a valid FixedWindow.
+		panic(fmt.Sprintf("server: limiter for %s: %v", l.Path, err))
+	}
+	if s.nOverride.Load() < maxOverrideLimiters {
+		if v, loaded := s.overrides.LoadOrStore(k, lim); loaded {
+			return v.(*ratelimit.Limiter)
+		}
+		s.nOverride.Add(1)
+	}
+	return lim
+}
+
+// stateKey is the key a descriptor is counted under; keys too long for the
+// store are replaced by a digest.
+func stateKey(l *config.Limit, entries []config.Entry) string {
+	k := l.StateKey(entries) // an override's Path already names its entries
+	if len(k) <= maxStateKey {
+		return k
+	}
+	sum := sha256.Sum256([]byte(k))
+	return l.Path[:min(len(l.Path), maxStateKey-70)] + "#" + hex.EncodeToString(sum[:])
+}
+
+const maxStateKey = 512
+
+// allow runs one AllowAll under the timeout and the circuit breaker.
+func (s *Service) allow(ctx context.Context, reqs []ratelimit.Request, results []ratelimit.Result) (bool, error) {
+	if !s.remote {
+		return ratelimit.AllowAll(ctx, reqs, results)
+	}
+	if !s.breaker.allow() {
+		return false, errBreakerOpen
+	}
+	start := time.Now()
+	cctx, cancel := context.WithTimeout(ctx, s.opts.Timeout)
+	ok, err := ratelimit.AllowAll(cctx, reqs, results)
+	cancel()
+	if m := s.opts.Metrics; m != nil {
+		m.backendDuration.Observe(time.Since(start).Seconds())
+	}
+	if err != nil && ctx.Err() != nil {
+		// The caller went away: not the store's fault.
+		s.breaker.record(nil)
+		return false, ctx.Err()
+	}
+	s.breaker.record(err)
+	return ok, err
+}
+
+var errBreakerOpen = errors.New("circuit breaker open: the store failed repeatedly")
+
+// fail answers a request the store could not decide.
+func (s *Service) fail(ctx context.Context, rs *ruleset, domain string, resp *Response, err error) (*Response, error) {
+	if ctx.Err() != nil {
+		return nil, ctx.Err()
+	}
+	reason := "error"
+	switch {
+	case errors.Is(err, errBreakerOpen):
+		reason = "breaker_open"
+	case errors.Is(err, context.DeadlineExceeded):
+		reason = "timeout"
+	}
+	if m := s.opts.Metrics; m != nil {
+		m.backendErrors.WithLabelValues(reason).Inc()
+		m.failureMode.WithLabelValues(s.opts.FailureMode.String()).Inc()
+	}
+	if reason != "breaker_open" {
+		s.log.Warn("rate limit store failed", "domain", domain, "reason", reason, "error", err, "failure_mode", s.opts.FailureMode.String())
+	}
+	if s.opts.FailureMode == FailError {
+		return nil, fmt.Errorf("%w: %v", ErrUnavailable, err)
+	}
+	resp.Failed = true
+	resp.Code = CodeOK
+	for i := range resp.Statuses {
+		st := &resp.Statuses[i]
+		st.Code = CodeOK
+		if s.opts.FailureMode == FailClosed && st.Limit != nil && !st.Limit.Unlimited && !st.Limit.ShadowMode {
+			st.Code = CodeOverLimit
+			st.Remaining = 0
+			resp.Code = CodeOverLimit
+		}
+	}
+	return resp, nil
+}
+
+// notReadyReason says why Ready is false.
+func (s *Service) notReadyReason() string {
+	if s.rules.Load() == nil {
+		return "no configuration loaded"
+	}
+	if s.breaker.isOpen() {
+		return "the store is failing (circuit breaker open)"
+	}
+	return "ready"
+}
