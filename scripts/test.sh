@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # floodgate's test command (README "Quick start"): installs the servers the
-# tests start privately (Redis, PostgreSQL, MariaDB, ZooKeeper) from Debian
-# packages when they are missing, then vets and runs every test with the race
+# tests start privately (Redis, PostgreSQL, MariaDB, ZooKeeper) and headless
+# Chromium from Debian packages when they are missing, then vets and runs every test with the race
 # detector. Tests start their own server processes on free ports; they never
 # use servers already running on the machine.
 set -euo pipefail
@@ -15,6 +15,8 @@ command -v initdb >/dev/null 2>&1 || compgen -G '/usr/lib/postgresql/*/bin/initd
 { command -v mariadb-install-db >/dev/null 2>&1 && { command -v mariadbd >/dev/null 2>&1 || [ -x /usr/sbin/mariadbd ]; }; } || missing+=(mariadb-server)
 [ -f /usr/share/java/zookeeper.jar ] || missing+=(zookeeper)
 command -v java >/dev/null 2>&1 || missing+=(default-jre-headless)
+# The dashboard's browser test drives headless Chromium.
+{ command -v chromium >/dev/null 2>&1 || command -v chromium-browser >/dev/null 2>&1 || [ -n "${CHROMIUM:-}" ]; } || missing+=(chromium)
 if ((${#missing[@]})); then
 	sudo=""
 	[ "$(id -u)" -eq 0 ] || sudo="sudo"

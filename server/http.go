@@ -29,6 +29,8 @@ type HTTPOptions struct {
 	// every path but /healthz and /readyz.
 	Token        string
 	MaxBodyBytes int64 // DefaultMaxBodyBytes when 0
+
+	dash *dashboard // Server's; serves /ui
 }
 
 // NewHTTPHandler returns the HTTP API of s:
@@ -62,6 +64,9 @@ func NewHTTPHandler(s *Service, o HTTPOptions) http.Handler {
 	if m := s.opts.Metrics; m != nil {
 		mh := m.Handler()
 		mux.HandleFunc("GET /metrics", h.auth(mh.ServeHTTP))
+	}
+	if o.dash != nil {
+		o.dash.routes(mux, h.auth)
 	}
 	return mux
 }

@@ -60,6 +60,7 @@ type Server struct {
 	log     *slog.Logger
 	metrics *Metrics
 	health  *health.Server
+	dash    *dashboard
 
 	httpLn, grpcLn net.Listener
 	httpSrv        *http.Server
@@ -105,6 +106,7 @@ func New(c Config) (*Server, error) {
 		return nil, err
 	}
 	s.svc = svc
+	s.dash = newDashboard(svc, s.metrics)
 	if err := s.Reload(); err != nil {
 		return nil, err
 	}
@@ -127,7 +129,7 @@ func New(c Config) (*Server, error) {
 		}
 		s.httpLn = ln
 		s.httpSrv = &http.Server{
-			Handler:           NewHTTPHandler(svc, HTTPOptions{Token: c.Token, MaxBodyBytes: c.MaxBodyBytes}),
+			Handler:           NewHTTPHandler(svc, HTTPOptions{Token: c.Token, MaxBodyBytes: c.MaxBodyBytes, dash: s.dash}),
 			ReadHeaderTimeout: 10 * time.Second,
 			IdleTimeout:       2 * time.Minute,
 			ErrorLog:          slog.NewLogLogger(c.Logger.Handler(), slog.LevelWarn),
@@ -288,6 +290,9 @@ func (s *Server) Serve(ctx context.Context) error {
 		defer t.Stop()
 		tick = t.C
 	}
+	stopDash := make(chan struct{})
+	dashDone := make(chan struct{})
+	go func() { s.dash.run(stopDash); close(dashDone) }()
 	s.log.Info("serving", "http", s.HTTPAddr(), "grpc", s.GRPCAddr())
 	var err error
 loop:
@@ -301,6 +306,8 @@ loop:
 			s.Reload() // logs a rejected configuration itself
 		}
 	}
+	close(stopDash) // ends the dashboard's event streams, which would hold the drain
+	<-dashDone
 	s.shutdown()
 	return err
 }

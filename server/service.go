@@ -179,6 +179,7 @@ type Service struct {
 	breaker *breaker
 	log     *slog.Logger
 	rules   atomic.Pointer[ruleset]
+	top     *topKeys // keys most often over their limit, for the dashboard; nil without metrics
 
 	overrides sync.Map // overrideKey -> *ratelimit.Limiter
 	nOverride atomic.Int32
@@ -231,6 +232,7 @@ func NewService(b backend.Backend, opts Options) (*Service, error) {
 	s.breaker = newBreaker(opts.Breaker)
 	if opts.Metrics != nil {
 		opts.Metrics.watchBreaker(s.breaker)
+		s.top = newTopKeys(64)
 	}
 	return s, nil
 }
@@ -359,6 +361,9 @@ func (s *Service) Decide(ctx context.Context, req *Request) (*Response, error) {
 			if r.RetryAfter != 0 {
 				st.Code = CodeOverLimit
 				resp.Code = CodeOverLimit
+				if s.top != nil {
+					s.top.add(req.Domain, st.Limit.Path, gate[j].Key)
+				}
 			}
 		}
 	}

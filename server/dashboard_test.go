@@ -1,0 +1,173 @@
+package server
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/floodgate-dev/floodgate/backend"
+)
+
+func TestTopKeys(t *testing.T) {
+	tk := newTopKeys(3)
+	for _, k := range []string{"a", "a", "a", "b", "b", "c", "d"} {
+		tk.add("api", "p", k)
+	}
+	got := tk.list()
+	// d replaced c (count 1) and inherits its count as error.
+	want := []KeyCount{{Key: "a", Count: 3}, {Key: "b", Count: 2}, {Key: "d", Count: 2, Error: 1}}
+	if len(got) != len(want) {
+		t.Fatalf("%+v", got)
+	}
+	for i := range want {
+		if got[i].Key != want[i].Key || got[i].Count != want[i].Count || got[i].Error != want[i].Error {
+			t.Fatalf("entry %d: %+v, want %+v", i, got[i], want[i])
+		}
+	}
+}
+
+func TestQuantile(t *testing.T) {
+	prev := []bucketCount{{0.001, 0}, {0.01, 0}, {1, 0}}
+	cur := []bucketCount{{0.001, 50}, {0.01, 99}, {1, 100}}
+	near := func(a, b float64) bool { return a-b < 1e-9 && b-a < 1e-9 }
+	if q := quantileMS(cur, prev, 0.5); !near(q, 1) {
+		t.Fatalf("p50 %v ms, want 1", q)
+	}
+	if q := quantileMS(cur, prev, 0.99); !near(q, 10) {
+		t.Fatalf("p99 %v ms, want 10", q)
+	}
+	if q := quantileMS(prev, prev, 0.5); q != -1 {
+		t.Fatalf("no observations: %v", q)
+	}
+}
+
+// TestDashboardRates: a tick turns counter deltas into rates per second.
+func TestDashboardRates(t *testing.T) {
+	m := NewMetrics()
+	s := newService(t, backend.NewMemory(), Options{Metrics: m})
+	d := newDashboard(s, m)
+	t0 := time.Unix(1000, 0)
+	d.tick(t0)
+	for range 10 {
+		decide(t, s, desc(1, "user", "rate"))
+	}
+	d.tick(t0.Add(2 * time.Second))
+	snap := d.history[len(d.history)-1]
+	// 3 within the limit (3/day), 7 over: over 2 seconds.
+	if snap.DecisionsPerSec != 5 || snap.OverLimitPerSec != 3.5 || snap.OverLimitRatio != 0.7 {
+		t.Fatalf("%+v", snap)
+	}
+	var user *RuleRate
+	for i := range snap.Rules {
+		if snap.Rules[i].Descriptor == "api|user" {
+			user = &snap.Rules[i]
+		}
+	}
+	if user == nil || user.Over != 3.5 || user.Within+user.Near != 1.5 {
+		t.Fatalf("rules %+v", snap.Rules)
+	}
+	if len(snap.TopLimited) != 1 || snap.TopLimited[0].Key != "api|user|rate" || snap.TopLimited[0].Count != 7 {
+		t.Fatalf("top %+v", snap.TopLimited)
+	}
+	if snap.Config.Version != "v1" {
+		t.Fatalf("config %+v", snap.Config)
+	}
+}
+
+// chromium finds the browser for TestDashboardInBrowser: $CHROMIUM, or
+// Debian's chromium. The test command installs it when missing.
+func chromium(t *testing.T) string {
+	for _, c := range []string{os.Getenv("CHROMIUM"), "chromium", "chromium-browser", "google-chrome"} {
+		if c == "" {
+			continue
+		}
+		if p, err := exec.LookPath(c); err == nil {
+			return p
+		}
+	}
+	t.Fatal("no chromium: install Debian's chromium package (scripts/test.sh does) or set $CHROMIUM")
+	return ""
+}
+
+// TestDashboardInBrowser drives headless Chromium against a running server
+// while traffic flows, and checks that the page shows live numbers. The
+// screenshot is kept in the test's temp dir, or in $FLOODGATE_SCREENSHOT_DIR.
+func TestDashboardInBrowser(t *testing.T) {
+	browser := chromium(t)
+	dir := t.TempDir()
+	writeConfig(t, filepath.Join(dir, "api.yaml"), testYAML)
+	srv := startServer(t, Config{ConfigPath: dir})
+
+	ctx, cancel := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	defer func() { cancel(); wg.Wait() }()
+	for w := range 2 {
+		wg.Go(func() {
+			for i := 0; ctx.Err() == nil; i++ {
+				srv.Service().Decide(ctx, &Request{Domain: "api", Descriptors: []Descriptor{desc(1, "user", fmt.Sprintf("u%d-%d", w, i%5))}})
+				time.Sleep(time.Millisecond)
+			}
+		})
+	}
+	// Let the dashboard take a few samples with traffic in them.
+	waitFor(t, func() bool {
+		srv.dash.mu.Lock()
+		defer srv.dash.mu.Unlock()
+		n := len(srv.dash.history)
+		return n >= 2 && srv.dash.history[n-1].DecisionsPerSec > 0
+	})
+
+	url := "http://" + srv.HTTPAddr() + "/ui/?poll"
+	base := []string{"--headless", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage", "--no-first-run",
+		"--user-data-dir=" + t.TempDir(), "--virtual-time-budget=3000"}
+	run := func(args ...string) []byte {
+		cctx, ccancel := context.WithTimeout(context.Background(), 90*time.Second)
+		defer ccancel()
+		cmd := exec.CommandContext(cctx, browser, append(append([]string{}, base...), args...)...)
+		var stderr strings.Builder
+		cmd.Stderr = &stderr
+		out, err := cmd.Output()
+		if err != nil {
+			t.Fatalf("%s: %v\n%s", browser, err, stderr.String())
+		}
+		return out
+	}
+	dom := string(run("--dump-dom", url))
+
+	dps := regexp.MustCompile(`id="dps">([0-9.]+)(k|M)?<`).FindStringSubmatch(dom)
+	if dps == nil {
+		t.Fatalf("no decisions/s on the page:\n%s", dom)
+	}
+	if v, _ := strconv.ParseFloat(dps[1], 64); v <= 0 {
+		t.Fatalf("decisions/s shows %s with traffic flowing", dps[1])
+	}
+	if !strings.Contains(dom, `class="pill live"`) {
+		t.Fatalf("status is not live:\n%s", dom)
+	}
+	row := regexp.MustCompile(`<td class="key">api\|user</td><td class="num">([^<]+)</td><td class="num">([^<]+)</td><td class="num">([^<]+)</td>`).FindStringSubmatch(dom)
+	if row == nil || row[1] == "0.0" && row[2] == "0.0" && row[3] == "0.0" {
+		t.Fatalf("the api|user rule shows no decisions: %v\n%s", row, dom)
+	}
+	if !strings.Contains(dom, `<td class="key">api|user|u0-`) && !strings.Contains(dom, `<td class="key">api|user|u1-`) {
+		t.Fatalf("no limited keys listed:\n%s", dom)
+	}
+
+	shotDir := os.Getenv("FLOODGATE_SCREENSHOT_DIR")
+	if shotDir == "" {
+		shotDir = t.TempDir()
+	}
+	shot := filepath.Join(shotDir, "dashboard.png")
+	run("--hide-scrollbars", "--window-size=1200,900", "--screenshot="+shot, url)
+	if fi, err := os.Stat(shot); err != nil || fi.Size() < 10_000 {
+		t.Fatalf("screenshot %s: %v", shot, err)
+	}
+	t.Logf("screenshot: %s", shot)
+}
