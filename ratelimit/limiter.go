@@ -6,6 +6,7 @@
 // A Limiter checks one or more rules in one atomic step: all of them admit the
 // request, or nothing is consumed from any. On Redis a decision is one script
 // call whose clock is the Redis server's, so clients with skewed clocks agree.
+// AllowAll does the same for several keys, each with its own Limiter.
 //
 //	lim, err := ratelimit.New(backend.NewMemory(), ratelimit.GCRA{Rate: 10, Per: time.Second, Burst: 20})
 //	res, err := lim.Allow(ctx, "user:42")
@@ -59,10 +60,12 @@ type Limiter struct {
 	logTag uint64 // shared log of the SlidingLog rules
 	logMax int64  // longest SlidingLog window, µs
 
-	mem    *backend.Table
-	redis  *backend.Redis
-	script *backend.Script // allow.lua with the algorithms this Limiter uses
-	params []any           // ARGV[4...] of the script
+	mem      *backend.Table
+	redis    *backend.Redis
+	script   *backend.Script // allow.lua with the algorithms this Limiter uses
+	params   []any           // ARGV[4...] of the script
+	ruleArgs []any           // every rule's 5 parameters, as allow.lua takes them (AllowAll)
+	mask     uint8           // bit k set when a rule has kind k (AllowAll)
 }
 
 //go:embed lua/common.lua
@@ -104,9 +107,16 @@ var (
 // mask (bit k for kind k), so that a call defines only the functions it may
 // run. There are at most 16 such scripts.
 func allowScript(mask uint8) *backend.Script {
+	return composeScript(scripts, mask, luaAllow)
+}
+
+// composeScript returns main preceded by common.lua and the algorithms whose
+// kinds are in mask, from cache or built and cached there. cache is guarded by
+// scriptsMu.
+func composeScript(cache map[uint8]*backend.Script, mask uint8, main string) *backend.Script {
 	scriptsMu.Lock()
 	defer scriptsMu.Unlock()
-	if s, ok := scripts[mask]; ok {
+	if s, ok := cache[mask]; ok {
 		return s
 	}
 	parts := []string{luaCommon}
@@ -116,8 +126,8 @@ func allowScript(mask uint8) *backend.Script {
 		}
 	}
 	sort.Strings(parts[1:])
-	s := backend.NewScript(strings.Join(append(parts, luaAllow), "\n"))
-	scripts[mask] = s
+	s := backend.NewScript(strings.Join(append(parts, main), "\n"))
+	cache[mask] = s
 	return s
 }
 
@@ -177,10 +187,12 @@ func New(b backend.Backend, rules ...Rule) (*Limiter, error) {
 	case *backend.Redis:
 		l.redis = b
 		l.params = l.scriptParams()
+		l.ruleArgs = l.params // the fast paths below trim params; AllowAll needs them all
 		var mask uint8
 		for _, s := range l.specs {
 			mask |= 1 << s.kind
 		}
+		l.mask = mask
 		l.script = allowScript(mask)
 		if len(l.specs) == 1 {
 			switch l.specs[0].kind {
@@ -309,6 +321,7 @@ func (l *Limiter) allowMemory(key string, n int64, vs []verdict) {
 	}
 	ok := true
 	for i := range l.specs {
+		// checkRule's switch, inlined: this is the hot path.
 		s := &l.specs[i]
 		switch s.kind {
 		case kindFixed:
@@ -332,7 +345,44 @@ func (l *Limiter) allowMemory(key string, n int64, vs []verdict) {
 	sh.Unlock()
 }
 
-// commitMemory applies an admitted decision; the shard must be locked.
+// checkRule decides n units against rule i, given the key's entry e (nil when
+// the key has no state) and its log lg (nil when none), changing nothing. It
+// returns the verdict and, for a drain or fixed-window rule that admits, what
+// commitRule stores. The shard of e must be locked.
+func (l *Limiter) checkRule(i int, e *backend.Entry, lg *logState, now, n int64) (verdict, int64) {
+	s := &l.specs[i]
+	switch s.kind {
+	case kindFixed:
+		return s.fixedCheck(e, now, n)
+	case kindSliding:
+		return s.slidingCheck(e, now, n), 0
+	case kindLog:
+		return s.logCheck(lg, now, n), 0
+	default:
+		return s.drainCheck(e, now, n)
+	}
+}
+
+// commitRule consumes n units from rule i, which checkRule admitted with
+// pending, and returns the time the state is worthless. For a SlidingLog rule
+// it appends to the Limiter's shared log, so it must run once per decision for
+// all SlidingLog rules. The shard of e must be locked.
+func (l *Limiter) commitRule(i int, e *backend.Entry, now, n, pending int64) int64 {
+	s := &l.specs[i]
+	switch s.kind {
+	case kindFixed:
+		return s.fixedCommit(e, now, pending)
+	case kindSliding:
+		return s.slidingCommit(e, now, n)
+	case kindLog:
+		return logCommit(e, l.logTag, l.logMax, now, n)
+	default:
+		return s.drainCommit(e, now, pending)
+	}
+}
+
+// commitMemory applies an admitted decision; the shard must be locked. Its
+// loop is commitRule's switch, inlined: this is the hot path.
 func (l *Limiter) commitMemory(e *backend.Entry, now, n int64, pending []int64) {
 	logged := false
 	for i := range l.specs {
