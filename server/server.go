@@ -244,7 +244,14 @@ func fingerprint(path string) (string, error) {
 		}
 		files = files[:0]
 		for _, e := range ents {
-			files = append(files, filepath.Join(path, e.Name()))
+			// Only the files config.Load reads: an editor's swap file or a
+			// README must not trigger reloads (or fail them when unreadable).
+			name := e.Name()
+			ext := strings.ToLower(filepath.Ext(name))
+			if strings.HasPrefix(name, ".") || ext != ".yaml" && ext != ".yml" {
+				continue
+			}
+			files = append(files, filepath.Join(path, name))
 		}
 		sort.Strings(files)
 	}
