@@ -1,4 +1,4 @@
-.PHONY: test race bench lint fuzz run
+.PHONY: test race bench lint fuzz run charts
 
 # The README's test command: installs redis-server if missing, vets, runs every test with -race.
 test:
@@ -19,6 +19,13 @@ lint:
 
 fuzz:
 	go test -run '^$$' -fuzz FuzzRules -fuzztime 30s ./ratelimit
+	go test -run '^$$' -fuzz FuzzSimulateParseTraffic -fuzztime 300000x ./internal/simulate
 
 run:
 	go run ./examples/ratelimit
+
+# The charts of docs/algorithms.md, drawn by floodgate simulate: the six algorithms
+# under one boundary attack (10 requests just before a 1s window edge, 10 just after).
+charts:
+	go run ./cmd/floodgate simulate --all --limit 10 --per 1s --burst 10 --traffic boundary \
+		--out docs/img/boundary.svg

@@ -40,6 +40,7 @@ func commands() []command {
 	return []command{
 		{"serve", "run the decision server (Envoy RLS gRPC and HTTP)", runServe},
 		{"check", "ask a running server for a decision", runCheck},
+		{"simulate", "run traffic through rules on a simulated clock; chart and check them", runSimulate},
 		{"config", "check configuration files (config check FILE|DIR)", runConfig},
 		{"version", "print the version", runVersion},
 	}
