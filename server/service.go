@@ -455,7 +455,6 @@ func overrideLimit(domain string, d *Descriptor) *config.Limit {
 		b.WriteString(escapePath(e.Value))
 	}
 	return &config.Limit{
-		Name:            "override",
 		Unit:            d.Override.Unit,
 		RequestsPerUnit: d.Override.RequestsPerUnit,
 		Algorithm:       "fixed_window",
