@@ -344,7 +344,7 @@ func (s *Service) Decide(ctx context.Context, req *Request) (*Response, error) {
 
 	if len(gate) > 0 {
 		var resBuf [8]ratelimit.Result
-		results := resBuf[:0]
+		var results []ratelimit.Result
 		if len(gate) > len(resBuf) {
 			results = make([]ratelimit.Result, len(gate))
 		} else {

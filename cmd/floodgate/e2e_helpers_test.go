@@ -14,6 +14,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"go/build"
 	"io"
 	"net/http"
 	"os"
@@ -64,9 +65,9 @@ func floodgateBinary(t *testing.T) string {
 		if binErr != nil {
 			return
 		}
-		goTool := filepath.Join(runtime.GOROOT(), "bin", "go")
-		if _, err := os.Stat(goTool); err != nil {
-			goTool = "go"
+		goTool, err := exec.LookPath("go")
+		if err != nil {
+			goTool = filepath.Join(build.Default.GOROOT, "bin", "go")
 		}
 		binPath = filepath.Join(binDir, "floodgate")
 		args := []string{"build", "-o", binPath}
