@@ -26,6 +26,10 @@ type RWBackend struct {
 	New func(t testing.TB, name string, opts ...lock.Option) RW
 	// MinTTL is the shortest TTL the store honours well; default 200ms.
 	MinTTL time.Duration
+	// Waiters, if set, returns how many Lock calls wait in the queue of
+	// name. The suite then waits until waiters have queued instead of
+	// sleeping for it, which a loaded machine can outlast.
+	Waiters func(t testing.TB, name string) int
 }
 
 // RunRW runs the reader/writer lock suite: readers share, a writer excludes
@@ -427,7 +431,7 @@ func testRWWoken(t *testing.T, b RWBackend) {
 	for range 3 {
 		cs = append(cs, lockAsync(b.New(t, name, slow...).RLocker()))
 	}
-	time.Sleep(200 * time.Millisecond) // let them queue
+	awaitQueued(t, b.Waiters, name, 3)
 	mustUnlock(t, w, "writer")
 	var rs []*lock.Lease
 	for i, c := range cs {
@@ -448,7 +452,7 @@ func testRWFairOrder(t *testing.T, b RWBackend) {
 	var order []string
 	var wg sync.WaitGroup
 	errs := make(chan error, 5)
-	for _, who := range []string{"W1", "R1", "R2", "W2", "R3"} {
+	for i, who := range []string{"W1", "R1", "R2", "W2", "R3"} {
 		rw := b.New(t, name, fair...)
 		l := rw.Locker()
 		if who[0] == 'R' {
@@ -472,7 +476,7 @@ func testRWFairOrder(t *testing.T, b RWBackend) {
 				errs <- fmt.Errorf("%s: %w", who, err)
 			}
 		}()
-		time.Sleep(200 * time.Millisecond) // queue in order
+		awaitQueued(t, b.Waiters, name, i+1) // queue in order
 	}
 	mustUnlock(t, holder, "holder")
 	wg.Wait()
@@ -523,4 +527,26 @@ func testRWUpgrade(t *testing.T, b RWBackend) {
 	mustUnlock(t, w, "write")
 	mustUnlock(t, r, "read")
 	mustUnlock(t, mustTry(t, b.New(t, name).Locker(), "writer after every Unlock"), "writer")
+}
+
+// awaitQueued returns once n Lock calls wait in the queue of name, as
+// waiters (if not nil) reports; without it, it sleeps 200ms. It fails the
+// test after 10s.
+func awaitQueued(t testing.TB, waiters func(testing.TB, string) int, name string, n int) {
+	t.Helper()
+	if waiters == nil {
+		time.Sleep(200 * time.Millisecond)
+		return
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		got := waiters(t, name)
+		if got >= n {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d waiters queued after 10s, want %d", got, n)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
 }

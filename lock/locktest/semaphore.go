@@ -20,6 +20,10 @@ type SemBackend struct {
 	New func(t testing.TB, name string, permits int, opts ...lock.Option) lock.Locker
 	// MinTTL is the shortest TTL the store honours well; default 200ms.
 	MinTTL time.Duration
+	// Waiters, if set, returns how many Lock calls wait in the queue of
+	// name. The suite then waits until waiters have queued instead of
+	// sleeping for it, which a loaded machine can outlast.
+	Waiters func(t testing.TB, name string) int
 }
 
 // RunSemaphore runs the semaphore suite: exactly permits holders at most
@@ -52,7 +56,9 @@ func RunSemaphore(t *testing.T, b SemBackend) {
 }
 
 // testSemAdmits: 16 goroutines, 5 holdings each, on 3 permits: never more
-// than 3 inside, and 3 at some point.
+// than 3 inside, and 3 at some point. Each holding lasts 20ms, longer than
+// an acquisition takes on a loaded machine, even where a store serializes
+// the operations of one name (SQL), so that 3 holders do overlap.
 func testSemAdmits(t *testing.T, b SemBackend) {
 	const permits = 3
 	name := Name(t)
@@ -80,7 +86,7 @@ func testSemAdmits(t *testing.T, b SemBackend) {
 					}
 				}
 				total.Add(1)
-				time.Sleep(2 * time.Millisecond)
+				time.Sleep(20 * time.Millisecond)
 				inside.Add(-1)
 				if err := lease.Unlock(context.Background()); err != nil {
 					errs <- err
@@ -215,7 +221,7 @@ func testSemWoken(t *testing.T, b SemBackend) {
 	c := mustTry(t, b.New(t, name, 2, slow...), "second permit")
 	w1 := lockAsync(b.New(t, name, 2, slow...))
 	w2 := lockAsync(b.New(t, name, 2, slow...))
-	time.Sleep(200 * time.Millisecond) // let them queue
+	awaitQueued(t, b.Waiters, name, 2)
 	mustUnlock(t, a, "first permit")
 	var got *lock.Lease
 	var rest <-chan result
@@ -266,7 +272,7 @@ func testSemFairOrder(t *testing.T, b SemBackend) {
 				errs <- fmt.Errorf("waiter %d: %w", i, err)
 			}
 		}()
-		time.Sleep(200 * time.Millisecond) // queue in order
+		awaitQueued(t, b.Waiters, name, i+1) // queue in order
 	}
 	mustUnlock(t, holder, "holder")
 	wg.Wait()
@@ -292,7 +298,8 @@ func testSemFairNewcomer(t *testing.T, b SemBackend) {
 		wc := lockAsync(b.New(t, name, 1, fair...))
 		newcomer := b.New(t, name, 1, fair...)
 		mustBeLocked(t, newcomer, "newcomer while held") // and connected
-		pending(t, wc, 300*time.Millisecond, "waiter")   // let it queue
+		awaitQueued(t, b.Waiters, name, 1)
+		pending(t, wc, 100*time.Millisecond, "waiter")
 		mustUnlock(t, holder, "holder")
 		mustBeLocked(t, newcomer, fmt.Sprintf("round %d: a fair newcomer just after the release", i))
 		mustUnlock(t, await(t, wc, 10*time.Second, "waiter"), "waiter")

@@ -96,3 +96,64 @@ func ExampleNew() {
 	defer lease.Unlock(ctx)
 	// ... run the report, stopping if <-lease.Lost() ...
 }
+
+// A readers–writer lock on MySQL or MariaDB: many instances read the
+// configuration at once, and a writer that waits keeps new readers out
+// until it has written.
+func ExampleNewRWMutex() {
+	ctx := context.Background()
+	db, err := sql.Open("mysql", "app@tcp(127.0.0.1:3306)/app?interpolateParams=true")
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer db.Close()
+	if err := sqllock.Migrate(ctx, db, sqllock.MySQL); err != nil {
+		log.Fatal(err)
+	}
+	rw, err := sqllock.NewRWMutex(db, sqllock.MySQL, "config", lock.TTL(30*time.Second), lock.AutoRenew())
+	if err != nil {
+		log.Fatal(err)
+	}
+	r, err := rw.RLock(ctx)
+	if err != nil {
+		log.Fatal(err)
+	}
+	// ... read the configuration ...
+	_ = r.Unlock(ctx)
+
+	w, err := rw.Lock(ctx)
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer w.Unlock(ctx)
+	// ... write it, passing w.Token() to the store ...
+}
+
+// A semaphore on PostgreSQL: at most 4 exports run at once across every
+// instance, and a finished export wakes the next waiter through NOTIFY.
+func ExampleListener_NewSemaphore() {
+	ctx := context.Background()
+	db, err := sql.Open("pgx", "postgres://app@127.0.0.1:5432/app?sslmode=disable")
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer db.Close()
+	if err := sqllock.Migrate(ctx, db, sqllock.Postgres); err != nil {
+		log.Fatal(err)
+	}
+	ln, err := sqllock.NewListener(db, pgxWait)
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer ln.Close()
+	exports, err := ln.NewSemaphore("exports", 4, lock.TTL(time.Minute), lock.AutoRenew(), lock.Fair())
+	if err != nil {
+		log.Fatal(err)
+	}
+	permit, err := exports.Lock(ctx)
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer permit.Unlock(ctx)
+	// ... run the export, stopping if <-permit.Lost() ...
+}

@@ -38,7 +38,7 @@ type WaitFunc func(ctx context.Context, driverConn any) (channel, payload string
 // of only backing off: a release notifies the longest live waiter of the
 // lock (see the package documentation), and the Listener hands the
 // notification to it. Use one Listener per *sql.DB and make the Lockers with
-// Listener.New.
+// Listener.New, Listener.NewRWMutex and Listener.NewSemaphore.
 //
 // A Lock subscribes once it finds the lock taken, so uncontended locking
 // costs no listening. While any of its Lockers is waiting, and for a few

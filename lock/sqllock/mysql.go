@@ -3,6 +3,7 @@ package sqllock
 import (
 	"context"
 	"database/sql"
+	"regexp"
 	"time"
 
 	"github.com/floodgate-dev/floodgate/lock"
@@ -28,6 +29,36 @@ var mySchema = []string{
 	expires_at DATETIME(6)    NOT NULL,
 	PRIMARY KEY (name, waiter),
 	UNIQUE KEY floodgate_lock_waiters_seq (seq)
+) ENGINE=InnoDB`,
+	// RWMutex and Semaphore (see shared.go). Deadlines are µs since 1970
+	// by the database clock (UTC), as the Go code computes with them.
+	`CREATE TABLE IF NOT EXISTS floodgate_shared_locks (
+	kind  VARBINARY(8)   NOT NULL,
+	name  VARBINARY(512) NOT NULL,
+	token BIGINT         NOT NULL DEFAULT 0,
+	place BIGINT         NOT NULL DEFAULT 0,
+	PRIMARY KEY (kind, name)
+) ENGINE=InnoDB`,
+	`CREATE TABLE IF NOT EXISTS floodgate_shared_holders (
+	kind       VARBINARY(8)   NOT NULL,
+	name       VARBINARY(512) NOT NULL,
+	side       VARBINARY(1)   NOT NULL,
+	owner      VARBINARY(256) NOT NULL,
+	holds      INT            NOT NULL,
+	token      BIGINT         NOT NULL,
+	expires_us BIGINT         NOT NULL,
+	PRIMARY KEY (kind, name, side, owner)
+) ENGINE=InnoDB`,
+	`CREATE TABLE IF NOT EXISTS floodgate_shared_waiters (
+	kind       VARBINARY(8)   NOT NULL,
+	name       VARBINARY(512) NOT NULL,
+	waiter     VARBINARY(64)  NOT NULL,
+	side       VARBINARY(1)   NOT NULL,
+	owner      VARBINARY(256) NOT NULL,
+	seq        BIGINT         NOT NULL,
+	listens    BOOLEAN        NOT NULL,
+	expires_us BIGINT         NOT NULL,
+	PRIMARY KEY (kind, name, waiter)
 ) ENGINE=InnoDB`,
 }
 
@@ -171,3 +202,43 @@ func (d *dbDriver) myTry(ctx context.Context, owner string, ttl time.Duration, w
 	}
 	return lock.Grant{}, hintOf(remaining), lock.ErrLocked
 }
+
+// myShared are the statements of the RWMutex and the Semaphore on MySQL:
+// the PostgreSQL ones with ? placeholders, but for the two below. No
+// statement takes a lock on a range of rows (only the name's row, by its
+// whole key, and rows written by their whole key), so that operations on
+// different names never wait for each other's gap locks; reads of the
+// holdings and the queue are plain reads made after the name's row is
+// locked, so they see every change committed under that lock.
+var myShared = func() sharedStmts {
+	q := sharedCommon
+	for _, s := range []*string{
+		&q.insertHolder, &q.reenterHolder, &q.unholdHolder, &q.deleteHolder, &q.expireHolder,
+		&q.insertWaiter, &q.renewWaiter, &q.deleteWaiter, &q.updateLock, &q.lock,
+	} {
+		*s = placeholders.ReplaceAllString(*s, "?")
+	}
+	q.create = `INSERT INTO floodgate_shared_locks (kind, name) VALUES (?, ?) ON DUPLICATE KEY UPDATE token = token`
+	q.load = `SELECT c.now, x.t, x.side, x.owner, x.n, x.token, x.expires_us, x.waiter, x.listens
+FROM (SELECT ` + myNowUs + ` AS now) c
+LEFT JOIN (
+	SELECT 'h' AS t, side, owner, holds AS n, token, expires_us, '' AS waiter, FALSE AS listens
+	FROM floodgate_shared_holders WHERE kind = ? AND name = ?
+	UNION ALL
+	SELECT 'q', side, owner, seq, 0, expires_us, waiter, listens
+	FROM floodgate_shared_waiters WHERE kind = ? AND name = ?
+) x ON TRUE
+ORDER BY x.t, x.n`
+	return q
+}()
+
+// myExtendShared: ttl µs twice, kind, name, side, owner. As myExtend, it
+// moves a deadline that would not change by 1µs, so that the one matched row
+// always counts as changed.
+const myExtendShared = `UPDATE floodgate_shared_holders SET expires_us = IF(
+	expires_us = ` + myNowUs + ` + ?,
+	expires_us + 1,
+	` + myNowUs + ` + ?)
+WHERE kind = ? AND name = ? AND side = ? AND owner = ? AND expires_us > ` + myNowUs
+
+var placeholders = regexp.MustCompile(`\$[0-9]+`)

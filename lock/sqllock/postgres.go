@@ -34,6 +34,36 @@ var pgSchema = []string{
 	expires_at timestamptz NOT NULL,
 	PRIMARY KEY (name, waiter)
 )`,
+	// RWMutex and Semaphore (see shared.go). Deadlines are µs since 1970
+	// by the database clock, as the Go code computes with them.
+	`CREATE TABLE IF NOT EXISTS floodgate_shared_locks (
+	kind  text   NOT NULL,
+	name  text   NOT NULL,
+	token bigint NOT NULL DEFAULT 0,
+	place bigint NOT NULL DEFAULT 0,
+	PRIMARY KEY (kind, name)
+)`,
+	`CREATE TABLE IF NOT EXISTS floodgate_shared_holders (
+	kind       text    NOT NULL,
+	name       text    NOT NULL,
+	side       text    NOT NULL,
+	owner      text    NOT NULL,
+	holds      integer NOT NULL,
+	token      bigint  NOT NULL,
+	expires_us bigint  NOT NULL,
+	PRIMARY KEY (kind, name, side, owner)
+)`,
+	`CREATE TABLE IF NOT EXISTS floodgate_shared_waiters (
+	kind       text    NOT NULL,
+	name       text    NOT NULL,
+	waiter     text    NOT NULL,
+	side       text    NOT NULL,
+	owner      text    NOT NULL,
+	seq        bigint  NOT NULL,
+	listens    boolean NOT NULL,
+	expires_us bigint  NOT NULL,
+	PRIMARY KEY (kind, name, waiter)
+)`,
 }
 
 func pgMigrate(ctx context.Context, db *sql.DB) error {
@@ -158,3 +188,76 @@ func (d *dbDriver) pgTry(ctx context.Context, owner string, ttl time.Duration, w
 	}
 	return lock.Grant{}, hintOf(remaining), lock.ErrLocked
 }
+
+// Statements of the RWMutex and the Semaphore (see shared.go). Each $n
+// appears once, in order, so that the MySQL forms are the same text with ?.
+var sharedCommon = sharedStmts{
+	insertHolder: `INSERT INTO floodgate_shared_holders (kind, name, side, owner, holds, token, expires_us)
+VALUES ($1, $2, $3, $4, $5, $6, $7)`,
+	// Holdings are changed relative to their current row (hold count,
+	// GREATEST), never set from what the operation read: Extend changes
+	// them outside the name's row lock.
+	reenterHolder: `UPDATE floodgate_shared_holders SET holds = holds + 1, expires_us = GREATEST(expires_us, $1)
+WHERE kind = $2 AND name = $3 AND side = $4 AND owner = $5`,
+	unholdHolder: `UPDATE floodgate_shared_holders SET holds = holds - 1
+WHERE kind = $1 AND name = $2 AND side = $3 AND owner = $4`,
+	deleteHolder: `DELETE FROM floodgate_shared_holders WHERE kind = $1 AND name = $2 AND side = $3 AND owner = $4`,
+	expireHolder: `DELETE FROM floodgate_shared_holders
+WHERE kind = $1 AND name = $2 AND side = $3 AND owner = $4 AND expires_us <= $5`,
+	insertWaiter: `INSERT INTO floodgate_shared_waiters (kind, name, waiter, side, owner, seq, listens, expires_us)
+VALUES ($1, $2, $3, $4, $5, $6, $7, $8)`,
+	renewWaiter:  `UPDATE floodgate_shared_waiters SET expires_us = $1 WHERE kind = $2 AND name = $3 AND waiter = $4`,
+	deleteWaiter: `DELETE FROM floodgate_shared_waiters WHERE kind = $1 AND name = $2 AND waiter = $3`,
+	updateLock:   `UPDATE floodgate_shared_locks SET token = $1, place = $2 WHERE kind = $3 AND name = $4`,
+	lock:         `SELECT token, place FROM floodgate_shared_locks WHERE kind = $1 AND name = $2 FOR UPDATE`,
+}
+
+// sharedStmts are the statements of the RWMutex and the Semaphore in one
+// dialect.
+type sharedStmts struct {
+	// lock locks a name's row by its whole key: its fence and last place.
+	lock string
+	// create makes a name's row if it does not exist.
+	create string
+	// load returns the database clock (µs since 1970) in every row, the
+	// holdings of a name (t 'h'; n the hold count) and its queue (t 'q';
+	// n the place), waiters by place; one row of NULLs but the clock when
+	// there are neither. Run after lock, so the clock and the rows are
+	// read after the row lock is taken. Arguments: kind, name, kind, name.
+	load                                      string
+	insertHolder, reenterHolder, unholdHolder string
+	deleteHolder, expireHolder                string
+	insertWaiter, renewWaiter, deleteWaiter   string
+	updateLock                                string
+}
+
+var pgShared = func() sharedStmts {
+	q := sharedCommon
+	q.create = `INSERT INTO floodgate_shared_locks (kind, name) VALUES ($1, $2) ON CONFLICT (kind, name) DO NOTHING`
+	q.load = `SELECT c.now, x.t, x.side, x.owner, x.n, x.token, x.expires_us, x.waiter, x.listens
+FROM (SELECT (extract(epoch FROM clock_timestamp()) * 1000000)::bigint AS now) c
+LEFT JOIN (
+	SELECT 'h' AS t, side, owner, holds::bigint AS n, token, expires_us, '' AS waiter, false AS listens
+	FROM floodgate_shared_holders WHERE kind = $1 AND name = $2
+	UNION ALL
+	SELECT 'q', side, owner, seq, 0, expires_us, waiter, listens
+	FROM floodgate_shared_waiters WHERE kind = $3 AND name = $4
+) x ON true
+ORDER BY x.t, x.n`
+	return q
+}()
+
+// pgExtendShared: $1 ttl µs, $2 kind, $3 name, $4 side, $5 owner. Matches
+// only the owner's unexpired holding, so it never re-acquires.
+const pgExtendShared = `UPDATE floodgate_shared_holders
+SET expires_us = (extract(epoch FROM clock_timestamp()) * 1000000)::bigint + $1
+WHERE kind = $2 AND name = $3 AND side = $4 AND owner = $5
+	AND expires_us > (extract(epoch FROM clock_timestamp()) * 1000000)::bigint`
+
+// pgNotify sends one notification: $1 channel, $2 payload (a waiter id, or
+// "" for every waiter of the lock).
+const pgNotify = `SELECT pg_notify($1, $2)`
+
+// pgNotifyMany sends a notification per waiter id: $1 channel, $2 waiter ids
+// separated by commas (ids are hex).
+const pgNotifyMany = `SELECT pg_notify($1, w) FROM unnest(string_to_array($2, ',')) AS w`

@@ -1,8 +1,10 @@
 // Package sqllock provides distributed locks on PostgreSQL and MySQL/MariaDB
 // through database/sql, with the contract of package lock: leases with a TTL,
 // owner-only release and extend, re-entry, AutoRenew and Lost, fencing
-// tokens, waiting and Fair order. It imports no SQL driver: open the
-// *sql.DB with the driver of your choice (the tests use
+// tokens, waiting and Fair order. It offers a mutex (New), a readers–writer
+// lock (NewRWMutex) and a counting semaphore (NewSemaphore); see Readers,
+// writers and semaphores below for the last two. It imports no SQL driver:
+// open the *sql.DB with the driver of your choice (the tests use
 // github.com/jackc/pgx/v5/stdlib and github.com/go-sql-driver/mysql).
 //
 // # Tables
@@ -18,9 +20,11 @@
 //	expires_at  end of the lease (PostgreSQL timestamptz; MySQL DATETIME(6) in UTC)
 //
 // Waiters that need a place in a queue stand in floodgate_lock_waiters
-// (name, waiter, seq, expires_at). Migrate creates both tables; the names are
-// fixed. Rows of floodgate_locks are never deleted, so that tokens keep
-// increasing: a store keeps one small row per lock name ever used.
+// (name, waiter, seq, expires_at). Rows of floodgate_locks are never
+// deleted, so that tokens keep increasing: a store keeps one small row per
+// lock name ever used. RWMutexes and Semaphores have tables of their own
+// (see Readers, writers and semaphores). Migrate creates every table; the
+// names are fixed.
 //
 // # Clocks and expiry
 //
@@ -91,6 +95,55 @@
 // consulted only while the lock's row exists, that is from the first
 // acquisition of the name on, unless someone deletes the row.
 //
+// # Readers, writers and semaphores
+//
+// An RWMutex or a Semaphore may have several holders at once, so its state
+// takes several rows, in three tables keyed by (kind, name), where kind is
+// 'rw' or 'sem' (a Mutex, an RWMutex and a Semaphore of one name are separate
+// locks):
+//
+//	floodgate_shared_locks    one row per name: token, the last fencing token
+//	                          handed out; place, the last queue place
+//	floodgate_shared_holders  one row per holding: side ('r' reader, 'w' writer,
+//	                          's' permit), owner, holds, token, expires_us
+//	floodgate_shared_waiters  the queue: waiter (one per waiting Lock call),
+//	                          side, owner, seq, listens, expires_us
+//
+// Deadlines (expires_us) are microseconds since 1970 by the database clock,
+// as above. Every acquisition, release, and departure of a waiter is one
+// transaction that first locks the name's row of floodgate_shared_locks
+// (SELECT ... FOR UPDATE, by its whole key), then reads the holdings and the
+// queue and the database clock, decides by the lock's rules, and writes the
+// changes: operations on one name are serialized. The reads that follow the
+// row lock see every change committed under it: on PostgreSQL the
+// transaction is READ COMMITTED, on MySQL REPEATABLE READ (the default) or
+// READ COMMITTED. On MySQL no statement locks a range of rows, so operations
+// on different names never wait for each other's gap locks.
+// Extend is one UPDATE of the owner's unexpired holding, outside the row
+// lock; an operation that judged a holding expired deletes it with a
+// statement that checks it still is, and starts again if it was extended
+// meanwhile. Holdings whose lease ended are deleted by the next operation on
+// the name, and dead waiters too, so that no operation judges them live
+// again. An operation costs about five statements, a few times a Mutex's.
+//
+// The rules are those of lock.NewRWMutex and lock.NewSemaphore: a reader is
+// admitted unless another owner holds the write side or a writer waits
+// ahead of it, so that once a writer waits, new readers queue behind it and
+// writers are not starved; a writer is admitted when no other owner holds
+// either side; a permit while fewer than permits owners hold one. Every
+// waiting Lock call queues, as it must for a waiting writer to keep readers
+// out; with lock.Fair, writers and permits also respect the queue's order.
+// Fencing tokens are max(last token + 1, database clock in µs), strictly
+// increasing per name across readers and writers. A crashed holder's
+// holding, read, write or permit, ends at its TTL.
+//
+// A release (and a waiter that gives up) wakes whoever can go next: the
+// readers queued before the first waiting writer, together, or that writer
+// once no other owner reads; as many semaphore waiters as permits are free.
+// On PostgreSQL, waiters of Lockers made by a Listener (Listener.NewRWMutex,
+// Listener.NewSemaphore) are woken by a NOTIFY per waiter, committed with
+// the release; every other waiter backs off as described under Waiting.
+//
 // # Drivers
 //
 // PostgreSQL: any database/sql driver; the Listener's WaitFunc below is for
@@ -153,11 +206,13 @@ const (
 	WaitersTable = "floodgate_lock_waiters"
 )
 
-// Migrate creates the tables LocksTable and WaitersTable in db if they do
-// not exist. It is idempotent and safe to run from several processes at once
-// (on PostgreSQL concurrent runs are serialized by an advisory lock). It
-// needs the privilege to create tables; run it once at deployment, or at
-// start-up, before New.
+// Migrate creates the tables LocksTable and WaitersTable (the Mutex) and
+// SharedLocksTable, SharedHoldersTable and SharedWaitersTable (the RWMutex
+// and the Semaphore) in db if they do not exist. It only ever adds tables:
+// it is idempotent, keeps the rows of tables made by earlier versions, and
+// is safe to run from several processes at once (on PostgreSQL concurrent
+// runs are serialized by an advisory lock). It needs the privilege to
+// create tables; run it once at deployment, or at start-up, before New.
 func Migrate(ctx context.Context, db *sql.DB, d Dialect) error {
 	if db == nil {
 		return errors.New("sqllock: db is nil")
@@ -197,29 +252,39 @@ func newLocker(db *sql.DB, d Dialect, ln *Listener, name string, opts []lock.Opt
 	if db == nil {
 		return nil, errors.New("sqllock: db is nil")
 	}
-	if err := d.check(); err != nil {
-		return nil, err
-	}
-	if err := lock.CheckName(name); err != nil {
-		return nil, err
-	}
-	o, err := lock.BuildOptions(opts)
+	o, err := checkLock(d, name, opts)
 	if err != nil {
 		return nil, err
-	}
-	if d == Postgres {
-		if !validText(name) {
-			return nil, errors.New("sqllock: name must be valid UTF-8 without NUL bytes on PostgreSQL")
-		}
-		if !validText(o.Owner) {
-			return nil, errors.New("sqllock: Owner must be valid UTF-8 without NUL bytes on PostgreSQL")
-		}
 	}
 	dr := &dbDriver{db: db, dialect: d, name: name, o: o, ln: ln}
 	if d == Postgres {
 		dr.channel = channelName(name)
 	}
 	return lock.NewLocker(dr, o), nil
+}
+
+// checkLock validates the dialect, the lock name and the options of a new
+// lock, and returns the options.
+func checkLock(d Dialect, name string, opts []lock.Option) (lock.Options, error) {
+	if err := d.check(); err != nil {
+		return lock.Options{}, err
+	}
+	if err := lock.CheckName(name); err != nil {
+		return lock.Options{}, err
+	}
+	o, err := lock.BuildOptions(opts)
+	if err != nil {
+		return lock.Options{}, err
+	}
+	if d == Postgres {
+		if !validText(name) {
+			return lock.Options{}, errors.New("sqllock: name must be valid UTF-8 without NUL bytes on PostgreSQL")
+		}
+		if !validText(o.Owner) {
+			return lock.Options{}, errors.New("sqllock: Owner must be valid UTF-8 without NUL bytes on PostgreSQL")
+		}
+	}
+	return o, nil
 }
 
 func validText(s string) bool { return utf8.ValidString(s) && !strings.ContainsRune(s, 0) }
@@ -266,7 +331,7 @@ func (d *dbDriver) try(ctx context.Context, owner string, ttl time.Duration, wai
 	var hint time.Duration
 	// Acquiring twice re-enters: the lock may then stay held until its TTL,
 	// as it would if the error were returned.
-	err := d.retry(ctx, true, func() (err error) {
+	err := retry(ctx, true, func() (err error) {
 		if d.dialect == Postgres {
 			g, hint, err = d.pgTry(ctx, owner, ttl, waiter)
 		} else {
@@ -285,7 +350,7 @@ func (d *dbDriver) try(ctx context.Context, owner string, ttl time.Duration, wai
 // may not meet (see retryable). Only a statement that may be applied twice
 // without harm is retried after a terminated session (repeat true): the
 // session may, rarely, end after the commit but before the reply.
-func (d *dbDriver) retry(ctx context.Context, repeat bool, f func() error) error {
+func retry(ctx context.Context, repeat bool, f func() error) error {
 	for attempt := 1; ; attempt++ {
 		err := f()
 		if err == nil || attempt == maxAttempts || ctx.Err() != nil {
@@ -313,18 +378,41 @@ func (d *dbDriver) Acquire(ctx context.Context, owner string, ttl time.Duration,
 	if d.o.Fair || d.ln != nil {
 		waiter = lock.NewOwnerID() // this call's place in the queue
 	}
+	return waitLoop(ctx, waitSpec{ln: d.ln, channel: d.channel, waiter: waiter, maxPoll: d.o.MaxPoll},
+		func(waiter string) (lock.Grant, time.Duration, error) { return d.try(ctx, owner, ttl, waiter) },
+		d.leave)
+}
+
+// waitSpec says how a waiting Acquire waits.
+type waitSpec struct {
+	ln      *Listener // nil: back-off only
+	channel string    // PostgreSQL notification channel of the lock
+	waiter  string    // the call's id in the queue; "": it does not queue
+	maxPoll time.Duration
+}
+
+// waitLoop is the waiting Acquire of every lock of the package. try makes
+// one attempt for waiter (see dbDriver.try); on ErrLocked it returns the
+// blocking lease's remaining time, or 0. Attempts are repeated with a
+// bounded exponential back-off (minBackoff, doubling, capped by maxPoll and
+// by the hint), and, with a Listener, as soon as a notification for waiter
+// arrives. When the call ends without the lock, a waiter that may have been
+// queued leaves the queue through leave, which also passes on a wake-up it
+// may have consumed.
+func waitLoop(ctx context.Context, w waitSpec, try func(waiter string) (lock.Grant, time.Duration, error),
+	leave func(ctx context.Context, waiter string)) (lock.Grant, error) {
 	queued := false
 	defer func() {
 		if queued {
 			ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), leaveTimeout)
 			defer cancel()
-			d.leave(ctx, waiter)
+			leave(ctx, w.waiter)
 		}
 	}()
 	var wake, listening <-chan struct{}
 	backoff := minBackoff
 	for {
-		g, hint, err := d.try(ctx, owner, ttl, waiter)
+		g, hint, err := try(w.waiter)
 		if err == nil {
 			queued = false // the acquisition left the queue
 			return g, nil
@@ -335,21 +423,21 @@ func (d *dbDriver) Acquire(ctx context.Context, owner string, ttl time.Duration,
 		if !errors.Is(err, lock.ErrLocked) {
 			return lock.Grant{}, err
 		}
-		queued = waiter != ""
-		if d.ln != nil && wake == nil {
+		queued = w.waiter != ""
+		if w.ln != nil && wake == nil {
 			// Listen only once the lock was found taken, so that an
-			// uncontended Lock costs one statement. A release between
+			// uncontended Lock costs no listening. A release between
 			// that attempt and the LISTEN is caught by the attempt made
 			// as soon as the LISTEN is in effect (or by the back-off).
-			sub := d.ln.subscribe(d.channel, waiter)
+			sub := w.ln.subscribe(w.channel, w.waiter)
 			defer sub.close()
 			wake, listening = sub.c, sub.ready
 		}
-		delay := min(backoff, d.o.MaxPoll)
+		delay := min(backoff, w.maxPoll)
 		if hint > 0 {
 			delay = min(delay, hint+time.Millisecond)
 		}
-		backoff = min(2*backoff, d.o.MaxPoll)
+		backoff = min(2*backoff, w.maxPoll)
 		t := time.NewTimer(delay)
 		select {
 		case <-ctx.Done():
@@ -368,7 +456,7 @@ func (d *dbDriver) Acquire(ctx context.Context, owner string, ttl time.Duration,
 // passes on a wake-up it may have consumed. Errors are ignored: the entry
 // then expires after waiterLease.
 func (d *dbDriver) leave(ctx context.Context, waiter string) {
-	_ = d.retry(ctx, true, func() (err error) {
+	_ = retry(ctx, true, func() (err error) {
 		if d.dialect == Postgres {
 			_, err = d.db.ExecContext(ctx, pgLeave, d.name, waiter, d.channel)
 		} else {
@@ -381,7 +469,7 @@ func (d *dbDriver) leave(ctx context.Context, waiter string) {
 // Extend implements lock.Driver.
 func (d *dbDriver) Extend(ctx context.Context, owner string, ttl time.Duration) error {
 	var res sql.Result
-	err := d.retry(ctx, true, func() (err error) {
+	err := retry(ctx, true, func() (err error) {
 		if d.dialect == Postgres {
 			res, err = d.db.ExecContext(ctx, pgExtend, d.name, owner, ttl.Microseconds())
 		} else {
@@ -400,7 +488,7 @@ func (d *dbDriver) Release(ctx context.Context, owner string) error {
 		var notified int64
 		// Not repeated after a terminated session: releasing twice could
 		// drop another hold level of a reentrant owner.
-		err := d.retry(ctx, false, func() error {
+		err := retry(ctx, false, func() error {
 			return d.db.QueryRowContext(ctx, pgRelease, d.name, owner, d.channel).Scan(&holds, &notified)
 		})
 		if err != nil {
@@ -412,7 +500,7 @@ func (d *dbDriver) Release(ctx context.Context, owner string) error {
 		return nil
 	}
 	var res sql.Result
-	err := d.retry(ctx, false, func() (err error) {
+	err := retry(ctx, false, func() (err error) {
 		res, err = d.db.ExecContext(ctx, myRelease, d.name, owner)
 		return err
 	})
