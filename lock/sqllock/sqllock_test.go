@@ -17,7 +17,12 @@ import (
 	"github.com/floodgate-dev/floodgate/lock/sqllock"
 )
 
-func TestMain(m *testing.M) { os.Exit(testenv.Main(m)) }
+func TestMain(m *testing.M) {
+	if os.Getenv(childEnv) != "" {
+		os.Exit(childMain()) // the other process of TestMutualExclusionTwoProcesses
+	}
+	os.Exit(testenv.Main(m))
+}
 
 // server is one database under test.
 type server struct {

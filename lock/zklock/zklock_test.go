@@ -20,7 +20,12 @@ import (
 	"github.com/floodgate-dev/floodgate/lock/zklock"
 )
 
-func TestMain(m *testing.M) { os.Exit(testenv.Main(m)) }
+func TestMain(m *testing.M) {
+	if os.Getenv(childEnv) != "" {
+		os.Exit(childMain()) // the other process of TestMutualExclusionTwoProcesses
+	}
+	os.Exit(testenv.Main(m))
+}
 
 // sessionTimeout is the session timeout the tests ask for; the server
 // (tickTime 500ms) accepts 1s to 20s.
