@@ -70,8 +70,18 @@ func runRedisConformance(t *testing.T, name string, mk func(testing.TB) *backend
 				t.Fatal(err)
 			}
 		},
+		Waiters: func(t testing.TB, name string) int {
+			n, err := drop.Run(context.Background(), zcard, []string{drop.Key(name, "lq")}, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			v, _ := n.(int64)
+			return int(v)
+		},
 	})
 }
+
+var zcard = backend.NewScript("return redis.call('ZCARD', KEYS[1])")
 
 func TestConformanceRedis(t *testing.T) {
 	runRedisConformance(t, "redis", redisBackend(testenv.SharedRedis(t).Addr))

@@ -27,6 +27,11 @@ type Backend struct {
 	// MinTTL is the shortest TTL the store honours well (ZooKeeper sessions
 	// are coarse); default 200ms.
 	MinTTL time.Duration
+	// Waiters, if set, returns how many Lock calls wait in the queue of
+	// name (Fair waiters at least). The suite then waits until a waiter
+	// has queued instead of sleeping for it, which a loaded machine can
+	// outlast.
+	Waiters func(t testing.TB, name string) int
 }
 
 var seq atomic.Int64
@@ -347,7 +352,11 @@ func testLongWait(t *testing.T, b Backend) {
 	holder := mustLock(t, b.New(t, name, lock.TTL(time.Minute)))
 	first := make(chan *lock.Lease, 1)
 	go func() { first <- mustLock(t, b.New(t, name, lock.Fair(), lock.TTL(ttl))) }()
-	time.Sleep(ttl / 2)
+	if b.Waiters != nil {
+		awaitQueued(t, b.Waiters, name, 1)
+	} else {
+		time.Sleep(ttl / 2)
+	}
 	second := make(chan *lock.Lease, 1)
 	go func() { second <- mustLock(t, b.New(t, name, lock.Fair(), lock.TTL(time.Minute))) }()
 	time.Sleep(2 * ttl) // both wait; the first longer than its TTL

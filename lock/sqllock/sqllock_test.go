@@ -91,6 +91,13 @@ func (s server) backend(t *testing.T, name string, db *sql.DB, ln *sqllock.Liste
 				t.Fatal(err)
 			}
 		},
+		Waiters: func(t testing.TB, name string) int {
+			var n int
+			if err := db.QueryRowContext(context.Background(), s.q("SELECT count(*) FROM floodgate_lock_waiters WHERE name = $1"), name).Scan(&n); err != nil {
+				t.Fatal(err)
+			}
+			return n
+		},
 	}
 }
 
