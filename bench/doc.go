@@ -12,6 +12,8 @@
 //	BenchmarkRedisFootprint/lib=L/alg=A     B/key and redis-keys/key for 100,000 user keys
 //	BenchmarkMemoryFootprint/lib=L/alg=A    B/key for 1,000,000 idle keys, and after expiry and Sweep
 //	BenchmarkServerCeiling/...              redis-benchmark -P 16 running the minimal GCRA script
+//	BenchmarkDecisionServer/store=S/via=V/keys=K/g=64  the decision server against the library on the same
+//	                                        store: decisions/s, p50-µs, p99-µs (results/server.md)
 //
 // G is the number of goroutines, started explicitly (not b.RunParallel), so
 // it does not depend on GOMAXPROCS. The b.N calls are split evenly among them.

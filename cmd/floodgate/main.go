@@ -41,6 +41,7 @@ func commands() []command {
 		{"serve", "run the decision server (Envoy RLS gRPC and HTTP)", runServe},
 		{"check", "ask a running server for a decision", runCheck},
 		{"simulate", "run traffic through rules on a simulated clock; chart and check them", runSimulate},
+		{"bench", "measure a server: decisions/s and latency percentiles", runBench},
 		{"config", "check configuration files (config check FILE|DIR)", runConfig},
 		{"version", "print the version", runVersion},
 	}
