@@ -509,14 +509,14 @@ const maxStateKey = 512
 // allow runs one AllowAll under the timeout and the circuit breaker.
 func (s *Service) allow(ctx context.Context, reqs []ratelimit.Request, results []ratelimit.Result) (bool, error) {
 	if !s.remote {
-		return ratelimit.AllowAll(ctx, reqs, results)
+		return allowAll(ctx, reqs, results)
 	}
 	if !s.breaker.allow() {
 		return false, errBreakerOpen
 	}
 	start := time.Now()
 	cctx, cancel := context.WithTimeout(ctx, s.opts.Timeout)
-	ok, err := ratelimit.AllowAll(cctx, reqs, results)
+	ok, err := allowAll(cctx, reqs, results)
 	cancel()
 	if m := s.opts.Metrics; m != nil {
 		m.backendDuration.Observe(time.Since(start).Seconds())
@@ -577,4 +577,19 @@ func (s *Service) notReadyReason() string {
 		return "the store is failing (circuit breaker open)"
 	}
 	return "ready"
+}
+
+// allowAll is ratelimit.AllowAll, through AllowN for a single request: the
+// results are the same, and a single Limiter's script is cheaper for Redis
+// than the general multi-key one.
+func allowAll(ctx context.Context, reqs []ratelimit.Request, results []ratelimit.Result) (bool, error) {
+	if len(reqs) == 1 && reqs[0].Limiter != nil {
+		r, err := reqs[0].Limiter.AllowN(ctx, reqs[0].Key, reqs[0].N)
+		if err != nil {
+			return false, err
+		}
+		results[0] = r
+		return r.Allowed, nil
+	}
+	return ratelimit.AllowAll(ctx, reqs, results)
 }
