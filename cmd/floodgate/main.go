@@ -2,6 +2,8 @@
 //
 //	floodgate serve --config FILE|DIR    run the decision server
 //	floodgate check --domain D k=v ...   ask a running server for a decision
+//	floodgate bench --domain D k=v ...   measure a running server
+//	floodgate simulate [flags]           run traffic through rules on a fake clock
 //	floodgate config check FILE|DIR...   validate configuration files offline
 //	floodgate version                    print the version
 //
@@ -60,8 +62,10 @@ Examples:
   floodgate serve --config examples/floodgate.yaml            # limits in process, no Redis
   floodgate serve --config conf/ --redis redis://localhost:6379
   floodgate check --domain api user=alice                     # ask the server on localhost:8081
-  floodgate config check ratelimit.yaml       # one file: one domain
-  floodgate config check /etc/floodgate/      # every *.yaml and *.yml file of a directory
+  floodgate bench --domain api --keys 1000 'user=u{n}'        # load it: decisions/s and latency
+  floodgate simulate --all --traffic boundary --out b.svg     # compare the algorithms on a fake clock
+  floodgate config check ratelimit.yaml                       # one file: one domain
+  floodgate config check /etc/floodgate/                      # every *.yaml and *.yml file of a directory
   floodgate version
 `
 
