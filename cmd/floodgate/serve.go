@@ -140,6 +140,9 @@ func runServe(args []string, stdout, stderr io.Writer) int {
 			return exitFailure
 		}
 		fmt.Fprintf(stderr, "floodgate serve: %v\n", err)
+		if errors.Is(err, os.ErrNotExist) {
+			fmt.Fprintf(stderr, "--config needs a configuration file, or a directory of *.yaml files; examples/floodgate.yaml is one.\n")
+		}
 		return exitFailure
 	}
 	backendName := "memory"
