@@ -2,7 +2,6 @@ package server
 
 import (
 	"bytes"
-	"context"
 	"crypto/subtle"
 	"encoding/json"
 	"errors"
@@ -155,20 +154,18 @@ func (h *httpAPI) serveJSON(w http.ResponseWriter, r *http.Request) string {
 
 // error answers err and returns its metrics label.
 func (h *httpAPI) error(w http.ResponseWriter, err error) string {
-	var ie *InputError
-	switch {
-	case errors.As(err, &ie):
-		http.Error(w, err.Error(), http.StatusBadRequest)
-		return "invalid"
-	case errors.Is(err, ErrUnavailable):
-		http.Error(w, err.Error(), http.StatusServiceUnavailable)
-		return "unavailable"
-	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
-		http.Error(w, err.Error(), http.StatusServiceUnavailable)
-		return "error"
-	}
-	http.Error(w, err.Error(), http.StatusInternalServerError)
-	return "error"
+	kind := errorKind(err)
+	http.Error(w, err.Error(), httpStatuses[kind])
+	return codeLabel(kind)
+}
+
+// httpStatuses maps an errorKind to an HTTP status.
+var httpStatuses = map[string]int{
+	"invalid":     http.StatusBadRequest,
+	"unavailable": http.StatusServiceUnavailable,
+	"canceled":    http.StatusServiceUnavailable,
+	"deadline":    http.StatusServiceUnavailable,
+	"error":       http.StatusInternalServerError,
 }
 
 // CheckRequest is the body of POST /v1/check. Descriptors are JSON objects

@@ -2,7 +2,6 @@ package server
 
 import (
 	"net/http"
-	"strings"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -168,7 +167,7 @@ func (s *Service) record(rs *ruleset, req *Request, resp *Response) {
 		cost := req.Descriptors[i].Cost
 		var ls *limitStats
 		if l.DetailedMetric {
-			ls = m.limitStats(req.Domain, &config.Limit{Path: detailedPath(l, req.Descriptors[i].Entries)})
+			ls = m.limitStats(req.Domain, &config.Limit{Path: withEntries(l.Path, req.Descriptors[i].Entries)})
 		} else if ls = rs.stats[l]; ls == nil {
 			ls = m.limitStats(req.Domain, &config.Limit{Path: "override"})
 		}
@@ -184,18 +183,4 @@ func (s *Service) record(rs *ruleset, req *Request, resp *Response) {
 			ls.within.Inc()
 		}
 	}
-}
-
-// detailedPath is a descriptor's path with the request's values, for
-// detailed_metric.
-func detailedPath(l *config.Limit, entries []config.Entry) string {
-	var b strings.Builder
-	b.WriteString(l.Path)
-	for _, e := range entries {
-		b.WriteByte('|')
-		b.WriteString(escapePath(e.Key))
-		b.WriteByte('_')
-		b.WriteString(escapePath(e.Value))
-	}
-	return b.String()
 }

@@ -30,56 +30,66 @@ func NewRLS(s *Service) *RLS { return &RLS{s: s} }
 // InvalidArgument; a store failure in the error failure mode is Unavailable.
 func (r *RLS) ShouldRateLimit(ctx context.Context, req *rls.RateLimitRequest) (*rls.RateLimitResponse, error) {
 	start := time.Now()
-	resp, err := r.decide(ctx, req)
+	out, err := r.decide(ctx, req)
+	kind := errorKind(err)
 	if m := r.s.opts.Metrics; m != nil {
-		m.request("grpc", answerCode(resp, err), time.Since(start))
+		code := codeLabel(kind)
+		if err == nil {
+			code = out.Code.String()
+		}
+		m.request("grpc", code, time.Since(start))
 	}
-	return resp, err
-}
-
-func (r *RLS) decide(ctx context.Context, req *rls.RateLimitRequest) (*rls.RateLimitResponse, error) {
-	in, err := fromProto(req)
 	if err != nil {
-		return nil, status.Error(codes.InvalidArgument, err.Error())
-	}
-	out, err := r.s.Decide(ctx, in)
-	if err != nil {
-		return nil, grpcError(err)
+		return nil, status.Error(grpcCodes[kind], err.Error())
 	}
 	return toProto(out), nil
 }
 
-// grpcError maps a Decide error to a gRPC status.
-func grpcError(err error) error {
-	var ie *InputError
-	switch {
-	case errors.As(err, &ie):
-		return status.Error(codes.InvalidArgument, err.Error())
-	case errors.Is(err, ErrUnavailable):
-		return status.Error(codes.Unavailable, err.Error())
-	case errors.Is(err, context.Canceled):
-		return status.Error(codes.Canceled, err.Error())
-	case errors.Is(err, context.DeadlineExceeded):
-		return status.Error(codes.DeadlineExceeded, err.Error())
+func (r *RLS) decide(ctx context.Context, req *rls.RateLimitRequest) (*Response, error) {
+	in, err := fromProto(req)
+	if err != nil {
+		return nil, err
 	}
-	return status.Error(codes.Internal, err.Error())
+	return r.s.Decide(ctx, in)
 }
 
-// answerCode is the code label of a request's metrics.
-func answerCode(resp interface {
-	GetOverallCode() rls.RateLimitResponse_Code
-}, err error) string {
-	if err != nil {
-		var ie *InputError
-		switch {
-		case errors.As(err, &ie) || status.Code(err) == codes.InvalidArgument:
-			return "invalid"
-		case errors.Is(err, ErrUnavailable) || status.Code(err) == codes.Unavailable:
-			return "unavailable"
-		}
+// codeLabel is the metrics' code label of an errorKind: the caller's own
+// cancellations and deadlines count as error.
+func codeLabel(kind string) string {
+	if kind == "canceled" || kind == "deadline" {
 		return "error"
 	}
-	return resp.GetOverallCode().String()
+	return kind
+}
+
+// grpcCodes maps an errorKind to a gRPC status code.
+var grpcCodes = map[string]codes.Code{
+	"invalid":     codes.InvalidArgument,
+	"unavailable": codes.Unavailable,
+	"canceled":    codes.Canceled,
+	"deadline":    codes.DeadlineExceeded,
+	"error":       codes.Internal,
+}
+
+// errorKind sorts an error of a request for the APIs' answers and the
+// metrics' code label: invalid (an InputError), unavailable (the store, in
+// the error failure mode), canceled and deadline (the caller's context), or
+// error.
+func errorKind(err error) string {
+	var ie *InputError
+	switch {
+	case err == nil:
+		return ""
+	case errors.As(err, &ie):
+		return "invalid"
+	case errors.Is(err, ErrUnavailable):
+		return "unavailable"
+	case errors.Is(err, context.Canceled):
+		return "canceled"
+	case errors.Is(err, context.DeadlineExceeded):
+		return "deadline"
+	}
+	return "error"
 }
 
 // fromProto converts an Envoy request. The request's hits_addend applies to

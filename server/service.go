@@ -352,7 +352,7 @@ func (s *Service) Decide(ctx context.Context, req *Request) (*Response, error) {
 		}
 		_, err := s.allow(ctx, gate, results)
 		if err != nil {
-			return s.fail(ctx, rs, req.Domain, resp, err)
+			return s.fail(ctx, req.Domain, resp, err)
 		}
 		for j, i := range gateIdx {
 			st := &resp.Statuses[i]
@@ -445,29 +445,26 @@ func (s *Service) match(rs *ruleset, req *Request) []*config.Limit {
 // overrideLimit is the limit of a descriptor that carries its own: a fixed
 // window keyed by the domain and every entry, as envoyproxy/ratelimit does.
 func overrideLimit(domain string, d *Descriptor) *config.Limit {
-	var b strings.Builder
-	b.WriteString(escapePath(domain))
-	b.WriteString("|override")
-	for _, e := range d.Entries {
-		b.WriteByte('|')
-		b.WriteString(escapePath(e.Key))
-		b.WriteByte('_')
-		b.WriteString(escapePath(e.Value))
-	}
 	return &config.Limit{
 		Unit:            d.Override.Unit,
 		RequestsPerUnit: d.Override.RequestsPerUnit,
 		Algorithm:       "fixed_window",
 		Rule:            ratelimit.FixedWindow{Limit: int64(d.Override.RequestsPerUnit), Window: d.Override.Unit.Duration()},
-		Path:            b.String(),
+		Path:            withEntries(config.EscapePath(domain)+"|override", d.Entries),
 	}
 }
 
-func escapePath(s string) string {
-	if !strings.ContainsAny(s, "%|") {
-		return s
+// withEntries appends a "|key_value" element per entry to path.
+func withEntries(path string, entries []config.Entry) string {
+	var b strings.Builder
+	b.WriteString(path)
+	for _, e := range entries {
+		b.WriteByte('|')
+		b.WriteString(config.EscapePath(e.Key))
+		b.WriteByte('_')
+		b.WriteString(config.EscapePath(e.Value))
 	}
-	return strings.NewReplacer("%", "%25", "|", "%7C").Replace(s)
+	return b.String()
 }
 
 // limiter returns the Limiter of l.
@@ -533,7 +530,7 @@ func (s *Service) allow(ctx context.Context, reqs []ratelimit.Request, results [
 var errBreakerOpen = errors.New("circuit breaker open: the store failed repeatedly")
 
 // fail answers a request the store could not decide.
-func (s *Service) fail(ctx context.Context, rs *ruleset, domain string, resp *Response, err error) (*Response, error) {
+func (s *Service) fail(ctx context.Context, domain string, resp *Response, err error) (*Response, error) {
 	if ctx.Err() != nil {
 		return nil, ctx.Err()
 	}

@@ -89,7 +89,7 @@ func (l *Limit) StateKey(entries []Entry) string {
 	for i, v := range l.vary {
 		if v && i < len(entries) {
 			b.WriteByte('|')
-			b.WriteString(escape(entries[i].Value))
+			b.WriteString(EscapePath(entries[i].Value))
 		}
 	}
 	return b.String()
@@ -262,8 +262,9 @@ func errMsg(err error) string {
 	return err.Error()
 }
 
-// escape writes '%' and '|' of a Path element as %25 and %7C.
-func escape(s string) string {
+// EscapePath writes '%' and '|' of a Path element as %25 and %7C, so that a
+// name or value with those bytes cannot change how a Path splits.
+func EscapePath(s string) string {
 	if !strings.ContainsAny(s, "%|") {
 		return s
 	}

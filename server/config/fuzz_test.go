@@ -53,7 +53,7 @@ func FuzzParse(f *testing.F) {
 			t.Fatalf("Parse = %+v, nil", d)
 		}
 		for _, l := range d.Limits() {
-			if l.Unlimited != (l.Rule == nil) || l.Unlimited != (l.Algorithm == "") || !strings.HasPrefix(l.Path, escape(d.Name)+"|") {
+			if l.Unlimited != (l.Rule == nil) || l.Unlimited != (l.Algorithm == "") || !strings.HasPrefix(l.Path, EscapePath(d.Name)+"|") {
 				t.Fatalf("limit %+v", l)
 			}
 		}

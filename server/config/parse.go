@@ -160,7 +160,7 @@ func (p *parser) parse(data []byte) *Domain {
 	case domainOK && p.d.Name == "":
 		p.errorf(p.d.Line, "domain is empty")
 	}
-	p.descriptorList(descs, p.d.root, escape(p.d.Name), nil)
+	p.descriptorList(descs, p.d.root, EscapePath(p.d.Name), nil)
 	for _, r := range p.refs {
 		if !p.names[r.name] {
 			p.errorf(r.line, "replaces names %q, but no rate_limit of domain %q has that name", r.name, p.d.Name)
@@ -510,9 +510,9 @@ func (p *parser) descriptor(m *yaml.Node, lvl *level, parentPath string, vary []
 	if share && !nd.pattern {
 		p.errorf(shareLine, "share_threshold needs a value with '*', got %q", value)
 	}
-	path := parentPath + "|" + escape(key)
+	path := parentPath + "|" + EscapePath(key)
 	if value != "" {
-		path += "_" + escape(value)
+		path += "_" + EscapePath(value)
 	}
 	vary = append(vary[:len(vary):len(vary)], value == "" || nd.pattern && !share)
 	if rl != nil {
