@@ -184,7 +184,12 @@ func startServer(t *testing.T, c Config) *Server {
 	if c.Backend == nil {
 		c.Backend = backend.NewMemory()
 	}
-	c.HTTPAddr, c.GRPCAddr = "127.0.0.1:0", "127.0.0.1:0"
+	if c.HTTPAddr == "" {
+		c.HTTPAddr = "127.0.0.1:0"
+	}
+	if c.GRPCAddr == "" {
+		c.GRPCAddr = "127.0.0.1:0"
+	}
 	srv, err := New(c)
 	if err != nil {
 		t.Fatal(err)
@@ -385,5 +390,57 @@ func TestParseRedisURL(t *testing.T) {
 	}
 	if got := redactURL("redis://u:secret@h:1"); strings.Contains(got, "secret") {
 		t.Errorf("redactURL kept the password: %s", got)
+	}
+}
+
+// TestUnixSockets: both APIs listen on Unix sockets (unix:PATH and
+// unix:///PATH), a stale socket file is replaced, and a live one is refused.
+func TestUnixSockets(t *testing.T) {
+	dir := t.TempDir()
+	writeConfig(t, filepath.Join(dir, "api.yaml"), testYAML)
+	grpcSock, httpSock := filepath.Join(dir, "g.sock"), filepath.Join(dir, "h.sock")
+	// A stale socket file, as a killed server leaves behind.
+	stale, err := net.Listen("unix", grpcSock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	stale.(*net.UnixListener).SetUnlinkOnClose(false)
+	stale.Close()
+
+	srv := startServer(t, Config{ConfigPath: dir, GRPCAddr: "unix://" + grpcSock, HTTPAddr: "unix:" + httpSock})
+	conn, err := grpc.NewClient("unix://"+grpcSock, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	resp, err := rls.NewRateLimitServiceClient(conn).ShouldRateLimit(ctx, &rls.RateLimitRequest{Domain: "api",
+		Descriptors: []*rlscommon.RateLimitDescriptor{{Entries: []*rlscommon.RateLimitDescriptor_Entry{{Key: "user", Value: "gil"}}}}})
+	if err != nil || resp.OverallCode != rls.RateLimitResponse_OK || resp.Statuses[0].LimitRemaining != 2 {
+		t.Fatalf("gRPC over a Unix socket: %v %v", resp, err)
+	}
+	hc := &http.Client{Transport: &http.Transport{DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+		return (&net.Dialer{}).DialContext(ctx, "unix", httpSock)
+	}}}
+	r, err := hc.Post("http://floodgate/v1/check", "application/json", strings.NewReader(`{"domain":"api","descriptors":[{"user":"gil"}]}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(r.Body)
+	r.Body.Close()
+	if r.StatusCode != http.StatusOK || !strings.Contains(string(body), `"remaining":1`) {
+		t.Fatalf("HTTP over a Unix socket: %d %s", r.StatusCode, body)
+	}
+	if srv.GRPCAddr() != grpcSock {
+		t.Fatalf("GRPCAddr %q, want %q", srv.GRPCAddr(), grpcSock)
+	}
+
+	// The socket is live: a second server must not take it over.
+	if _, err := New(Config{ConfigPath: dir, Backend: backend.NewMemory(), GRPCAddr: "unix:" + grpcSock}); err == nil || !strings.Contains(err.Error(), "another server") {
+		t.Fatalf("second server on a live socket: %v", err)
+	}
+	if _, err := New(Config{ConfigPath: dir, Backend: backend.NewMemory(), GRPCAddr: "unix:"}); err == nil || !strings.Contains(err.Error(), "needs a path") {
+		t.Fatalf("empty socket path: %v", err)
 	}
 }

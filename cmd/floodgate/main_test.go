@@ -2,6 +2,9 @@ package main
 
 import (
 	"bytes"
+	"io"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"runtime"
@@ -150,6 +153,26 @@ func TestUsageErrors(t *testing.T) {
 		}
 		if code != wantCode || out != "" || !strings.Contains(errOut, tc.want) {
 			t.Errorf("floodgate %v: exit %d, stdout %q, stderr %q, want %q", tc.args, code, out, errOut, tc.want)
+		}
+	}
+}
+
+// TestPprofMux: --debug-addr serves Go's profiles, and nothing else.
+func TestPprofMux(t *testing.T) {
+	srv := httptest.NewServer(pprofMux())
+	defer srv.Close()
+	for path, want := range map[string]int{"/debug/pprof/": 200, "/debug/pprof/goroutine?debug=1": 200, "/v1/check": 404, "/metrics": 404} {
+		resp, err := http.Get(srv.URL + path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != want {
+			t.Errorf("%s: %d, want %d", path, resp.StatusCode, want)
+		}
+		if want == 200 && !strings.Contains(string(body), "goroutine") {
+			t.Errorf("%s: no goroutine profile in %.200s", path, body)
 		}
 	}
 }

@@ -6,6 +6,9 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
+	"net/http"
+	"net/http/pprof"
 	"os"
 	"os/signal"
 	"runtime/debug"
@@ -49,8 +52,8 @@ func runServe(args []string, stdout, stderr io.Writer) int {
 	fs := newFlagSet("floodgate serve")
 	var (
 		cfgPath       = fs.String("config", "", "configuration `file or directory` (required)")
-		httpAddr      = fs.String("http-addr", ":8080", "HTTP API `address`; empty for none")
-		grpcAddr      = fs.String("grpc-addr", ":8081", "gRPC (Envoy RLS v3) `address`; empty for none")
+		httpAddr      = fs.String("http-addr", ":8080", "HTTP API `address` (host:port, or unix:PATH for a Unix socket); empty for none")
+		grpcAddr      = fs.String("grpc-addr", ":8081", "gRPC (Envoy RLS v3) `address` (host:port, or unix:PATH); empty for none")
 		redisURL      = fs.String("redis", "", "Redis `URL`; empty for the embedded memory backend")
 		prefix        = fs.String("redis-prefix", "floodgate", "prefix of every Redis key")
 		timeout       = fs.Duration("timeout", server.DefaultTimeout, "per-call store `timeout`")
@@ -66,6 +69,7 @@ func runServe(args []string, stdout, stderr io.Writer) int {
 		shutdownAfter = fs.Duration("shutdown-timeout", 10*time.Second, "how long to drain in-flight requests on exit")
 		logFormat     = fs.String("log-format", "text", "log format: text or json")
 		logLevel      = fs.String("log-level", "info", "log level: debug, info, warn or error")
+		debugAddr     = fs.String("debug-addr", "", "`address` of a profiling endpoint (/debug/pprof/, Go's net/http/pprof); empty for none. Keep it private")
 	)
 	help := fmt.Sprintf(serveUsage, flagDefaults(fs))
 	rest, code, done := parse(fs, args, true, help, stdout, stderr)
@@ -153,6 +157,17 @@ func runServe(args []string, stdout, stderr io.Writer) int {
 	logger.Info("floodgate starting", "version", versionString(info), "backend", backendName,
 		"http", srv.HTTPAddr(), "grpc", srv.GRPCAddr(), "failure_mode", mode.String(), "timeout", *timeout)
 
+	if *debugAddr != "" {
+		ln, err := net.Listen("tcp", *debugAddr)
+		if err != nil {
+			fmt.Fprintf(stderr, "floodgate serve: --debug-addr: %v\n", err)
+			return exitFailure
+		}
+		defer ln.Close()
+		go func() { _ = http.Serve(ln, pprofMux()) }()
+		logger.Info("profiling endpoint", "addr", ln.Addr().String())
+	}
+
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	hup := make(chan os.Signal, 1)
@@ -203,4 +218,16 @@ func flagDefaults(fs interface {
 	fs.PrintDefaults()
 	fs.SetOutput(io.Discard)
 	return b.String()
+}
+
+// pprofMux serves Go's profiles under /debug/pprof/, on a mux of its own so
+// that they are never on the API's address.
+func pprofMux() *http.ServeMux {
+	mux := http.NewServeMux()
+	mux.HandleFunc("/debug/pprof/", pprof.Index)
+	mux.HandleFunc("/debug/pprof/cmdline", pprof.Cmdline)
+	mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
+	mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
+	mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
+	return mux
 }
