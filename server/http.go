@@ -1,16 +1,13 @@
 package server
 
 import (
-	"bytes"
 	"crypto/subtle"
 	"encoding/json"
 	"errors"
-	"fmt"
 	"io"
 	"math"
 	"net/http"
 	"strconv"
-	"strings"
 	"time"
 
 	rls "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
@@ -283,125 +280,4 @@ func ceilMS(d time.Duration) int64 {
 		return -1
 	}
 	return int64((d + time.Millisecond - 1) / time.Millisecond)
-}
-
-// ParseCheckRequest decodes the body of POST /v1/check. Descriptor objects
-// keep their member order, which is the entry order matching depends on.
-// Unknown members are errors that name them.
-func ParseCheckRequest(data []byte) (*CheckRequest, error) {
-	dec := json.NewDecoder(bytes.NewReader(data))
-	dec.UseNumber()
-	bad := func(format string, args ...any) error {
-		return inputErrorf("check request: "+format, args...)
-	}
-	if err := expectDelim(dec, '{'); err != nil {
-		return nil, bad("%v", err)
-	}
-	var cr CheckRequest
-	seen := map[string]bool{}
-	for dec.More() {
-		tok, err := dec.Token()
-		if err != nil {
-			return nil, bad("%v", err)
-		}
-		name, _ := tok.(string)
-		if seen[name] {
-			return nil, bad("member %q is repeated", name)
-		}
-		seen[name] = true
-		switch name {
-		case "domain":
-			tok, err := dec.Token()
-			s, ok := tok.(string)
-			if err != nil || !ok {
-				return nil, bad("domain must be a string")
-			}
-			cr.Domain = s
-		case "cost", "hits_addend":
-			tok, err := dec.Token()
-			n, ok := tok.(json.Number)
-			if err != nil || !ok {
-				return nil, bad("%s must be a whole number", name)
-			}
-			v, err := strconv.ParseInt(n.String(), 10, 64)
-			if err != nil || v < 0 || v > math.MaxInt64/2 {
-				return nil, bad("%s %s: want a whole number from 0 to 2^62", name, n)
-			}
-			cr.Cost = &v
-		case "descriptors":
-			if err := expectDelim(dec, '['); err != nil {
-				return nil, bad("descriptors must be a list of objects: %v", err)
-			}
-			for dec.More() {
-				es, err := readEntries(dec)
-				if err != nil {
-					return nil, bad("descriptors[%d]: %v", len(cr.Descriptors), err)
-				}
-				cr.Descriptors = append(cr.Descriptors, es)
-			}
-			if _, err := dec.Token(); err != nil {
-				return nil, bad("%v", err)
-			}
-		default:
-			return nil, bad("unknown member %q (want domain, descriptors, cost)", name)
-		}
-	}
-	if _, err := dec.Token(); err != nil {
-		return nil, bad("%v", err)
-	}
-	if _, err := dec.Token(); err != io.EOF {
-		return nil, bad("data after the object")
-	}
-	return &cr, nil
-}
-
-// readEntries reads one descriptor object.
-func readEntries(dec *json.Decoder) ([]config.Entry, error) {
-	if err := expectDelim(dec, '{'); err != nil {
-		return nil, fmt.Errorf("want an object of entries: %v", err)
-	}
-	var es []config.Entry
-	for dec.More() {
-		tok, err := dec.Token()
-		if err != nil {
-			return nil, err
-		}
-		key, _ := tok.(string)
-		tok, err = dec.Token()
-		if err != nil {
-			return nil, err
-		}
-		var value string
-		switch v := tok.(type) {
-		case string:
-			value = v
-		case json.Number:
-			value = v.String()
-		case bool:
-			value = strconv.FormatBool(v)
-		default:
-			return nil, fmt.Errorf("entry %q: the value must be a string, number or boolean", key)
-		}
-		es = append(es, config.Entry{Key: key, Value: value})
-	}
-	_, err := dec.Token()
-	return es, err
-}
-
-func expectDelim(dec *json.Decoder, want json.Delim) error {
-	tok, err := dec.Token()
-	if err != nil {
-		return err
-	}
-	if d, ok := tok.(json.Delim); !ok || d != want {
-		return fmt.Errorf("want %q, got %v", want, tokString(tok))
-	}
-	return nil
-}
-
-func tokString(tok json.Token) string {
-	if d, ok := tok.(json.Delim); ok {
-		return strconv.Quote(d.String())
-	}
-	return strings.TrimSpace(fmt.Sprintf("%#v", tok))
 }
