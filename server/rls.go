@@ -15,7 +15,9 @@ import (
 )
 
 // RLS serves Envoy's rate limit service, envoy.service.ratelimit.v3, from a
-// Service. Register it with rls.RegisterRateLimitServiceServer.
+// Service. Register it with rls.RegisterRateLimitServiceServer; Server
+// registers it with a hand-written codec instead (rls_wire.go), which gives
+// the same answers for less CPU.
 type RLS struct {
 	rls.UnimplementedRateLimitServiceServer
 	s *Service
@@ -30,7 +32,24 @@ func NewRLS(s *Service) *RLS { return &RLS{s: s} }
 // InvalidArgument; a store failure in the error failure mode is Unavailable.
 func (r *RLS) ShouldRateLimit(ctx context.Context, req *rls.RateLimitRequest) (*rls.RateLimitResponse, error) {
 	start := time.Now()
-	out, err := r.decide(ctx, req)
+	in, err := fromProto(req)
+	out, err := r.answer(ctx, start, in, err)
+	if err != nil {
+		return nil, err
+	}
+	return toProto(out), nil
+}
+
+// answer decides in, a request received at start, and counts it in the
+// metrics. decodeErr, when not nil, is the error reading the request gave: it
+// is answered instead. Errors are gRPC status errors. Both ShouldRateLimit and
+// the hand-written codec's handler answer through it.
+func (r *RLS) answer(ctx context.Context, start time.Time, in *Request, decodeErr error) (*Response, error) {
+	var out *Response
+	err := decodeErr
+	if err == nil {
+		out, err = r.s.Decide(ctx, in)
+	}
 	kind := errorKind(err)
 	if m := r.s.opts.Metrics; m != nil {
 		code := codeLabel(kind)
@@ -42,15 +61,7 @@ func (r *RLS) ShouldRateLimit(ctx context.Context, req *rls.RateLimitRequest) (*
 	if err != nil {
 		return nil, status.Error(grpcCodes[kind], err.Error())
 	}
-	return toProto(out), nil
-}
-
-func (r *RLS) decide(ctx context.Context, req *rls.RateLimitRequest) (*Response, error) {
-	in, err := fromProto(req)
-	if err != nil {
-		return nil, err
-	}
-	return r.s.Decide(ctx, in)
+	return out, nil
 }
 
 // codeLabel is the metrics' code label of an errorKind: the caller's own
@@ -100,10 +111,7 @@ func fromProto(req *rls.RateLimitRequest) (*Request, error) {
 	if req == nil {
 		return nil, inputErrorf("request is empty")
 	}
-	cost := int64(req.GetHitsAddend())
-	if cost == 0 {
-		cost = 1
-	}
+	cost := requestCost(req.GetHitsAddend())
 	out := &Request{Domain: req.GetDomain(), Descriptors: make([]Descriptor, len(req.GetDescriptors()))}
 	for i, d := range req.GetDescriptors() {
 		if d == nil {
@@ -114,24 +122,64 @@ func fromProto(req *rls.RateLimitRequest) (*Request, error) {
 		for j, e := range d.GetEntries() {
 			dd.Entries[j] = config.Entry{Key: e.GetKey(), Value: e.GetValue()}
 		}
-		dd.Cost = cost
+		f := rlsDescriptor{negativeHits: d.GetIsNegativeHits()}
 		if h := d.GetHitsAddend(); h != nil {
-			if h.GetValue() > math.MaxInt64/2 {
-				return nil, inputErrorf("descriptors[%d].hits_addend %d is too large", i, h.GetValue())
-			}
-			dd.Cost = int64(h.GetValue())
-		}
-		if d.GetIsNegativeHits() {
-			dd.Cost = 0
+			f.hasHitsAddend, f.hitsAddend = true, h.GetValue()
 		}
 		if o := d.GetLimit(); o != nil {
-			if o.GetUnitMultiplier() != nil && o.GetUnitMultiplier().GetValue() > 1 {
-				return nil, inputErrorf("descriptors[%d].limit.unit_multiplier is not supported", i)
-			}
-			dd.Override = &Override{RequestsPerUnit: o.GetRequestsPerUnit(), Unit: overrideUnit(int32(o.GetUnit()))}
+			f.hasLimit, f.requestsPerUnit, f.unit = true, o.GetRequestsPerUnit(), int32(o.GetUnit())
+			f.unitMultiplier = o.GetUnitMultiplier().GetValue()
+		}
+		if err := f.apply(i, cost, dd); err != nil {
+			return nil, err
 		}
 	}
 	return out, nil
+}
+
+// requestCost is the cost of a descriptor without a hits_addend of its own in
+// a request whose hits_addend is h.
+func requestCost(h uint32) int64 {
+	if h == 0 {
+		return 1
+	}
+	return int64(h)
+}
+
+// rlsDescriptor is what an Envoy RateLimitDescriptor says besides its
+// entries, as fromProto and the hand-written decoder read it; its zero value
+// is a descriptor that sets none of these fields.
+type rlsDescriptor struct {
+	hitsAddend      uint64 // its own hits_addend, when hasHitsAddend
+	hasHitsAddend   bool
+	negativeHits    bool
+	hasLimit        bool // the fields below are its limit override's
+	requestsPerUnit uint32
+	unit            int32  // envoy.type.v3.RateLimitUnit
+	unitMultiplier  uint32 // 0 when unset
+}
+
+// apply sets the Cost and Override of d, the i-th descriptor of a request
+// whose cost is cost (requestCost). The error is an InputError naming
+// descriptors[i].
+func (f *rlsDescriptor) apply(i int, cost int64, d *Descriptor) error {
+	d.Cost = cost
+	if f.hasHitsAddend {
+		if f.hitsAddend > math.MaxInt64/2 {
+			return inputErrorf("descriptors[%d].hits_addend %d is too large", i, f.hitsAddend)
+		}
+		d.Cost = int64(f.hitsAddend)
+	}
+	if f.negativeHits {
+		d.Cost = 0
+	}
+	if f.hasLimit {
+		if f.unitMultiplier > 1 {
+			return inputErrorf("descriptors[%d].limit.unit_multiplier is not supported", i)
+		}
+		d.Override = &Override{RequestsPerUnit: f.requestsPerUnit, Unit: overrideUnit(f.unit)}
+	}
+	return nil
 }
 
 // overrideUnit maps envoy.type.v3.RateLimitUnit (UNKNOWN, SECOND, MINUTE,
@@ -147,24 +195,36 @@ func toProto(r *Response) *rls.RateLimitResponse {
 	for i := range r.Statuses {
 		st := &r.Statuses[i]
 		ps := &rls.RateLimitResponse_DescriptorStatus{Code: rls.RateLimitResponse_Code(st.Code)}
-		if l := st.Limit; l != nil {
-			if l.Unlimited {
-				ps.LimitRemaining = math.MaxUint32
-			} else {
-				ps.CurrentLimit = &rls.RateLimitResponse_RateLimit{
-					Name:            l.Name,
-					RequestsPerUnit: l.RequestsPerUnit,
-					Unit:            rls.RateLimitResponse_RateLimit_Unit(l.Unit),
-				}
-				ps.LimitRemaining = clampUint32(st.Remaining)
-				if st.ResetAfter > 0 {
-					ps.DurationUntilReset = durationpb.New(st.ResetAfter)
-				}
+		l, remaining, reset := statusFields(st)
+		if l != nil {
+			ps.CurrentLimit = &rls.RateLimitResponse_RateLimit{
+				Name:            l.Name,
+				RequestsPerUnit: l.RequestsPerUnit,
+				Unit:            rls.RateLimitResponse_RateLimit_Unit(l.Unit),
 			}
+		}
+		ps.LimitRemaining = remaining
+		if reset > 0 {
+			ps.DurationUntilReset = durationpb.New(reset)
 		}
 		out.Statuses[i] = ps
 	}
 	return out
+}
+
+// statusFields returns what the DescriptorStatus of st says besides its code:
+// the limit of current_limit (nil for none: no limit, or an unlimited one),
+// limit_remaining, and duration_until_reset (0 for none). toProto and the
+// hand-written encoder both answer from it.
+func statusFields(st *Status) (current *config.Limit, remaining uint32, reset time.Duration) {
+	l := st.Limit
+	switch {
+	case l == nil:
+		return nil, 0, 0
+	case l.Unlimited:
+		return nil, math.MaxUint32, 0
+	}
+	return l, clampUint32(st.Remaining), max(st.ResetAfter, 0)
 }
 
 func clampUint32(v int64) uint32 {

@@ -18,7 +18,6 @@ import (
 	"sync"
 	"time"
 
-	rls "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials"
@@ -153,6 +152,9 @@ func New(c Config) (*Server, error) {
 			// cost about 15% of the server's CPU. A call finding every worker
 			// busy still gets a goroutine of its own.
 			grpc.NumStreamWorkers(streamWorkers),
+			// ShouldRateLimit's messages are read and written by hand
+			// (rls_wire.go); every other message by the proto codec.
+			grpc.ForceServerCodecV2(newRLSCodec()),
 		}
 		if tlsConf != nil {
 			gopts = append(gopts, grpc.Creds(credentials.NewTLS(tlsConf)))
@@ -161,7 +163,7 @@ func New(c Config) (*Server, error) {
 			gopts = append(gopts, grpc.UnaryInterceptor(tokenInterceptor(c.Token, s.metrics)))
 		}
 		s.grpcSrv = grpc.NewServer(gopts...)
-		rls.RegisterRateLimitServiceServer(s.grpcSrv, NewRLS(svc))
+		s.grpcSrv.RegisterService(&rlsWireDesc, NewRLS(svc))
 		s.health = health.NewServer()
 		healthpb.RegisterHealthServer(s.grpcSrv, s.health)
 	}
