@@ -60,6 +60,16 @@ stalls cannot hide the stall by slowing the load down (coordinated omission).
 The report then adds the service time (from the send) and the send lag (how
 late the workers were, when all of them were busy).
 
+Over gRPC, --client h2 (the default without --tls) is floodgate's own lean
+client: gRPC over cleartext HTTP/2 spoken directly, the calls of a
+connection's workers sharing write syscalls and one reader decoding its
+answers, with no goroutine per call. Envoy, the real client of a rate limit
+service, calls it through such a lean C++ HTTP/2 client. grpc-go (--client
+grpc-go, the default with --tls) costs more CPU per call, several times more
+under a heavy load; on a machine shared with the server, that CPU is taken
+from the server being measured, and a saturated client shows up as latency.
+The h2 client dials host:port, unix:PATH or unix:///PATH.
+
 Before the run, a request with cost 0 (it consumes nothing) on each gRPC
 connection, or one over HTTP, checks that the server answers. Progress goes
 to stderr: a bar with the live rate when stderr is a terminal, else a line a
@@ -82,6 +92,7 @@ Examples:
 // benchConfig is a checked bench command line.
 type benchConfig struct {
 	api      string // "grpc", "check" (POST /v1/check) or "json" (POST /json)
+	client   string // for gRPC: "h2" (benchH2) or "grpc-go" (benchGRPC)
 	target   string // gRPC address or HTTP URL
 	domain   string
 	args     []string                         // the descriptor arguments, as given
@@ -104,7 +115,8 @@ func runBench(args []string, stdout, stderr io.Writer) int {
 	const name = "floodgate bench"
 	fs := newFlagSet(name)
 	var (
-		addr     = fs.String("addr", "localhost:8081", "gRPC `address` of the server")
+		addr     = fs.String("addr", "localhost:8081", "gRPC `address` of the server: host:port or unix:PATH")
+		clientFl = fs.String("client", "", "gRPC `client`: h2 (lean; the default) or grpc-go (the default with --tls)")
 		httpURL  = fs.String("http", "", "send over HTTP to this `URL` instead of gRPC (http://host:8080, .../v1/check or .../json)")
 		domain   = fs.String("domain", "", "rate limit `domain` (required)")
 		workers  = fs.Int("concurrency", 64, "concurrent `workers`, each with one request in flight")
@@ -158,6 +170,19 @@ func runBench(args []string, stdout, stderr io.Writer) int {
 		return bad("--addr (gRPC) and --http exclude each other: give one")
 	case given["http"] && *useTLS:
 		return bad("--tls is for gRPC; for HTTPS give --http an https:// URL")
+	case given["http"] && given["client"]:
+		return bad("--client is for gRPC (--addr); --http sends over HTTP/1.1")
+	case *clientFl != "" && *clientFl != "h2" && *clientFl != "grpc-go":
+		return bad("--client %q: want h2 or grpc-go", *clientFl)
+	case *clientFl == "h2" && *useTLS:
+		return bad("--client h2 speaks cleartext HTTP/2 only; with --tls use --client grpc-go")
+	}
+	cfg.client = *clientFl
+	if cfg.client == "" {
+		cfg.client = "h2"
+		if *useTLS {
+			cfg.client = "grpc-go"
+		}
 	}
 	if *requests > 0 && !given["duration"] {
 		cfg.duration = 0 // until the requests are sent
@@ -203,15 +228,23 @@ func runBench(args []string, stdout, stderr io.Writer) int {
 	cfg.conns = min(cfg.conns, cfg.workers)
 
 	var client benchClient
-	if cfg.api == "grpc" {
+	switch {
+	case cfg.api != "grpc":
+		client = newBenchHTTP(cfg)
+	case cfg.client == "h2":
+		h, err := newBenchH2(cfg)
+		if err != nil {
+			fmt.Fprintf(stderr, "%s: %v\n", name, err)
+			return exitFailure
+		}
+		client = h
+	default:
 		g, err := newBenchGRPC(cfg)
 		if err != nil {
 			fmt.Fprintf(stderr, "%s: %v\n", name, err)
 			return exitFailure
 		}
 		client = g
-	} else {
-		client = newBenchHTTP(cfg)
 	}
 	defer client.close()
 
