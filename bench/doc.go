@@ -15,6 +15,11 @@
 //	BenchmarkDecisionServer/store=S/via=V/keys=K/g=64  the decision server against the library on the same
 //	                                        store: decisions/s, p50-µs, p99-µs (results/server.md)
 //
+// serve.sh measures floodgate serve as a separate process under floodgate
+// bench, against cmd/rlsfloor (grpc-go answering without deciding) and
+// cmd/libload (the library on the same Redis); cmd/servesummary writes the
+// tables of results/server.md.
+//
 // G is the number of goroutines, started explicitly (not b.RunParallel), so
 // it does not depend on GOMAXPROCS. The b.N calls are split evenly among them.
 package bench
