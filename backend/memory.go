@@ -135,6 +135,10 @@ func (m *Memory) Sweep() int {
 			}
 			s.shrink()
 			s.Unlock()
+			// Let callers waiting for a processor run between shards: with
+			// GOMAXPROCS=1 a sweep of many keys would otherwise stall every
+			// decision for its whole length.
+			runtime.Gosched()
 		}
 	}
 	return n

@@ -76,7 +76,7 @@ func newDashboard(s *Service, m *Metrics) *dashboard {
 
 // tick takes a sample now.
 func (d *dashboard) tick(now time.Time) {
-	fams, err := d.m.Registry.Gather()
+	fams, err := d.m.own.Gather()
 	if err != nil {
 		return
 	}
