@@ -834,7 +834,8 @@ func benchCount(n int64) string {
 
 // benchReport is the outcome of a run; --json prints it as it is.
 type benchReport struct {
-	API         string           `json:"api"` // grpc, http-check or http-json
+	API         string           `json:"api"`              // grpc, http-check or http-json
+	Client      string           `json:"client,omitempty"` // gRPC: h2 or grpc-go
 	Target      string           `json:"target"`
 	Domain      string           `json:"domain"`
 	Descriptors []string         `json:"descriptors"`
@@ -884,7 +885,9 @@ func (r *benchRun) report() *benchReport {
 		Cost: cfg.cost, Concurrency: cfg.workers, Connections: cfg.conns, Loop: "closed",
 		Interrupted: r.interrupted.Load(),
 	}
-	if cfg.api != "grpc" {
+	if cfg.api == "grpc" {
+		rep.Client = cfg.client
+	} else {
 		rep.API = "http-" + cfg.api
 	}
 	elapsed := r.end.Sub(r.start)
@@ -940,8 +943,12 @@ func (rep *benchReport) print(w io.Writer) {
 	if rep.Keys > 1 {
 		keys = fmt.Sprintf(" over %s keys", benchCount(int64(rep.Keys)))
 	}
-	fmt.Fprintf(w, "%s %s, domain %q, %s%s\n", benchAPIName(strings.TrimPrefix(rep.API, "http-")),
-		rep.Target, rep.Domain, strings.Join(rep.Descriptors, " "), keys)
+	client := ""
+	if rep.Client != "" {
+		client = " (" + rep.Client + " client)"
+	}
+	fmt.Fprintf(w, "%s %s%s, domain %q, %s%s\n", benchAPIName(strings.TrimPrefix(rep.API, "http-")),
+		rep.Target, client, rep.Domain, strings.Join(rep.Descriptors, " "), keys)
 	loop := "closed loop"
 	if rep.Loop == "open" {
 		loop = fmt.Sprintf("open loop at %s/s", benchCount(int64(math.Round(rep.Rate))))

@@ -161,7 +161,7 @@ func TestBenchText(t *testing.T) {
 		}
 	}
 	for _, want := range []string{
-		"gRPC " + grpcAddr + `, domain "bench", user=text{n} over 3 keys` + "\n",
+		"gRPC " + grpcAddr + ` (h2 client), domain "bench", user=text{n} over 3 keys` + "\n",
 		"closed loop, 4 workers on 2 connections, ",
 		"\nlatency ",
 	} {
