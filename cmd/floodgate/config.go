@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"os"
 	"sort"
 
 	"github.com/floodgate-dev/floodgate/server/config"
@@ -75,6 +76,9 @@ func runConfigCheck(args []string, stdout, stderr io.Writer) int {
 				}
 			} else {
 				fmt.Fprintln(stderr, err)
+			}
+			if _, err := os.Stat(p); errors.Is(err, os.ErrNotExist) {
+				fmt.Fprintln(stderr, "floodgate config check: give a configuration file, or a directory of *.yaml files (examples/floodgate.yaml is one)")
 			}
 			status = exitFailure
 			continue

@@ -70,7 +70,8 @@ descriptors:
 	}
 
 	code, _, errOut = floodgate(t, "config", "check", filepath.Join(dir, "missing.yaml"))
-	if code != 1 || !strings.HasSuffix(errOut, "missing.yaml: stat: no such file or directory\n") {
+	if code != 1 || !strings.Contains(errOut, "missing.yaml: stat: no such file or directory\n") ||
+		!strings.HasSuffix(errOut, "give a configuration file, or a directory of *.yaml files (examples/floodgate.yaml is one)\n") {
 		t.Errorf("missing file: exit %d, stderr %q", code, errOut)
 	}
 }
