@@ -82,8 +82,6 @@ func (r results) get(name, unit string) (float64, bool) {
 	return (vs[len(vs)/2-1] + vs[len(vs)/2]) / 2, true
 }
 
-func (r results) runs(name, unit string) int { return len(r[name][unit]) }
-
 type libAlg struct{ lib, alg string }
 
 var redisRows = []libAlg{
