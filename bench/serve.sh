@@ -111,28 +111,26 @@ serve() {
 		scpus="" sprocs=$cores cpus="" procs=$cores
 	fi
 	: >"$tmp/serve.log"
+	local ready='"msg":"floodgate starting"'
 	if [[ $1 == floor ]]; then
-		GOMAXPROCS=$sprocs start "$scpus" "$tmp/rlsfloor" --addr 127.0.0.1:$((20000 + RANDOM % 20000)) 2>"$tmp/serve.log" &
-		server_pid=$!
-		pids+=("$server_pid")
-		for _ in $(seq 100); do
-			grep -q 'listening on' "$tmp/serve.log" && break
-			sleep 0.05
-		done
-		grpc_addr=$(sed -n 's/.*listening on //p' "$tmp/serve.log") http_addr=none
-		[[ -n $grpc_addr ]] || { echo "serve.sh: rlsfloor did not start:" >&2; cat "$tmp/serve.log" >&2; exit 1; }
-		return
+		ready='listening on'
+		GOMAXPROCS=$sprocs start "$scpus" "$tmp/rlsfloor" --addr 127.0.0.1:0 2>"$tmp/serve.log" &
+	else
+		GOMAXPROCS=$sprocs start "$scpus" "$fg" "${args[@]}" 2>"$tmp/serve.log" &
 	fi
-	GOMAXPROCS=$sprocs start "$scpus" "$fg" "${args[@]}" 2>"$tmp/serve.log" &
 	server_pid=$!
 	pids+=("$server_pid")
 	for _ in $(seq 100); do
-		grep -q '"msg":"floodgate starting"' "$tmp/serve.log" && break
+		grep -q "$ready" "$tmp/serve.log" && break
 		sleep 0.05
 	done
-	grpc_addr=$(sed -n 's/.*"msg":"floodgate starting".*"grpc":"\([^"]*\)".*/\1/p' "$tmp/serve.log")
-	http_addr=$(sed -n 's/.*"msg":"floodgate starting".*"http":"\([^"]*\)".*/\1/p' "$tmp/serve.log")
-	[[ -n $grpc_addr && -n $http_addr ]] || { echo "serve.sh: floodgate serve did not start:" >&2; cat "$tmp/serve.log" >&2; exit 1; }
+	if [[ $1 == floor ]]; then
+		grpc_addr=$(sed -n 's/.*listening on //p' "$tmp/serve.log") http_addr=none
+	else
+		grpc_addr=$(sed -n 's/.*"msg":"floodgate starting".*"grpc":"\([^"]*\)".*/\1/p' "$tmp/serve.log")
+		http_addr=$(sed -n 's/.*"msg":"floodgate starting".*"http":"\([^"]*\)".*/\1/p' "$tmp/serve.log")
+	fi
+	[[ -n $grpc_addr && -n $http_addr ]] || { echo "serve.sh: the $1 server did not start:" >&2; cat "$tmp/serve.log" >&2; exit 1; }
 }
 
 stop_server() {

@@ -25,7 +25,6 @@ import (
 	grpcstatus "google.golang.org/grpc/status"
 	gproto "google.golang.org/protobuf/proto"
 
-	"github.com/floodgate-dev/floodgate/backend"
 	"github.com/floodgate-dev/floodgate/server"
 )
 
@@ -49,28 +48,9 @@ func startH2Server(tb testing.TB, grpcAddr, token string) (addr string, stop fun
 	if err := os.WriteFile(path, []byte(h2ConfigYAML), 0o644); err != nil {
 		tb.Fatal(err)
 	}
-	mem := backend.NewMemory()
-	srv, err := server.New(server.Config{
-		ConfigPath: path, GRPCAddr: grpcAddr, Backend: mem, Token: token,
-		ReloadInterval: -1, ShutdownTimeout: 2 * time.Second,
+	srv, stop := serveInProcess(tb, server.Config{
+		ConfigPath: path, GRPCAddr: grpcAddr, Token: token, ReloadInterval: -1, ShutdownTimeout: 2 * time.Second,
 	})
-	if err != nil {
-		tb.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- srv.Serve(ctx) }()
-	var once sync.Once
-	stop = func() {
-		once.Do(func() {
-			cancel()
-			if err := <-done; err != nil {
-				tb.Errorf("Serve: %v", err)
-			}
-			mem.Close()
-		})
-	}
-	tb.Cleanup(stop)
 	if strings.HasPrefix(grpcAddr, "unix:") {
 		return grpcAddr, stop
 	}

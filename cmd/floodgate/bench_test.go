@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"net"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -34,29 +35,38 @@ descriptors:
 func startBenchServer(t *testing.T, token string) (grpcAddr, httpURL string) {
 	t.Helper()
 	path := writeFile(t, t.TempDir(), "bench.yaml", benchConfigYAML)
-	mem := backend.NewMemory()
-	srv, err := server.New(server.Config{
-		ConfigPath:     path,
-		HTTPAddr:       "127.0.0.1:0",
-		GRPCAddr:       "127.0.0.1:0",
-		Backend:        mem,
-		Token:          token,
-		ReloadInterval: -1,
+	srv, _ := serveInProcess(t, server.Config{
+		ConfigPath: path, HTTPAddr: "127.0.0.1:0", GRPCAddr: "127.0.0.1:0", Token: token, ReloadInterval: -1,
 	})
+	return srv.GRPCAddr(), "http://" + srv.HTTPAddr()
+}
+
+// serveInProcess runs a server of c on a memory backend of its own until
+// stop is called or the test ends. stop shuts it down (GOAWAY, then the
+// drain) and can be called more than once.
+func serveInProcess(tb testing.TB, c server.Config) (srv *server.Server, stop func()) {
+	tb.Helper()
+	mem := backend.NewMemory()
+	c.Backend = mem
+	srv, err := server.New(c)
 	if err != nil {
-		t.Fatal(err)
+		tb.Fatal(err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- srv.Serve(ctx) }()
-	t.Cleanup(func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("Serve: %v", err)
-		}
-		mem.Close()
-	})
-	return srv.GRPCAddr(), "http://" + srv.HTTPAddr()
+	var once sync.Once
+	stop = func() {
+		once.Do(func() {
+			cancel()
+			if err := <-done; err != nil {
+				tb.Errorf("Serve: %v", err)
+			}
+			mem.Close()
+		})
+	}
+	tb.Cleanup(stop)
+	return srv, stop
 }
 
 // benchJSON runs floodgate bench with --json --quiet and decodes the report.
