@@ -1,7 +1,6 @@
 package server
 
 import (
-	"crypto/subtle"
 	"encoding/json"
 	"errors"
 	"io"
@@ -77,10 +76,8 @@ func (h *httpAPI) auth(next http.HandlerFunc) http.HandlerFunc {
 	if h.o.Token == "" {
 		return next
 	}
-	want := []byte("Bearer " + h.o.Token)
 	return func(w http.ResponseWriter, r *http.Request) {
-		got := []byte(r.Header.Get("Authorization"))
-		if subtle.ConstantTimeCompare(got, want) != 1 {
+		if !bearerOK(r.Header.Get("Authorization"), h.o.Token) {
 			if m := h.s.opts.Metrics; m != nil {
 				m.requests.WithLabelValues(apiOf(r), "unauthorized").Inc()
 			}

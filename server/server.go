@@ -3,7 +3,6 @@ package server
 import (
 	"context"
 	"crypto/sha256"
-	"crypto/subtle"
 	"crypto/tls"
 	"encoding/hex"
 	"errors"
@@ -173,17 +172,13 @@ func New(c Config) (*Server, error) {
 // tokenInterceptor requires "authorization: Bearer <token>" metadata, except
 // on the health service.
 func tokenInterceptor(token string, m *Metrics) grpc.UnaryServerInterceptor {
-	want := []byte("Bearer " + token)
 	return func(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
 		if strings.HasPrefix(info.FullMethod, "/grpc.health.v1.Health/") {
 			return handler(ctx, req)
 		}
 		md, _ := metadata.FromIncomingContext(ctx)
-		var got []byte
-		if v := md.Get("authorization"); len(v) == 1 {
-			got = []byte(v[0])
-		}
-		if subtle.ConstantTimeCompare(got, want) != 1 {
+		v := md.Get("authorization")
+		if len(v) != 1 || !bearerOK(v[0], token) {
 			m.requests.WithLabelValues("grpc", "unauthorized").Inc()
 			return nil, status.Error(codes.Unauthenticated, "missing or wrong bearer token")
 		}
