@@ -88,5 +88,17 @@ func (b *breaker) record(err error) {
 	}
 }
 
+// release ends a call that allow let through without an outcome that says
+// anything about the store (the caller cancelled). A half-open probe so
+// ended lets the next call probe instead.
+func (b *breaker) release() {
+	if b.failures < 0 || !b.open.Load() {
+		return
+	}
+	b.mu.Lock()
+	b.probing = false
+	b.mu.Unlock()
+}
+
 // isOpen reports whether calls are being failed fast.
 func (b *breaker) isOpen() bool { return b.failures >= 0 && b.open.Load() }

@@ -1,10 +1,19 @@
 package server
 
 import (
+	"bytes"
 	"context"
 	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
 	"testing"
 	"time"
+
+	dto "github.com/prometheus/client_model/go"
 
 	"github.com/floodgate-dev/floodgate/internal/backendtest"
 	"github.com/floodgate-dev/floodgate/internal/testenv"
@@ -138,4 +147,153 @@ func TestBreaker(t *testing.T) {
 	if !off.allow() || off.isOpen() {
 		t.Fatal("a disabled breaker opened")
 	}
+}
+
+// TestCallerDeadlineShorterThanTimeout is issue 12's blind breaker: with
+// Redis paused and every caller at Envoy's default 20 ms deadline (shorter
+// than the 50 ms store timeout), the stalled calls must still count as store
+// timeouts: the breaker opens, the service is not ready, the metrics and the
+// (rate-limited) log say so, and later calls are answered by the failure mode
+// in a few milliseconds instead of running into the caller's deadline.
+func TestCallerDeadlineShorterThanTimeout(t *testing.T) {
+	r, err := testenv.StartRedis()
+	if err != nil {
+		t.Fatalf("redis-server: %v", err)
+	}
+	t.Cleanup(func() { r.Close() })
+	b, c, err := OpenStore("redis://"+r.Addr, backendtest.UniquePrefix(), time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	var logs lockedBuffer
+	m := NewMetrics()
+	s := newService(t, b, Options{
+		FailureMode: FailClosed,
+		Timeout:     DefaultTimeout,
+		Breaker:     BreakerOptions{Failures: 3, Cooldown: time.Minute},
+		Metrics:     m,
+		Logger:      slog.New(slog.NewTextHandler(&logs, nil)),
+	})
+	h := NewHTTPHandler(s, HTTPOptions{})
+	callAt := func(d time.Duration) (*Response, error) {
+		ctx, cancel := context.WithTimeout(context.Background(), d)
+		defer cancel()
+		return s.Decide(ctx, &Request{Domain: "api", Descriptors: []Descriptor{desc(1, "user", "u1")}})
+	}
+	if got, err := callAt(20 * time.Millisecond); err != nil || got.Failed {
+		t.Fatalf("healthy: %+v %v", got, err)
+	}
+	if err := r.Pause(); err != nil {
+		t.Fatal(err)
+	}
+	defer r.Resume()
+
+	for i := range 3 {
+		_, err := callAt(20 * time.Millisecond)
+		if !errors.Is(err, context.DeadlineExceeded) {
+			t.Fatalf("stalled call %d: err %v, want the caller's DeadlineExceeded", i, err)
+		}
+	}
+	if !s.breaker.isOpen() || s.Ready() {
+		t.Fatal("breaker still closed after three stalled calls ended by the caller's deadline")
+	}
+	rec := httptest.NewRecorder()
+	h.ServeHTTP(rec, httptest.NewRequest("GET", "/readyz", nil))
+	if rec.Code != http.StatusServiceUnavailable {
+		t.Fatalf("/readyz: %d %q, want 503", rec.Code, rec.Body)
+	}
+	if got := counterValue(t, m.backendErrors.WithLabelValues("timeout")); got != 3 {
+		t.Fatalf("backend timeouts counted: %v, want 3", got)
+	}
+	for i := range 20 {
+		start := time.Now()
+		got, err := callAt(20 * time.Millisecond)
+		if err != nil || !got.Failed || got.Code != CodeOverLimit {
+			t.Fatalf("call %d with the breaker open: %+v %v, want the deny failure mode", i, got, err)
+		}
+		if took := time.Since(start); took >= 20*time.Millisecond {
+			t.Fatalf("call %d with the breaker open took %v: not answered fast", i, took)
+		}
+	}
+	if n := strings.Count(logs.String(), "rate limit store failed"); n != 1 {
+		t.Fatalf("%d log lines for three timeouts within a second, want 1 (rate-limited):\n%s", n, logs.String())
+	}
+	if !strings.Contains(logs.String(), "caller's deadline") {
+		t.Fatalf("the log does not say whose deadline ended:\n%s", logs.String())
+	}
+}
+
+// TestCallerCancelIsNotAStoreFailure: callers that go away while a healthy
+// store answers do not open the breaker.
+func TestCallerCancelIsNotAStoreFailure(t *testing.T) {
+	r, err := testenv.StartRedis()
+	if err != nil {
+		t.Fatalf("redis-server: %v", err)
+	}
+	t.Cleanup(func() { r.Close() })
+	b, c, err := OpenStore("redis://"+r.Addr, backendtest.UniquePrefix(), time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	s := newService(t, b, Options{Breaker: BreakerOptions{Failures: 2, Cooldown: time.Minute}})
+	for i := range 10 {
+		ctx, cancel := context.WithCancel(context.Background())
+		cancel()
+		if _, err := s.Decide(ctx, &Request{Domain: "api", Descriptors: []Descriptor{desc(1, "user", fmt.Sprint("c", i))}}); !errors.Is(err, context.Canceled) {
+			t.Fatalf("cancelled call %d: %v", i, err)
+		}
+	}
+	if s.breaker.isOpen() {
+		t.Fatal("cancelled callers opened the breaker")
+	}
+}
+
+func TestLogLimiter(t *testing.T) {
+	var buf bytes.Buffer
+	now := time.Unix(0, 0)
+	l := newLogLimiter(slog.New(slog.NewTextHandler(&buf, nil)), time.Second)
+	l.now = func() time.Time { return now }
+	for range 5 {
+		l.warn("timeout", "store failed")
+	}
+	l.warn("error", "store failed")
+	now = now.Add(time.Second)
+	l.warn("timeout", "store failed")
+	lines := strings.Split(strings.TrimSpace(buf.String()), "\n")
+	if len(lines) != 3 {
+		t.Fatalf("%d lines, want 3:\n%s", len(lines), buf.String())
+	}
+	if !strings.Contains(lines[2], "suppressed=4") {
+		t.Fatalf("the line after the interval does not count the 4 left out: %s", lines[2])
+	}
+}
+
+// lockedBuffer is a bytes.Buffer safe for a logger and a test to share.
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
+}
+
+// counterValue reads a Prometheus counter.
+func counterValue(t *testing.T, c interface{ Write(*dto.Metric) error }) float64 {
+	t.Helper()
+	var m dto.Metric
+	if err := c.Write(&m); err != nil {
+		t.Fatal(err)
+	}
+	return m.GetCounter().GetValue()
 }

@@ -178,6 +178,7 @@ type Service struct {
 	remote  bool // the store is across a network: calls get a timeout
 	breaker *breaker
 	log     *slog.Logger
+	failLog *logLimiter // store failures, at most one line a second per reason
 	rules   atomic.Pointer[ruleset]
 	top     *topKeys // keys most often over their limit, for the dashboard; nil without metrics
 
@@ -229,6 +230,7 @@ func NewService(b backend.Backend, opts Options) (*Service, error) {
 	}
 	_, remote := b.(*backend.Redis)
 	s := &Service{b: b, opts: opts, remote: remote, log: opts.Logger}
+	s.failLog = newLogLimiter(opts.Logger, time.Second)
 	s.breaker = newBreaker(opts.Breaker)
 	if opts.Metrics != nil {
 		opts.Metrics.watchBreaker(s.breaker)
@@ -504,9 +506,19 @@ func stateKey(l *config.Limit, entries []config.Entry) string {
 const maxStateKey = 512
 
 // allow runs one AllowAll under the timeout and the circuit breaker.
+//
+// A store call that is still waiting when the caller's deadline ends counts
+// as a store timeout, exactly as when the service's own Timeout ends first:
+// callers whose deadline is shorter than Timeout (Envoy's default is 20 ms)
+// must not hide a stalled store from the breaker, the metrics and the logs.
+// A caller that cancels (goes away) says nothing about the store: its call
+// counts neither as a failure nor as a success.
 func (s *Service) allow(ctx context.Context, reqs []ratelimit.Request, results []ratelimit.Result) (bool, error) {
 	if !s.remote {
 		return allowAll(ctx, reqs, results)
+	}
+	if ctx.Err() != nil {
+		return false, ctx.Err() // over before the store was asked
 	}
 	if !s.breaker.allow() {
 		return false, errBreakerOpen
@@ -518,10 +530,16 @@ func (s *Service) allow(ctx context.Context, reqs []ratelimit.Request, results [
 	if m := s.opts.Metrics; m != nil {
 		m.backendDuration.Observe(time.Since(start).Seconds())
 	}
-	if err != nil && ctx.Err() != nil {
-		// The caller went away: not the store's fault.
-		s.breaker.record(nil)
-		return false, ctx.Err()
+	if err != nil {
+		switch cerr := ctx.Err(); {
+		case errors.Is(cerr, context.DeadlineExceeded):
+			err = &storeTimeoutError{waited: time.Since(start), caller: true}
+		case cerr != nil:
+			s.breaker.release()
+			return false, &callerGoneError{err: cerr}
+		case errors.Is(err, context.DeadlineExceeded):
+			err = &storeTimeoutError{waited: time.Since(start)}
+		}
 	}
 	s.breaker.record(err)
 	return ok, err
@@ -529,10 +547,37 @@ func (s *Service) allow(ctx context.Context, reqs []ratelimit.Request, results [
 
 var errBreakerOpen = errors.New("circuit breaker open: the store failed repeatedly")
 
-// fail answers a request the store could not decide.
+// storeTimeoutError is a store call that had not answered when a deadline
+// ended: the service's Timeout, or the caller's when that came first. It
+// matches context.DeadlineExceeded.
+type storeTimeoutError struct {
+	waited time.Duration
+	caller bool // the caller's deadline ended first
+}
+
+func (e *storeTimeoutError) Error() string {
+	if e.caller {
+		return fmt.Sprintf("the store had not answered after %v, when the caller's deadline ended", e.waited.Round(time.Microsecond))
+	}
+	return fmt.Sprintf("the store had not answered after %v (the timeout)", e.waited.Round(time.Microsecond))
+}
+
+func (e *storeTimeoutError) Unwrap() error { return context.DeadlineExceeded }
+
+// callerGoneError is a store call abandoned because the caller cancelled.
+type callerGoneError struct{ err error }
+
+func (e *callerGoneError) Error() string { return "the caller went away: " + e.err.Error() }
+func (e *callerGoneError) Unwrap() error { return e.err }
+
+// fail answers a request the store could not decide. Every store failure is
+// counted in the metrics and logged (at most once a second per reason, with
+// the number of failures left unlogged), including timeouts of callers whose
+// deadline ended first; those callers then get their context's error.
 func (s *Service) fail(ctx context.Context, domain string, resp *Response, err error) (*Response, error) {
-	if ctx.Err() != nil {
-		return nil, ctx.Err()
+	var gone *callerGoneError
+	if errors.As(err, &gone) {
+		return nil, gone.err
 	}
 	reason := "error"
 	switch {
@@ -543,10 +588,15 @@ func (s *Service) fail(ctx context.Context, domain string, resp *Response, err e
 	}
 	if m := s.opts.Metrics; m != nil {
 		m.backendErrors.WithLabelValues(reason).Inc()
-		m.failureMode.WithLabelValues(s.opts.FailureMode.String()).Inc()
+		if ctx.Err() == nil {
+			m.failureMode.WithLabelValues(s.opts.FailureMode.String()).Inc()
+		}
 	}
 	if reason != "breaker_open" {
-		s.log.Warn("rate limit store failed", "domain", domain, "reason", reason, "error", err, "failure_mode", s.opts.FailureMode.String())
+		s.failLog.warn(reason, "rate limit store failed", "domain", domain, "reason", reason, "error", err, "failure_mode", s.opts.FailureMode.String())
+	}
+	if ctx.Err() != nil {
+		return nil, ctx.Err()
 	}
 	if s.opts.FailureMode == FailError {
 		return nil, fmt.Errorf("%w: %v", ErrUnavailable, err)

@@ -1,0 +1,53 @@
+package server
+
+import (
+	"log/slog"
+	"sync"
+	"time"
+)
+
+// logLimiter writes at most one line per key and interval; the next line
+// written for that key says how many were left out in between, so a flood of
+// identical failures (one per request while the store is down) costs one
+// line a second, and nothing is hidden without a count.
+type logLimiter struct {
+	log   *slog.Logger
+	every time.Duration
+	now   func() time.Time
+
+	mu   sync.Mutex
+	keys map[string]*logState
+}
+
+type logState struct {
+	last       time.Time
+	suppressed int64
+}
+
+func newLogLimiter(log *slog.Logger, every time.Duration) *logLimiter {
+	return &logLimiter{log: log, every: every, now: time.Now, keys: map[string]*logState{}}
+}
+
+// warn logs msg with args at WARN level unless a line for key was written
+// less than the interval ago. key must come from a small fixed set.
+func (l *logLimiter) warn(key, msg string, args ...any) {
+	now := l.now()
+	l.mu.Lock()
+	st := l.keys[key]
+	if st == nil {
+		st = &logState{}
+		l.keys[key] = st
+	}
+	if !st.last.IsZero() && now.Sub(st.last) < l.every {
+		st.suppressed++
+		l.mu.Unlock()
+		return
+	}
+	n := st.suppressed
+	st.last, st.suppressed = now, 0
+	l.mu.Unlock()
+	if n > 0 {
+		args = append(args, "suppressed", n)
+	}
+	l.log.Warn(msg, args...)
+}
