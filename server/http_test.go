@@ -388,8 +388,8 @@ func TestParseRedisURL(t *testing.T) {
 			t.Errorf("%s: %v, want an error containing %q", url, err, want)
 		}
 	}
-	if got := redactURL("redis://u:secret@h:1"); strings.Contains(got, "secret") {
-		t.Errorf("redactURL kept the password: %s", got)
+	if got := RedactURL("redis://u:secret@h:1"); strings.Contains(got, "secret") {
+		t.Errorf("RedactURL kept the password: %s", got)
 	}
 }
 

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	neturl "net/url"
 	"strconv"
 	"strings"
 	"time"
@@ -30,14 +31,42 @@ import (
 // Other query parameters are rueidis.ParseURL's (dial_timeout, client_name,
 // protocol=2, ...). State keys start with prefix (for example "floodgate").
 // OpenStore checks that the store answers within timeout.
-func OpenStore(url, prefix string, timeout time.Duration) (backend.Backend, io.Closer, error) {
+//
+// Passwords can stay out of the URL (and so out of argv and process
+// listings): RedisPassword and SentinelPassword give them separately; a
+// password given both ways is an error. Every error OpenStore returns shows
+// the URL redacted (RedactURL) and never contains a password.
+func OpenStore(url, prefix string, timeout time.Duration, opts ...StoreOption) (backend.Backend, io.Closer, error) {
+	var sc storeConfig
+	for _, o := range opts {
+		o(&sc)
+	}
 	if url == "" || url == "memory://" || url == "memory" {
-		m := backend.NewMemory()
+		m := backend.NewMemory(sc.memory...)
 		return m, m, nil
+	}
+	secrets := append(urlSecrets(url), sc.password, sc.sentinelPassword)
+	fail := func(err error) (backend.Backend, io.Closer, error) {
+		return nil, nil, fmt.Errorf("--redis %s: %s", RedactURL(url), redactSecrets(err.Error(), secrets...))
 	}
 	opt, err := parseRedisURL(url)
 	if err != nil {
-		return nil, nil, fmt.Errorf("--redis %s: %w", redactURL(url), err)
+		return fail(err)
+	}
+	if sc.password != "" {
+		if opt.Password != "" {
+			return fail(errors.New("the Redis password is given twice: in the URL and separately; keep one (preferably not the URL)"))
+		}
+		opt.Password = sc.password
+	}
+	if sc.sentinelPassword != "" {
+		if opt.Sentinel.MasterSet == "" {
+			return fail(errors.New("a Sentinel password is given but the URL names no Sentinel master (redis+sentinel://host:26379/mymaster)"))
+		}
+		if opt.Sentinel.Password != "" {
+			return fail(errors.New("the Sentinel password is given twice: in the URL (sentinel_password) and separately; keep one"))
+		}
+		opt.Sentinel.Password = sc.sentinelPassword
 	}
 	opt.DisableCache = true // floodgate runs scripts; client-side caching only costs
 	if timeout > 0 {
@@ -45,13 +74,13 @@ func OpenStore(url, prefix string, timeout time.Duration) (backend.Backend, io.C
 	}
 	c, err := rueidis.NewClient(opt)
 	if err != nil {
-		return nil, nil, fmt.Errorf("--redis %s: %w", redactURL(url), err)
+		return fail(err)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), max(timeout, time.Second))
 	defer cancel()
 	if err := c.Do(ctx, c.B().Ping().Build()).Error(); err != nil {
 		c.Close()
-		return nil, nil, fmt.Errorf("--redis %s: PING: %w", redactURL(url), err)
+		return fail(fmt.Errorf("PING: %w", err))
 	}
 	b, err := rueidisadapter.New(c, backend.WithPrefix(prefix))
 	if err != nil {
@@ -59,6 +88,28 @@ func OpenStore(url, prefix string, timeout time.Duration) (backend.Backend, io.C
 		return nil, nil, err
 	}
 	return b, closer(func() error { b.Close(); c.Close(); return nil }), nil
+}
+
+// StoreOption configures OpenStore.
+type StoreOption func(*storeConfig)
+
+type storeConfig struct {
+	password, sentinelPassword string
+	memory                     []backend.Option
+}
+
+// RedisPassword authenticates to Redis with p instead of a password in the
+// URL (a user name, if any, stays in the URL). "" changes nothing.
+func RedisPassword(p string) StoreOption { return func(c *storeConfig) { c.password = p } }
+
+// SentinelPassword authenticates to the Sentinels of a redis+sentinel:// URL
+// with p instead of ?sentinel_password=. "" changes nothing.
+func SentinelPassword(p string) StoreOption { return func(c *storeConfig) { c.sentinelPassword = p } }
+
+// MemoryOptions are the options of the embedded memory backend, used when
+// the URL names no Redis.
+func MemoryOptions(opts ...backend.Option) StoreOption {
+	return func(c *storeConfig) { c.memory = append(c.memory, opts...) }
 }
 
 type closer func() error
@@ -164,19 +215,50 @@ func parseRedisURL(s string) (rueidis.ClientOption, error) {
 	return opt, nil
 }
 
-// redactURL hides a password in a URL for messages.
-func redactURL(s string) string {
-	scheme, rest, ok := strings.Cut(s, "://")
-	if !ok {
-		return s
+// RedactURL returns a Redis URL fit for logs and messages: the password of
+// its user information and the values of its password query parameters
+// (sentinel_password, password) are replaced by "xxxxx".
+func RedactURL(s string) string {
+	return redactSecrets(s, urlSecrets(s)...)
+}
+
+// urlSecrets returns the passwords a URL carries: in its user information
+// and in query parameters whose name contains "password".
+func urlSecrets(s string) []string {
+	var out []string
+	rest, query, _ := strings.Cut(s, "?")
+	if _, authority, ok := strings.Cut(rest, "://"); ok {
+		authority, _, _ = strings.Cut(authority, "/")
+		if at := strings.LastIndexByte(authority, '@'); at >= 0 {
+			if _, pass, ok := strings.Cut(authority[:at], ":"); ok {
+				out = append(out, pass)
+			}
+		}
 	}
-	at := strings.LastIndexByte(rest, '@')
-	if at < 0 {
-		return s
+	for _, kv := range strings.Split(query, "&") {
+		k, v, ok := strings.Cut(kv, "=")
+		if ok && strings.Contains(strings.ToLower(k), "password") {
+			out = append(out, v)
+		}
 	}
-	user, _, hasPass := strings.Cut(rest[:at], ":")
-	if !hasPass {
-		return s
+	return out
+}
+
+// redactSecrets replaces every non-empty secret in msg, as given and as a
+// URL would escape it, by "xxxxx": for URLs, and for error messages of
+// libraries that may quote what they were given.
+func redactSecrets(msg string, secrets ...string) string {
+	for _, s := range secrets {
+		if s == "" {
+			continue
+		}
+		msg = strings.ReplaceAll(msg, s, "xxxxx")
+		if u, err := neturl.PathUnescape(s); err == nil && u != "" {
+			msg = strings.ReplaceAll(msg, u, "xxxxx")
+		}
+		if e := neturl.QueryEscape(s); e != s {
+			msg = strings.ReplaceAll(msg, e, "xxxxx")
+		}
 	}
-	return scheme + "://" + user + ":xxxxx" + rest[at:]
+	return msg
 }
