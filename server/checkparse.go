@@ -16,8 +16,9 @@ import (
 //
 // The body must be one JSON object (RFC 8259; whitespace around it is
 // allowed, nothing else after it). Strings decode as encoding/json decodes
-// them: escapes resolved, invalid UTF-8 replaced by U+FFFD. An entry value
-// that is a number keeps the number's text ("1e3" stays "1e3"); true and
+// them, escapes resolved, except that invalid UTF-8 is an error (as on
+// POST /json): replacing it by U+FFFD would let two different byte strings
+// share one counter. An entry value that is a number keeps the number's text ("1e3" stays "1e3"); true and
 // false become "true" and "false".
 //
 // It reads the body in one pass without encoding/json's token decoder, which
@@ -246,9 +247,9 @@ func (p *checkParser) syntax(context string) error {
 	return fmt.Errorf("invalid character %s %s", p.got(), context)
 }
 
-// string reads a string literal. One without escapes, control characters
-// or invalid UTF-8 is copied as is; any other is decoded by encoding/json,
-// for its exact rules on escapes and replacement characters.
+// string reads a string literal. One without escapes or control characters
+// is copied as is; any other is decoded by encoding/json, for its exact
+// rules on escapes. Invalid UTF-8 is an error.
 func (p *checkParser) string() (string, error) {
 	start := p.i
 	p.i++ // the opening quote
@@ -275,7 +276,7 @@ func (p *checkParser) string() (string, error) {
 		case c >= utf8.RuneSelf:
 			r, size := utf8.DecodeRune(p.data[p.i:])
 			if r == utf8.RuneError && size == 1 {
-				plain = false
+				return "", fmt.Errorf("string at offset %d: invalid UTF-8 at offset %d", start, p.i)
 			}
 			p.i += size
 		default:

@@ -11,6 +11,7 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"unicode/utf8"
 
 	"github.com/floodgate-dev/floodgate/server/config"
 )
@@ -20,11 +21,16 @@ import (
 // against. It decodes the body of POST /v1/check. Descriptor objects
 // keep their member order, which is the entry order matching depends on.
 // Unknown members are errors that name them.
+//
+// Invalid UTF-8 anywhere is an error (encoding/json would replace it).
 func parseCheckRequestReference(data []byte) (*CheckRequest, error) {
 	dec := json.NewDecoder(bytes.NewReader(data))
 	dec.UseNumber()
 	bad := func(format string, args ...any) error {
 		return inputErrorf("check request: "+format, args...)
+	}
+	if !utf8.Valid(data) {
+		return nil, bad("invalid UTF-8")
 	}
 	if err := refExpectDelim(dec, '{'); err != nil {
 		return nil, bad("%v", err)
@@ -172,6 +178,7 @@ func TestParseCheckRequest(t *testing.T) {
 		`{"cost":-1}`:                  `cost -1: want a whole number from 0 to 2^62`,
 		`{"descriptors":[{"a":null}]}`: `descriptors[0]: entry "a": the value must be a string, number or boolean`,
 		`{} x`:                         `data after the object`,
+		"{\"domain\":\"a\xffb\"}":      `string at offset 10: invalid UTF-8 at offset 12`,
 	} {
 		if _, err := ParseCheckRequest([]byte(body)); err == nil || !strings.Contains(err.Error(), want) {
 			t.Errorf("%s: %v, want %q", body, err, want)

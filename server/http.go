@@ -3,8 +3,10 @@ package server
 import (
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"math"
+	"mime"
 	"net/http"
 	"strconv"
 	"time"
@@ -36,16 +38,23 @@ type HTTPOptions struct {
 //	GET  /readyz    200 when a configuration is loaded and the store is not failing; else 503
 //	GET  /metrics   Prometheus metrics (when s has Metrics)
 //
-// Malformed requests get 400 with a message naming the problem; an
-// unavailable store (failure mode "error") gets 503.
+// Malformed requests get 400 with a message naming the problem, bodies over
+// MaxBodyBytes 413; an unavailable store (failure mode "error") gets 503.
+//
+// The POST endpoints refuse what only a browser on another site would send,
+// so that a page cannot spend budgets through its visitors' browsers (CSRF),
+// token or not: a cross-origin request (Sec-Fetch-Site or Origin, as
+// net/http's CrossOriginProtection judges it) gets 403, and a text/plain or
+// multipart/form-data body 415. Clients such as curl that send neither
+// header are unaffected; curl's default form type is accepted.
 func NewHTTPHandler(s *Service, o HTTPOptions) http.Handler {
 	if o.MaxBodyBytes <= 0 {
 		o.MaxBodyBytes = DefaultMaxBodyBytes
 	}
-	h := &httpAPI{s: s, o: o}
+	h := &httpAPI{s: s, o: o, cop: http.NewCrossOriginProtection()}
 	mux := http.NewServeMux()
-	mux.HandleFunc("POST /json", h.auth(h.json))
-	mux.HandleFunc("POST /v1/check", h.auth(h.check))
+	mux.HandleFunc("POST /json", h.auth(h.post(h.json)))
+	mux.HandleFunc("POST /v1/check", h.auth(h.post(h.check)))
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
 		io.WriteString(w, "ok\n")
 	})
@@ -67,8 +76,34 @@ func NewHTTPHandler(s *Service, o HTTPOptions) http.Handler {
 }
 
 type httpAPI struct {
-	s *Service
-	o HTTPOptions
+	s   *Service
+	o   HTTPOptions
+	cop *http.CrossOriginProtection
+}
+
+// post refuses cross-origin browser requests (403) and bodies that a
+// cross-site form or script could send without a CORS preflight and that
+// cannot be JSON (415).
+func (h *httpAPI) post(next http.HandlerFunc) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		status, msg := 0, ""
+		if err := h.cop.Check(r); err != nil {
+			status, msg = http.StatusForbidden, "cross-origin requests are refused: "+err.Error()
+		} else if ct := r.Header.Get("Content-Type"); ct != "" {
+			mt, _, err := mime.ParseMediaType(ct)
+			if err != nil || mt == "text/plain" || mt == "multipart/form-data" {
+				status, msg = http.StatusUnsupportedMediaType, fmt.Sprintf("Content-Type %q: send the body as application/json", ct)
+			}
+		}
+		if status != 0 {
+			if m := h.s.opts.Metrics; m != nil {
+				m.requests.WithLabelValues(apiOf(r), "invalid").Inc()
+			}
+			http.Error(w, msg, status)
+			return
+		}
+		next(w, r)
+	}
 }
 
 // auth checks the bearer token when one is set.
@@ -104,7 +139,7 @@ func (h *httpAPI) body(w http.ResponseWriter, r *http.Request) ([]byte, error) {
 	data, err := io.ReadAll(http.MaxBytesReader(w, r.Body, h.o.MaxBodyBytes))
 	var mbe *http.MaxBytesError
 	if errors.As(err, &mbe) {
-		return nil, inputErrorf("request body is larger than %d bytes", h.o.MaxBodyBytes)
+		return nil, &TooLargeError{Limit: h.o.MaxBodyBytes}
 	}
 	return data, err
 }
@@ -156,6 +191,7 @@ func (h *httpAPI) error(w http.ResponseWriter, err error) string {
 // httpStatuses maps an errorKind to an HTTP status.
 var httpStatuses = map[string]int{
 	"invalid":     http.StatusBadRequest,
+	"too_large":   http.StatusRequestEntityTooLarge,
 	"unavailable": http.StatusServiceUnavailable,
 	"canceled":    http.StatusServiceUnavailable,
 	"deadline":    http.StatusServiceUnavailable,

@@ -88,7 +88,7 @@ func TestHTTPCheckBadInput(t *testing.T) {
 		`{"domain":"api","extra":1}`:                                       `unknown member "extra"`,
 		`{"domain":"api","domain":"api"}`:                                  "repeated",
 		`{"domain":"api","descriptors":[{"a":"b"}]} {}`:                    "data after",
-		`{"domain":"api","descriptors":[{"a":"` + strings.Repeat("b", 300): "larger than 200 bytes",
+		"{\"domain\":\"api\",\"descriptors\":[{\"a\":\"b\xff\"}]}":         "invalid UTF-8",
 	}
 	for body, want := range cases {
 		w := post(t, h, "/v1/check", body)
@@ -96,7 +96,14 @@ func TestHTTPCheckBadInput(t *testing.T) {
 			t.Errorf("%q: %d %q, want 400 containing %q", body, w.Code, w.Body, want)
 		}
 	}
+	for _, path := range []string{"/v1/check", "/json"} {
+		w := post(t, h, path, `{"domain":"api","descriptors":[{"a":"`+strings.Repeat("b", 300))
+		if w.Code != http.StatusRequestEntityTooLarge || !strings.Contains(w.Body.String(), "larger than 200 bytes") {
+			t.Errorf("%s: oversized body: %d %q, want 413", path, w.Code, w.Body)
+		}
+	}
 	for body, want := range map[string]string{
+		"{\"domain\":\"api\",\"descriptors\":[{\"entries\":[{\"key\":\"user\",\"value\":\"\xff\"}]}]}": "UTF-8",
 		`{"domain":"api","descriptors":[{"entries":[{"key":"user","value":"x"}]}],"bogus":1}`: "protojson",
 		`not json`:                          "protojson",
 		`{"domain":"api","descriptors":[]}`: "must not be empty",
@@ -130,6 +137,45 @@ func TestHTTPJSON(t *testing.T) {
 	}
 }
 
+// TestHTTPCrossSite: what a page on another site can make a browser send
+// without a CORS preflight is refused, token or not; curl's requests are not.
+func TestHTTPCrossSite(t *testing.T) {
+	s := newService(t, backend.NewMemory(), Options{})
+	h := NewHTTPHandler(s, HTTPOptions{})
+	body := `{"domain":"api","descriptors":[{"nolimit":"csrf"}]}`
+	for _, hdr := range [][]string{
+		{"Content-Type", "text/plain"},
+		{"Content-Type", "text/plain;charset=UTF-8"},
+		{"Content-Type", "multipart/form-data; boundary=x"},
+	} {
+		for _, path := range []string{"/v1/check", "/json"} {
+			if w := post(t, h, path, body, hdr...); w.Code != http.StatusUnsupportedMediaType || !strings.Contains(w.Body.String(), "application/json") {
+				t.Errorf("%s with %s: %d %q, want 415", path, hdr[1], w.Code, w.Body)
+			}
+		}
+	}
+	for _, hdr := range [][]string{
+		{"Sec-Fetch-Site", "cross-site"},
+		{"Sec-Fetch-Site", "same-site"},
+		{"Origin", "https://evil.example"},
+	} {
+		if w := post(t, h, "/v1/check", body, hdr...); w.Code != http.StatusForbidden {
+			t.Errorf("%s: %s: %d %q, want 403", hdr[0], hdr[1], w.Code, w.Body)
+		}
+	}
+	for _, hdr := range [][]string{
+		nil,
+		{"Content-Type", "application/json"},
+		{"Content-Type", "application/x-www-form-urlencoded"}, // curl -d
+		{"Sec-Fetch-Site", "same-origin"},
+		{"Origin", "http://example.com"}, // httptest's Host
+	} {
+		if w := post(t, h, "/v1/check", body, hdr...); w.Code != http.StatusOK {
+			t.Errorf("%v: %d %q, want 200", hdr, w.Code, w.Body)
+		}
+	}
+}
+
 func TestHTTPAuthAndProbes(t *testing.T) {
 	s := newService(t, backend.NewMemory(), Options{Metrics: NewMetrics()})
 	h := NewHTTPHandler(s, HTTPOptions{Token: "s3cret"})
@@ -142,6 +188,18 @@ func TestHTTPAuthAndProbes(t *testing.T) {
 	}
 	if w := post(t, h, "/v1/check", body, "Authorization", "Bearer s3cret"); w.Code != 200 {
 		t.Fatalf("right token: %d %s", w.Code, w.Body)
+	}
+	// Auth schemes are case-insensitive (RFC 9110 §11.1).
+	unlimited := `{"domain":"api","descriptors":[{"nolimit":"x"}]}`
+	for _, auth := range []string{"bearer s3cret", "BEARER s3cret", "Bearer  s3cret"} {
+		if w := post(t, h, "/v1/check", unlimited, "Authorization", auth); w.Code != 200 {
+			t.Fatalf("%q: %d %s", auth, w.Code, w.Body)
+		}
+	}
+	for _, auth := range []string{"Basic s3cret", "Bearers3cret", "s3cret", "Bearer s3cretx"} {
+		if w := post(t, h, "/v1/check", unlimited, "Authorization", auth); w.Code != http.StatusUnauthorized {
+			t.Fatalf("%q accepted: %d", auth, w.Code)
+		}
 	}
 	for _, p := range []string{"/healthz", "/readyz"} {
 		w := httptest.NewRecorder()
@@ -162,8 +220,8 @@ func TestHTTPAuthAndProbes(t *testing.T) {
 	m := w.Body.String()
 	for _, want := range []string{
 		`floodgate_decisions_total{descriptor="api|user",domain="api",result="within_limit"} 1`,
-		`floodgate_requests_total{api="check",code="unauthorized"} 2`,
-		`floodgate_requests_total{api="check",code="OK"} 1`,
+		`floodgate_requests_total{api="check",code="unauthorized"} 6`,
+		`floodgate_requests_total{api="check",code="OK"} 4`,
 		`floodgate_config_info{version="v1"} 1`,
 	} {
 		if !strings.Contains(m, want) {

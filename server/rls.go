@@ -67,8 +67,11 @@ func (r *RLS) answer(ctx context.Context, start time.Time, in *Request, decodeEr
 // codeLabel is the metrics' code label of an errorKind: the caller's own
 // cancellations and deadlines count as error.
 func codeLabel(kind string) string {
-	if kind == "canceled" || kind == "deadline" {
+	switch kind {
+	case "canceled", "deadline":
 		return "error"
+	case "too_large":
+		return "invalid"
 	}
 	return kind
 }
@@ -76,6 +79,7 @@ func codeLabel(kind string) string {
 // grpcCodes maps an errorKind to a gRPC status code.
 var grpcCodes = map[string]codes.Code{
 	"invalid":     codes.InvalidArgument,
+	"too_large":   codes.ResourceExhausted,
 	"unavailable": codes.Unavailable,
 	"canceled":    codes.Canceled,
 	"deadline":    codes.DeadlineExceeded,
@@ -83,14 +87,17 @@ var grpcCodes = map[string]codes.Code{
 }
 
 // errorKind sorts an error of a request for the APIs' answers and the
-// metrics' code label: invalid (an InputError), unavailable (the store, in
+// metrics' code label: invalid (an InputError), too_large (a TooLargeError), unavailable (the store, in
 // the error failure mode), canceled and deadline (the caller's context), or
 // error.
 func errorKind(err error) string {
 	var ie *InputError
+	var tl *TooLargeError
 	switch {
 	case err == nil:
 		return ""
+	case errors.As(err, &tl):
+		return "too_large"
 	case errors.As(err, &ie):
 		return "invalid"
 	case errors.Is(err, ErrUnavailable):

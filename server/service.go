@@ -149,6 +149,14 @@ type InputError struct{ Msg string }
 
 func (e *InputError) Error() string { return e.Msg }
 
+// TooLargeError is a request body over the size limit: HTTP answers it
+// with 413.
+type TooLargeError struct{ Limit int64 }
+
+func (e *TooLargeError) Error() string {
+	return fmt.Sprintf("request body is larger than %d bytes", e.Limit)
+}
+
 func inputErrorf(format string, args ...any) error {
 	return &InputError{Msg: fmt.Sprintf(format, args...)}
 }

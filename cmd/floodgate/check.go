@@ -13,9 +13,11 @@ import (
 	rlscommon "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	rls "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 )
@@ -91,7 +93,10 @@ func runCheck(args []string, stdout, stderr io.Writer) int {
 	}
 	resp, err := rls.NewRateLimitServiceClient(conn).ShouldRateLimit(ctx, req)
 	if err != nil {
-		fmt.Fprintf(stderr, "floodgate check: %s: %v\nIs 'floodgate serve' running there? --addr sets the address.\n", *addr, err)
+		fmt.Fprintf(stderr, "floodgate check: %s: %v\n", *addr, err)
+		if hint := checkHint(status.Code(err), *token != ""); hint != "" {
+			fmt.Fprintln(stderr, hint)
+		}
 		return exitFailure
 	}
 	if *asJSON {
@@ -147,4 +152,21 @@ func printDecision(w io.Writer, req *rls.RateLimitRequest, resp *rls.RateLimitRe
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", strings.Join(entries, ","), st.GetCode(), limit, remaining, reset)
 	}
 	tw.Flush()
+}
+
+// checkHint says what to do about a failed call, by its gRPC code; "" when
+// the server's message says it all.
+func checkHint(c codes.Code, sentToken bool) string {
+	switch c {
+	case codes.Unauthenticated:
+		if sentToken {
+			return "The server refused the token: give the one in its --token-file (or $FLOODGATE_TOKEN) with --token."
+		}
+		return "The server requires a bearer token: give it with --token."
+	case codes.Unavailable:
+		return "Is 'floodgate serve' running there? --addr sets the address; --tls if it serves TLS."
+	case codes.DeadlineExceeded:
+		return "No answer within --timeout: the server or its store is slow, or the address is not a floodgate server."
+	}
+	return ""
 }

@@ -1,0 +1,49 @@
+package main
+
+import (
+	"context"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/floodgate-dev/floodgate/backend"
+	"github.com/floodgate-dev/floodgate/server"
+)
+
+// TestCheckHints: `floodgate check` says what to do about each failure:
+// a missing or wrong token is not taken for a server that is not running.
+func TestCheckHints(t *testing.T) {
+	dir := t.TempDir()
+	cfg := writeFile(t, dir, "api.yaml", "domain: api\ndescriptors:\n  - key: user\n    rate_limit: {unit: minute, requests_per_unit: 5}\n")
+	srv, err := server.New(server.Config{
+		ConfigPath: cfg,
+		GRPCAddr:   "127.0.0.1:0",
+		Backend:    backend.NewMemory(),
+		Token:      "s3cret",
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- srv.Serve(ctx) }()
+	defer func() { cancel(); <-done }()
+	addr := srv.GRPCAddr()
+
+	for _, tc := range []struct {
+		args    []string
+		code    int
+		want    string
+		mustNot string
+	}{
+		{args: []string{"--addr", addr, "--domain", "api", "user=a"}, code: exitFailure, want: "requires a bearer token: give it with --token", mustNot: "running there"},
+		{args: []string{"--addr", addr, "--token", "wrong", "--domain", "api", "user=a"}, code: exitFailure, want: "refused the token", mustNot: "running there"},
+		{args: []string{"--addr", addr, "--token", "s3cret", "--domain", "api", "user=a"}, code: exitOK, want: ""},
+		{args: []string{"--addr", filepath.Join("unix://", dir, "none.sock"), "--timeout", "2s", "--domain", "api", "user=a"}, code: exitFailure, want: "running there"},
+	} {
+		code, out, errOut := floodgate(t, append([]string{"check"}, tc.args...)...)
+		if code != tc.code || !strings.Contains(errOut, tc.want) || tc.mustNot != "" && strings.Contains(errOut, tc.mustNot) {
+			t.Errorf("floodgate check %v: exit %d, stdout %q, stderr %q; want exit %d and %q", tc.args, code, out, errOut, tc.code, tc.want)
+		}
+	}
+}
