@@ -80,15 +80,15 @@ func TestHTTPCheckBadInput(t *testing.T) {
 		`[]`:                                     "want",
 		`{"domain":"api"}`:                       "must not be empty",
 		`{"domain":1,"descriptors":[{"a":"b"}]}`: "domain must be a string",
-		`{"domain":"api","descriptors":[{"a":[]}]}`:                        "string, number or boolean",
-		`{"domain":"api","descriptors":{}}`:                                "list of objects",
-		`{"domain":"api","descriptors":[{}]}`:                              "no entries",
-		`{"domain":"api","cost":-1}`:                                       "whole number from 0",
-		`{"domain":"api","cost":1.5}`:                                      "whole number from 0",
-		`{"domain":"api","extra":1}`:                                       `unknown member "extra"`,
-		`{"domain":"api","domain":"api"}`:                                  "repeated",
-		`{"domain":"api","descriptors":[{"a":"b"}]} {}`:                    "data after",
-		"{\"domain\":\"api\",\"descriptors\":[{\"a\":\"b\xff\"}]}":         "invalid UTF-8",
+		`{"domain":"api","descriptors":[{"a":[]}]}`:                "string, number or boolean",
+		`{"domain":"api","descriptors":{}}`:                        "list of objects",
+		`{"domain":"api","descriptors":[{}]}`:                      "no entries",
+		`{"domain":"api","cost":-1}`:                               "whole number from 0",
+		`{"domain":"api","cost":1.5}`:                              "whole number from 0",
+		`{"domain":"api","extra":1}`:                               `unknown member "extra"`,
+		`{"domain":"api","domain":"api"}`:                          "repeated",
+		`{"domain":"api","descriptors":[{"a":"b"}]} {}`:            "data after",
+		"{\"domain\":\"api\",\"descriptors\":[{\"a\":\"b\xff\"}]}": "invalid UTF-8",
 	}
 	for body, want := range cases {
 		w := post(t, h, "/v1/check", body)
@@ -104,7 +104,7 @@ func TestHTTPCheckBadInput(t *testing.T) {
 	}
 	for body, want := range map[string]string{
 		"{\"domain\":\"api\",\"descriptors\":[{\"entries\":[{\"key\":\"user\",\"value\":\"\xff\"}]}]}": "UTF-8",
-		`{"domain":"api","descriptors":[{"entries":[{"key":"user","value":"x"}]}],"bogus":1}`: "protojson",
+		`{"domain":"api","descriptors":[{"entries":[{"key":"user","value":"x"}]}],"bogus":1}`:          "protojson",
 		`not json`:                          "protojson",
 		`{"domain":"api","descriptors":[]}`: "must not be empty",
 	} {

@@ -11,10 +11,10 @@ import (
 
 func TestRedactURL(t *testing.T) {
 	for in, want := range map[string]string{
-		"redis://u:secret@h:1/2":                               "redis://u:xxxxx@h:1/2",
-		"redis://:secret@h:1":                                  "redis://:xxxxx@h:1",
-		"redis://h:1":                                          "redis://h:1",
-		"redis://u@h:1":                                        "redis://u@h:1",
+		"redis://u:secret@h:1/2": "redis://u:xxxxx@h:1/2",
+		"redis://:secret@h:1":    "redis://:xxxxx@h:1",
+		"redis://h:1":            "redis://h:1",
+		"redis://u@h:1":          "redis://u@h:1",
 		"redis+sentinel://:pw@s1:26379/m?sentinel_password=sp": "redis+sentinel://:xxxxx@s1:26379/m?sentinel_password=xxxxx",
 		"redis://s1:26379?master_set=m&sentinel_password=sp":   "redis://s1:26379?master_set=m&sentinel_password=xxxxx",
 		"redis://h:1?dial_timeout=1s&password=p%40ss":          "redis://h:1?dial_timeout=1s&password=xxxxx",
