@@ -1,6 +1,6 @@
 .PHONY: test race bench lint fuzz run charts
 
-# The README's test command: installs redis-server if missing, vets, runs every test with -race.
+# The README's test command: installs the servers the tests start if missing, vets, runs every test with -race.
 test:
 	./scripts/test.sh
 
@@ -18,9 +18,14 @@ lint:
 	go run honnef.co/go/tools/cmd/staticcheck@v0.8.2 ./...
 	cd bench && go vet ./... && go run honnef.co/go/tools/cmd/staticcheck@v0.8.2 ./...
 
+# Each fuzzer's seeds (f.Add and testdata/fuzz) also run in every go test.
 fuzz:
 	go test -run '^$$' -fuzz FuzzRules -fuzztime 30s ./ratelimit
 	go test -run '^$$' -fuzz FuzzSimulateParseTraffic -fuzztime 300000x ./internal/simulate
+	go test -run '^$$' -fuzz FuzzCheckRequestReference -fuzztime 30s ./server
+	go test -run '^$$' -fuzz FuzzRLSWire -fuzztime 30s ./server
+	go test -run '^$$' -fuzz FuzzCheckRequest -fuzztime 30s ./server
+	go test -run '^$$' -fuzz FuzzRLSRequest -fuzztime 30s ./server
 
 run:
 	go run ./examples/ratelimit
