@@ -70,7 +70,7 @@ type Server struct {
 
 	reloadMu sync.Mutex
 	version  string
-	lastErr  string // of the last rejected configuration, logged once
+	rejected string // fingerprint of the last rejected configuration, counted and logged once
 }
 
 // New loads the configuration (an invalid one is an error naming file, line
@@ -211,12 +211,22 @@ func (s *Server) GRPCAddr() string {
 // Reload reads the configuration again and, when it is valid and changed,
 // serves it from the next request on. An invalid configuration is logged and
 // returned; the previous one keeps serving.
+//
+// Each rejected configuration counts once as a failed reload (and is logged
+// once), however often it is checked again unchanged: rejections are told
+// apart by the files' fingerprint, or by the error when the files cannot be
+// read, so two different bad configurations with the same error count twice.
 func (s *Server) Reload() error {
 	s.reloadMu.Lock()
 	defer s.reloadMu.Unlock()
 	version, err := fingerprint(s.cfg.ConfigPath)
 	if err == nil && version == s.version {
+		s.rejected = "" // back to the configuration being served
 		return nil
+	}
+	rejected := version
+	if err != nil {
+		rejected = "unreadable: " + err.Error()
 	}
 	var cfg *config.Config
 	if err == nil {
@@ -226,14 +236,14 @@ func (s *Server) Reload() error {
 		err = s.svc.SetConfig(cfg, version)
 	}
 	if err != nil {
-		if s.version != "" && err.Error() != s.lastErr {
+		if s.version != "" && rejected != s.rejected {
 			s.metrics.reload(false)
 			s.log.Error("configuration rejected; the previous one keeps serving", "path", s.cfg.ConfigPath, "error", err)
 		}
-		s.lastErr = err.Error()
+		s.rejected = rejected
 		return err
 	}
-	s.lastErr = ""
+	s.rejected = ""
 	s.metrics.reload(true)
 	s.log.Info("configuration loaded", "path", s.cfg.ConfigPath, "version", version, "domains", len(cfg.Domains))
 	s.version = version
