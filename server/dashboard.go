@@ -34,6 +34,10 @@ type dashboard struct {
 	history []Snapshot // oldest first
 	subs    map[chan []byte]struct{}
 	stopped bool // no more event streams: the server is shutting down
+
+	// writeTimeout bounds writing one event of a stream; 0 for none. Set
+	// before serving.
+	writeTimeout time.Duration
 }
 
 // Snapshot is one second of the dashboard: rates over the last tick.
@@ -288,6 +292,16 @@ func (d *dashboard) events(w http.ResponseWriter, r *http.Request) {
 		delete(d.subs, ch)
 		d.mu.Unlock()
 	}()
+	// The server's read and write deadlines bound a request; a stream lasts
+	// as long as the page is open. With the read deadline passed, net/http's
+	// read for the client's next bytes would fail and cancel the request,
+	// so it is lifted: a closed page still ends the stream through that read.
+	// The write deadline is set anew for each event, so that a page that
+	// stops reading is still dropped. (ResponseController reports
+	// ErrNotSupported where there are no deadlines, as in tests'
+	// recorders.)
+	rc := http.NewResponseController(w)
+	rc.SetReadDeadline(time.Time{})
 	w.Header().Set("Content-Type", "text/event-stream")
 	w.Header().Set("Cache-Control", "no-cache")
 	w.WriteHeader(http.StatusOK)
@@ -299,6 +313,9 @@ func (d *dashboard) events(w http.ResponseWriter, r *http.Request) {
 		case data, ok := <-ch:
 			if !ok {
 				return
+			}
+			if d.writeTimeout > 0 {
+				rc.SetWriteDeadline(time.Now().Add(d.writeTimeout))
 			}
 			if _, err := w.Write([]byte("data: ")); err != nil {
 				return

@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math"
 	"net"
 	"net/http"
 	"os"
@@ -22,6 +23,7 @@ import (
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/keepalive"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 
@@ -52,6 +54,71 @@ type Config struct {
 	ReloadInterval  time.Duration
 	ShutdownTimeout time.Duration // for draining in-flight requests; 10s when 0
 	Logger          *slog.Logger
+
+	// Connection shedding. For each duration 0 means its default and < 0
+	// none; every one bounds how long a client can hold a connection (and a
+	// descriptor) without using it.
+
+	// HTTPReadTimeout bounds reading a whole HTTP request, header and body,
+	// from its first byte (or from the end of the TLS handshake);
+	// DefaultHTTPReadTimeout when 0. A client that withholds its body is
+	// disconnected when it passes. The dashboard's event stream is exempt.
+	HTTPReadTimeout time.Duration
+	// HTTPWriteTimeout bounds an HTTP request from the end of its header to
+	// the end of its answer, so it should exceed HTTPReadTimeout and the
+	// store's timeout; DefaultHTTPWriteTimeout when 0. A client that stops
+	// reading its answer is disconnected when it passes. The dashboard's
+	// event stream gets it anew for each event.
+	HTTPWriteTimeout time.Duration
+	// HTTPIdleTimeout is how long a keep-alive connection may wait for its
+	// next request; DefaultHTTPIdleTimeout when 0.
+	HTTPIdleTimeout time.Duration
+	// GRPCHandshakeTimeout bounds a new gRPC connection's TLS handshake and
+	// HTTP/2 preface (grpc.ConnectionTimeout); DefaultGRPCHandshakeTimeout
+	// when 0, grpc-go's own 120 s when < 0.
+	GRPCHandshakeTimeout time.Duration
+	// GRPCMaxConnIdle closes, with a GOAWAY, a gRPC connection that has had
+	// no call in flight for that long (keepalive.ServerParameters
+	// .MaxConnectionIdle); DefaultGRPCMaxConnIdle when 0.
+	GRPCMaxConnIdle time.Duration
+	// GRPCMaxStreams caps the calls in flight on one gRPC connection
+	// (grpc.MaxConcurrentStreams; clients queue or open another connection
+	// beyond it); DefaultGRPCMaxStreams when 0, none when < 0.
+	GRPCMaxStreams int
+	// MaxConns caps the connections open on the HTTP and gRPC listeners
+	// together. At the cap, the connection idle the longest is closed to
+	// admit a new one; when every one is serving a request, the new one is
+	// closed at once. 0 derives the cap from the process's descriptor limit
+	// (RLIMIT_NOFILE, less headroom for the store, reloads and probes: 1708
+	// of 2048 with GOMAXPROCS 2); < 0 means no cap.
+	MaxConns int
+}
+
+// Defaults of the connection-shedding settings of Config.
+const (
+	DefaultHTTPReadTimeout      = 10 * time.Second
+	DefaultHTTPWriteTimeout     = 30 * time.Second
+	DefaultHTTPIdleTimeout      = 2 * time.Minute
+	DefaultGRPCHandshakeTimeout = 10 * time.Second
+	DefaultGRPCMaxConnIdle      = 5 * time.Minute
+	DefaultGRPCMaxStreams       = 1000
+)
+
+// grpcKeepalive is the keepalive policy clients must follow: a ping at most
+// every 10 s (grpc-go clients never ping more often), idle connections
+// included; more often, the server sends GOAWAY (too_many_pings) and closes
+// the connection.
+var grpcKeepalive = keepalive.EnforcementPolicy{MinTime: 10 * time.Second, PermitWithoutStream: true}
+
+// orDefault resolves a Config duration: def when 0, none (0) when < 0.
+func orDefault(d, def time.Duration) time.Duration {
+	switch {
+	case d == 0:
+		return def
+	case d < 0:
+		return 0
+	}
+	return d
 }
 
 // Server runs the decision service over HTTP and gRPC, with configuration
@@ -67,6 +134,7 @@ type Server struct {
 	httpLn, grpcLn net.Listener
 	httpSrv        *http.Server
 	grpcSrv        *grpc.Server
+	conns          *connLimit // over both listeners
 
 	reloadMu sync.Mutex
 	version  string
@@ -112,6 +180,11 @@ func New(c Config) (*Server, error) {
 	if err := s.Reload(); err != nil {
 		return nil, err
 	}
+	maxConns := c.MaxConns
+	if maxConns == 0 {
+		maxConns = defaultMaxConns()
+	}
+	s.conns = s.metrics.newConnLimit(maxConns, "http", "grpc")
 
 	var tlsConf *tls.Config
 	if c.TLSCertFile != "" {
@@ -126,15 +199,22 @@ func New(c Config) (*Server, error) {
 		if err != nil {
 			return nil, fmt.Errorf("server: HTTP: %w", err)
 		}
+		ln = s.conns.wrap(ln, "http")
 		if tlsConf != nil {
 			ln = tls.NewListener(ln, tlsConf)
 		}
 		s.httpLn = ln
+		s.dash.writeTimeout = orDefault(c.HTTPWriteTimeout, DefaultHTTPWriteTimeout)
 		s.httpSrv = &http.Server{
-			Handler:           NewHTTPHandler(svc, HTTPOptions{Token: c.Token, MaxBodyBytes: c.MaxBodyBytes, dash: s.dash}),
-			ReadHeaderTimeout: 10 * time.Second,
-			IdleTimeout:       2 * time.Minute,
-			ErrorLog:          slog.NewLogLogger(c.Logger.Handler(), slog.LevelWarn),
+			Handler:      answerEarly(NewHTTPHandler(svc, HTTPOptions{Token: c.Token, MaxBodyBytes: c.MaxBodyBytes, dash: s.dash})),
+			ReadTimeout:  orDefault(c.HTTPReadTimeout, DefaultHTTPReadTimeout),
+			WriteTimeout: s.dash.writeTimeout,
+			IdleTimeout:  orDefault(c.HTTPIdleTimeout, DefaultHTTPIdleTimeout),
+			ConnState:    s.conns.connState,
+			ErrorLog:     slog.NewLogLogger(c.Logger.Handler(), slog.LevelWarn),
+		}
+		if s.httpSrv.ReadTimeout == 0 {
+			s.httpSrv.ReadHeaderTimeout = DefaultHTTPReadTimeout // the body unbounded, the header still not
 		}
 	}
 	if c.GRPCAddr != "" {
@@ -143,8 +223,16 @@ func New(c Config) (*Server, error) {
 			s.closeListeners()
 			return nil, fmt.Errorf("server: gRPC: %w", err)
 		}
-		s.grpcLn = ln
+		s.grpcLn = s.conns.wrap(ln, "grpc")
+		interceptors := []grpc.UnaryServerInterceptor{s.conns.unary}
+		if c.Token != "" {
+			interceptors = append(interceptors, tokenInterceptor(c.Token, s.metrics))
+		}
 		gopts := []grpc.ServerOption{
+			grpc.KeepaliveParams(keepalive.ServerParameters{MaxConnectionIdle: orDefault(c.GRPCMaxConnIdle, DefaultGRPCMaxConnIdle)}),
+			grpc.KeepaliveEnforcementPolicy(grpcKeepalive),
+			grpc.ChainUnaryInterceptor(interceptors...),
+			grpc.ChainStreamInterceptor(s.conns.stream),
 			grpc.MaxRecvMsgSize(int(c.MaxBodyBytes)),
 			// Handlers run on long-lived workers rather than a new goroutine
 			// per call: a new goroutine grows its stack on every call, which
@@ -155,11 +243,17 @@ func New(c Config) (*Server, error) {
 			// (rls_wire.go); every other message by the proto codec.
 			grpc.ForceServerCodecV2(newRLSCodec()),
 		}
+		if d := orDefault(c.GRPCHandshakeTimeout, DefaultGRPCHandshakeTimeout); d > 0 {
+			gopts = append(gopts, grpc.ConnectionTimeout(d))
+		}
+		switch {
+		case c.GRPCMaxStreams == 0:
+			gopts = append(gopts, grpc.MaxConcurrentStreams(DefaultGRPCMaxStreams))
+		case c.GRPCMaxStreams > 0:
+			gopts = append(gopts, grpc.MaxConcurrentStreams(uint32(min(uint64(c.GRPCMaxStreams), math.MaxUint32))))
+		}
 		if tlsConf != nil {
 			gopts = append(gopts, grpc.Creds(credentials.NewTLS(tlsConf)))
-		}
-		if c.Token != "" {
-			gopts = append(gopts, grpc.UnaryInterceptor(tokenInterceptor(c.Token, s.metrics)))
 		}
 		s.grpcSrv = grpc.NewServer(gopts...)
 		s.grpcSrv.RegisterService(&rlsWireDesc, NewRLS(svc))
@@ -318,7 +412,7 @@ func (s *Server) Serve(ctx context.Context) error {
 	stopDash := make(chan struct{})
 	dashDone := make(chan struct{})
 	go func() { s.dash.run(stopDash); close(dashDone) }()
-	s.log.Info("serving", "http", s.HTTPAddr(), "grpc", s.GRPCAddr())
+	s.log.Info("serving", "http", s.HTTPAddr(), "grpc", s.GRPCAddr(), "max_conns", s.conns.capacity())
 	var err error
 loop:
 	for {

@@ -67,6 +67,13 @@ func runServe(args []string, stdout, stderr io.Writer) int {
 		maxDesc       = fs.Int("max-descriptors", server.DefaultMaxDescriptors, "most descriptors in one request")
 		reloadEvery   = fs.Duration("reload-interval", time.Second, "how often to look for configuration changes; 0 only on SIGHUP")
 		shutdownAfter = fs.Duration("shutdown-timeout", 10*time.Second, "how long to drain in-flight requests on exit")
+		httpRead      = fs.Duration("http-read-timeout", server.DefaultHTTPReadTimeout, "longest time to read an HTTP request, header and body; negative for none")
+		httpWrite     = fs.Duration("http-write-timeout", server.DefaultHTTPWriteTimeout, "longest time from an HTTP request's header to the end of its answer (the dashboard's stream: per event); negative for none")
+		httpIdle      = fs.Duration("http-idle-timeout", server.DefaultHTTPIdleTimeout, "how long an idle HTTP keep-alive connection stays open; negative for no limit")
+		grpcHandshake = fs.Duration("grpc-handshake-timeout", server.DefaultGRPCHandshakeTimeout, "longest time for a new gRPC connection's TLS handshake and HTTP/2 preface")
+		grpcIdle      = fs.Duration("grpc-max-idle", server.DefaultGRPCMaxConnIdle, "close a gRPC connection with no call in flight for this long; negative for never")
+		grpcStreams   = fs.Int("grpc-max-streams", server.DefaultGRPCMaxStreams, "most calls in flight on one gRPC connection; negative for no limit")
+		maxConns      = fs.Int("max-conns", 0, "most connections open on the HTTP and gRPC listeners together, idle ones shed first; 0 from the descriptor limit (ulimit -n), negative for no limit")
 		logFormat     = fs.String("log-format", "text", "log format: text or json")
 		logLevel      = fs.String("log-level", "info", "log level: debug, info, warn or error")
 		debugAddr     = fs.String("debug-addr", "", "`address` of a profiling endpoint (/debug/pprof/, Go's net/http/pprof); empty for none. Keep it private")
@@ -133,6 +140,14 @@ func runServe(args []string, stdout, stderr io.Writer) int {
 		ReloadInterval:  interval,
 		ShutdownTimeout: *shutdownAfter,
 		Logger:          logger,
+
+		HTTPReadTimeout:      *httpRead,
+		HTTPWriteTimeout:     *httpWrite,
+		HTTPIdleTimeout:      *httpIdle,
+		GRPCHandshakeTimeout: *grpcHandshake,
+		GRPCMaxConnIdle:      *grpcIdle,
+		GRPCMaxStreams:       *grpcStreams,
+		MaxConns:             *maxConns,
 	})
 	if err != nil {
 		var list config.ErrorList
