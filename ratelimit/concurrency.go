@@ -11,6 +11,7 @@ import (
 	"strconv"
 	"sync"
 	"time"
+	"unsafe"
 
 	"github.com/floodgate-dev/floodgate/backend"
 )
@@ -27,6 +28,11 @@ type Concurrency struct {
 
 // ConcurrencyLimiter admits at most Limit concurrent holders per key. Create
 // it with NewConcurrency; it is safe for concurrent use.
+//
+// On the Memory backend its leases are never evicted to respect the memory
+// bound (backend.WithMaxBytes): forgetting a held lease would admit more than
+// Limit holders. They count towards the bound, and a key's state goes when its
+// last lease has ended and the janitor sweeps it.
 type ConcurrencyLimiter struct {
 	limit int64
 	lease int64 // µs
@@ -145,6 +151,18 @@ func (c *ConcurrencyLimiter) release(ctx context.Context, key, id string) error 
 type leaseSet struct {
 	ids       []string
 	deadlines []int64 // ascending, parallel to ids
+}
+
+// MemSize implements backend.Sizer, so that the memory backend's statistics
+// count the leases.
+func (s *leaseSet) MemSize() int {
+	n := backend.AllocBytes(int(unsafe.Sizeof(*s))) +
+		backend.AllocBytes(cap(s.ids)*int(unsafe.Sizeof(""))) +
+		backend.AllocBytes(cap(s.deadlines)*8)
+	for _, id := range s.ids {
+		n += backend.AllocBytes(len(id))
+	}
+	return n
 }
 
 func (s *leaseSet) remove(id string) {

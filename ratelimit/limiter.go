@@ -23,6 +23,7 @@ import (
 	"strings"
 	"sync"
 	"time"
+	"unsafe"
 
 	"github.com/floodgate-dev/floodgate/backend"
 )
@@ -54,6 +55,12 @@ var (
 // The state of a rule is identified by the key and the rule's parameters (and
 // Named name): two Limiters with the same rule on one backend share the budget
 // of a key.
+//
+// On the Memory backend the state of a key may be evicted when the backend
+// reaches its memory bound (backend.WithMaxBytes): keys whose state is back
+// to full go first, then the least recently used, which start afresh (a
+// client that was limited gets a fresh budget). On Redis, maxmemory and its
+// policy decide.
 type Limiter struct {
 	b      backend.Backend
 	specs  []spec
@@ -183,7 +190,11 @@ func New(b backend.Backend, rules ...Rule) (*Limiter, error) {
 	}
 	switch b := b.(type) {
 	case *backend.Memory:
-		l.mem = b.Table("ratelimit")
+		// Rate limit state may be evicted when the backend reaches its memory
+		// bound: an evicted key starts afresh. Each entry's Expires is when
+		// every rule of the key is back to full, so an expired entry costs
+		// nothing to forget.
+		l.mem = b.EvictableTable("ratelimit")
 	case *backend.Redis:
 		l.redis = b
 		l.params = l.scriptParams()
@@ -535,4 +546,20 @@ func (l *Limiter) WaitN(ctx context.Context, key string, n int64) error {
 		case <-t.C:
 		}
 	}
+}
+
+// MemSize implements backend.Sizer, so that the memory bound counts the rule
+// states beyond the entry's inline cell.
+func (ms *memState) MemSize() int {
+	n := backend.AllocBytes(int(unsafe.Sizeof(*ms))) +
+		backend.AllocBytes(cap(ms.cells)*int(unsafe.Sizeof(cell{}))) +
+		backend.AllocBytes(cap(ms.windows)*int(unsafe.Sizeof((*slidingState)(nil)))) +
+		backend.AllocBytes(cap(ms.logs)*int(unsafe.Sizeof((*logState)(nil))))
+	for _, w := range ms.windows {
+		n += backend.AllocBytes(int(unsafe.Sizeof(*w))) + backend.AllocBytes(cap(w.counts)*8)
+	}
+	for _, l := range ms.logs {
+		n += backend.AllocBytes(int(unsafe.Sizeof(*l))) + backend.AllocBytes(cap(l.ts)*8)
+	}
+	return n
 }
