@@ -1,9 +1,22 @@
 #!/usr/bin/env bash
-# floodgate's test command (README "Quick start"): installs the servers the
-# tests start privately (Redis, PostgreSQL, MariaDB, ZooKeeper) and headless
-# Chromium from Debian packages when they are missing, then vets and runs every test with the race
-# detector. Tests start their own server processes on free ports; they never
-# use servers already running on the machine.
+# floodgate's test command (README "Quick start"): vets both modules and runs
+# every test of the main one with the race detector. The tests start private
+# servers of their own on free ports (internal/testenv); they never use
+# servers already running on the machine. First, whichever of these Debian
+# packages is missing is installed with apt-get (as root, or through sudo):
+#
+#   redis-server, redis-tools   every test on Redis: standalone, a 3-master
+#                               Cluster (created by redis-cli), a Sentinel group
+#   postgresql                  lock/sqllock on PostgreSQL; internal/testenv
+#   mariadb-server              lock/sqllock on MySQL/MariaDB; internal/testenv
+#   zookeeper                   lock/zklock; internal/testenv
+#   default-jre-headless        the Java runtime ZooKeeper runs on
+#   chromium                    server's dashboard test, which drives headless
+#                               Chromium (or set $CHROMIUM to a browser)
+#
+# With only Go installed, `go test -short ./...` runs the rest: tests whose
+# server is not installed skip under -short, naming what is missing. Here,
+# without -short, a server that is missing or cannot start fails its tests.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -24,7 +37,7 @@ if ((${#missing[@]})); then
 	$sudo apt-get update -qq
 	DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 fi
-command -v go >/dev/null 2>&1 || { echo "go is not on PATH: install Go 1.24 or newer" >&2; exit 1; }
+command -v go >/dev/null 2>&1 || { echo "go is not on PATH: install Go 1.26 or newer" >&2; exit 1; }
 
 go vet ./...
 (cd bench && go vet ./...)

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/floodgate-dev/floodgate/backend"
+	"github.com/floodgate-dev/floodgate/internal/testenv"
 )
 
 func TestTopKeys(t *testing.T) {
@@ -85,6 +86,7 @@ func TestDashboardRates(t *testing.T) {
 // chromium finds the browser for TestDashboardInBrowser: $CHROMIUM, or
 // Debian's chromium. The test command installs it when missing.
 func chromium(t *testing.T) string {
+	t.Helper()
 	for _, c := range []string{os.Getenv("CHROMIUM"), "chromium", "chromium-browser", "google-chrome"} {
 		if c == "" {
 			continue
@@ -93,7 +95,7 @@ func chromium(t *testing.T) string {
 			return p
 		}
 	}
-	t.Fatal("no chromium: install Debian's chromium package (scripts/test.sh does) or set $CHROMIUM")
+	testenv.NotInstalled(t, "no chromium on PATH for the dashboard's browser test (install it: apt-get install -y chromium; or set $CHROMIUM)")
 	return ""
 }
 

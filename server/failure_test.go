@@ -24,11 +24,7 @@ import (
 // own, longer one), that the breaker then fails calls fast, and that service
 // comes back by itself once Redis does.
 func TestFailureModes(t *testing.T) {
-	r, err := testenv.StartRedis()
-	if err != nil {
-		t.Fatalf("redis-server: %v", err)
-	}
-	t.Cleanup(func() { r.Close() })
+	r := testenv.NewRedis(t)
 
 	for _, mode := range []FailureMode{FailOpen, FailClosed, FailError} {
 		t.Run(mode.String(), func(t *testing.T) {
@@ -156,11 +152,7 @@ func TestBreaker(t *testing.T) {
 // (rate-limited) log say so, and later calls are answered by the failure mode
 // in a few milliseconds instead of running into the caller's deadline.
 func TestCallerDeadlineShorterThanTimeout(t *testing.T) {
-	r, err := testenv.StartRedis()
-	if err != nil {
-		t.Fatalf("redis-server: %v", err)
-	}
-	t.Cleanup(func() { r.Close() })
+	r := testenv.NewRedis(t)
 	b, c, err := OpenStore("redis://"+r.Addr, backendtest.UniquePrefix(), time.Second)
 	if err != nil {
 		t.Fatal(err)
@@ -227,11 +219,7 @@ func TestCallerDeadlineShorterThanTimeout(t *testing.T) {
 // TestCallerCancelIsNotAStoreFailure: callers that go away while a healthy
 // store answers do not open the breaker.
 func TestCallerCancelIsNotAStoreFailure(t *testing.T) {
-	r, err := testenv.StartRedis()
-	if err != nil {
-		t.Fatalf("redis-server: %v", err)
-	}
-	t.Cleanup(func() { r.Close() })
+	r := testenv.NewRedis(t)
 	b, c, err := OpenStore("redis://"+r.Addr, backendtest.UniquePrefix(), time.Second)
 	if err != nil {
 		t.Fatal(err)

@@ -28,11 +28,7 @@ func TestRedactURL(t *testing.T) {
 // TestOpenStoreSecrets: passwords given apart from the URL authenticate, a
 // password given twice is refused, and no error carries a password.
 func TestOpenStoreSecrets(t *testing.T) {
-	r, err := testenv.StartRedis()
-	if err != nil {
-		t.Fatalf("redis-server: %v", err)
-	}
-	t.Cleanup(func() { r.Close() })
+	r := testenv.NewRedis(t)
 	const pass = "s3cret-Pa55"
 	if _, err := r.Do(t.Context(), "CONFIG", "SET", "requirepass", pass); err != nil {
 		t.Fatal(err)

@@ -1,14 +1,9 @@
 package rueidisadapter
 
 import (
-	"bufio"
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
-	"io"
-	"net"
-	"os/exec"
 	"reflect"
 	"strconv"
 	"strings"
@@ -17,126 +12,18 @@ import (
 	"time"
 
 	"github.com/floodgate-dev/floodgate/backend"
+	"github.com/floodgate-dev/floodgate/internal/testenv"
 	"github.com/redis/go-redis/v9"
 	"github.com/redis/rueidis"
 )
 
-// startRedis starts a private redis-server on a free port of 127.0.0.1 (never
-// the machine's own one on 6379), waits until it answers PING and stops it
-// when the test ends. extra are more redis-server arguments. The test fails
-// when no server can be started.
+// startRedis starts a private redis-server (testenv.NewRedis) with extra
+// redis-server arguments and returns its address; it is stopped when the
+// test ends. The test fails when no server can be started, or, under -short,
+// skips when redis-server is not installed.
 func startRedis(t testing.TB, extra ...string) string {
 	t.Helper()
-	path, err := exec.LookPath("redis-server")
-	if err != nil {
-		t.Fatalf("these tests need redis-server in PATH (apt-get install redis-server): %v", err)
-	}
-	var lastErr error
-	for attempt := 0; attempt < 3; attempt++ { // another process may take the port first
-		port := freePort(t)
-		addr := net.JoinHostPort("127.0.0.1", port)
-		args := append([]string{
-			"--port", port, "--bind", "127.0.0.1",
-			"--save", "", "--appendonly", "no", "--dir", t.TempDir(),
-		}, extra...)
-		cmd := exec.Command(path, args...)
-		var out bytes.Buffer // read only after Wait has returned
-		cmd.Stdout, cmd.Stderr = &out, &out
-		cmd.SysProcAttr = childAttr()
-		if err := cmd.Start(); err != nil {
-			t.Fatalf("cannot start redis-server: %v", err)
-		}
-		exited := make(chan error, 1)
-		go func() { exited <- cmd.Wait() }()
-		if err := waitPing(addr, exited, 10*time.Second); err != nil {
-			_ = cmd.Process.Kill()
-			<-exited
-			lastErr = fmt.Errorf("%v; redis-server output:\n%s", err, out.String())
-			continue
-		}
-		t.Cleanup(func() {
-			_ = cmd.Process.Kill()
-			<-exited
-		})
-		return addr
-	}
-	t.Fatalf("cannot start a private redis-server: %v", lastErr)
-	return ""
-}
-
-func freePort(t testing.TB) string {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatalf("no free port: %v", err)
-	}
-	defer l.Close()
-	return strconv.Itoa(l.Addr().(*net.TCPAddr).Port)
-}
-
-// waitPing waits until the server at addr answers PING, the process exits or
-// the timeout passes.
-func waitPing(addr string, exited <-chan error, timeout time.Duration) error {
-	deadline := time.Now().Add(timeout)
-	for {
-		reply, err := rawDo(addr, "PING")
-		if err == nil && reply == "PONG" {
-			return nil
-		}
-		if time.Now().After(deadline) {
-			return fmt.Errorf("redis-server at %s did not answer PING within %v (last: %q, %v)", addr, timeout, reply, err)
-		}
-		select {
-		case err := <-exited:
-			return fmt.Errorf("redis-server exited before answering PING: %v", err)
-		case <-time.After(20 * time.Millisecond):
-		}
-	}
-}
-
-// rawDo sends one command on a new connection and returns a status, integer
-// or bulk string reply as text; an error reply is an error.
-func rawDo(addr string, args ...string) (string, error) {
-	conn, err := net.DialTimeout("tcp", addr, time.Second)
-	if err != nil {
-		return "", err
-	}
-	defer conn.Close()
-	_ = conn.SetDeadline(time.Now().Add(5 * time.Second))
-	var b strings.Builder
-	fmt.Fprintf(&b, "*%d\r\n", len(args))
-	for _, a := range args {
-		fmt.Fprintf(&b, "$%d\r\n%s\r\n", len(a), a)
-	}
-	if _, err := io.WriteString(conn, b.String()); err != nil {
-		return "", err
-	}
-	rd := bufio.NewReader(conn)
-	line, err := rd.ReadString('\n')
-	if err != nil {
-		return "", err
-	}
-	line = strings.TrimSuffix(line, "\r\n")
-	if line == "" {
-		return "", errors.New("empty reply")
-	}
-	switch line[0] {
-	case '+', ':':
-		return line[1:], nil
-	case '-':
-		return "", errors.New(line[1:])
-	case '$':
-		n, err := strconv.Atoi(line[1:])
-		if err != nil || n < 0 {
-			return "", fmt.Errorf("bad bulk reply %q", line)
-		}
-		buf := make([]byte, n+2)
-		if _, err := io.ReadFull(rd, buf); err != nil {
-			return "", err
-		}
-		return string(buf[:n]), nil
-	}
-	return "", fmt.Errorf("unsupported reply %q", line)
+	return testenv.NewRedis(t, testenv.WithArgs(extra...)).Addr
 }
 
 func newClient(t testing.TB, opt rueidis.ClientOption) rueidis.Client {
@@ -492,13 +379,15 @@ func TestCanceledContext(t *testing.T) {
 }
 
 func TestCluster(t *testing.T) {
-	addr := startRedis(t, "--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf")
-	if _, err := rawDo(addr, "CLUSTER", "ADDSLOTSRANGE", "0", "16383"); err != nil {
+	srv := testenv.NewRedis(t, testenv.WithArgs("--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf"))
+	addr := srv.Addr
+	if _, err := srv.Do(t.Context(), "CLUSTER", "ADDSLOTSRANGE", "0", "16383"); err != nil {
 		t.Fatalf("CLUSTER ADDSLOTSRANGE: %v", err)
 	}
 	deadline := time.Now().Add(10 * time.Second)
 	for {
-		info, err := rawDo(addr, "CLUSTER", "INFO")
+		reply, err := srv.Do(t.Context(), "CLUSTER", "INFO")
+		info, _ := reply.(string)
 		if err == nil && strings.Contains(info, "cluster_state:ok") {
 			break
 		}

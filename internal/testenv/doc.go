@@ -8,8 +8,12 @@
 // 6379), with its own temporary directory for data, config and logs.
 //
 // It needs the servers installed (Debian: apt-get install -y redis-server
-// redis-tools postgresql mariadb-server zookeeper; scripts/test.sh does it);
-// without them a start returns an error saying what is missing.
+// redis-tools postgresql mariadb-server zookeeper default-jre-headless;
+// scripts/test.sh does it). Without one, its Start function returns an error
+// that says what is missing and matches ErrNotInstalled, and the New and
+// Shared helpers fail the test, or skip it under go test -short, so that
+// go test -short ./... passes on a machine with only Go (see NotInstalled,
+// which tests use for other programs they need, such as Chromium).
 //
 // A test package shares one server of each kind across its tests:
 //

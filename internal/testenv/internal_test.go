@@ -28,8 +28,10 @@ func TestStartDetectsTakenPort(t *testing.T) {
 	}
 	for _, port := range []int{other.Port, lport} {
 		dir := t.TempDir()
-		r := &Redis{Port: port, Addr: "127.0.0.1:" + strconv.Itoa(port), Dir: dir, LogFile: filepath.Join(dir, "redis.log"), bin: bin}
-		err := r.start()
+		r := &Redis{Port: port, Addr: "127.0.0.1:" + strconv.Itoa(port), Dir: dir, LogFile: filepath.Join(dir, "redis.log")}
+		r.d = r.daemon(bin)
+		r.d.addr = r.Addr
+		err := r.d.start()
 		if err == nil {
 			_ = r.Close()
 			t.Fatalf("start on taken port %d succeeded", port)
@@ -48,6 +50,9 @@ func TestStartDetectsTakenPort(t *testing.T) {
 // directory behind.
 func TestStartReportsLogTail(t *testing.T) {
 	_, err := StartRedis(WithArgs("--no-such-option", "1"))
+	if errors.Is(err, ErrNotInstalled) {
+		NotInstalled(t, err.Error())
+	}
 	if err == nil {
 		t.Fatal("StartRedis with a bad option succeeded")
 	}

@@ -3,14 +3,12 @@ package testenv
 import (
 	"context"
 	"database/sql"
-	"errors"
 	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -48,12 +46,6 @@ type MariaDB struct {
 	d *daemon
 }
 
-var (
-	mariadbOnce     sync.Once
-	sharedMariaDB   *MariaDB
-	sharedMariaDBEr error
-)
-
 // lookMariaDB finds the server and its installer on PATH, else in /usr/sbin
 // and /usr/bin (where Debian puts them; /usr/sbin is often not on a
 // non-root user's PATH).
@@ -76,7 +68,7 @@ func lookMariaDB() (install, server string, err error) {
 	install = find("mariadb-install-db", "mysql_install_db")
 	server = find("mariadbd", "mysqld")
 	if install == "" || server == "" {
-		return "", "", errors.New("testenv: MariaDB's mariadb-install-db and mariadbd not found on PATH, /usr/sbin or /usr/bin (install them, e.g. apt-get install -y mariadb-server)")
+		return "", "", notInstalled("testenv: MariaDB's mariadb-install-db and mariadbd not found on PATH, /usr/sbin or /usr/bin (install them: apt-get install -y mariadb-server)")
 	}
 	return install, server, nil
 }
@@ -85,8 +77,9 @@ func lookMariaDB() (install, server string, err error) {
 // mariadbd on a free 127.0.0.1 port (retrying on other ports if it cannot
 // bind), waits until it answers a query (within about 30 s), and creates
 // the database "floodgate". As root, both run with --user=root. The error,
-// if any, includes the tail of the logs. The caller must Close the server
-// (NewMariaDB and SharedMariaDB do it for you).
+// if any, includes the tail of the logs; it matches ErrNotInstalled when
+// MariaDB is not installed. The caller must Close the server (NewMariaDB and
+// SharedMariaDB do it for you).
 func StartMariaDB() (*MariaDB, error) {
 	install, bin, err := lookMariaDB()
 	if err != nil {
@@ -159,7 +152,7 @@ func (m *MariaDB) init(install, bin string) error {
 			}, userArg...)
 			return exec.Command(bin, append(args, common...)...)
 		},
-		probe: func(ctx context.Context) error {
+		probe: func(ctx context.Context, _ int) error {
 			return withSQLConn(ctx, "mysql", m.adminDSN(), func(c *sql.Conn) error {
 				var got string
 				if err := c.QueryRowContext(ctx, "SELECT @@datadir").Scan(&got); err != nil {
@@ -284,27 +277,12 @@ func (m *MariaDB) Close() error { return m.d.close() }
 // fault tests).
 func SharedMariaDB(t testing.TB) *MariaDB {
 	t.Helper()
-	requireMain(t, "SharedMariaDB")
-	mariadbOnce.Do(func() {
-		sharedMariaDB, sharedMariaDBEr = StartMariaDB()
-		if sharedMariaDBEr == nil {
-			share(sharedMariaDB)
-		}
-	})
-	if sharedMariaDBEr != nil {
-		t.Fatalf("testenv: cannot start shared MariaDB: %v", sharedMariaDBEr)
-	}
-	return sharedMariaDB
+	return sharedMariaDB.get(t, "SharedMariaDB", "MariaDB", StartMariaDB)
 }
 
 // NewMariaDB starts a fresh private MariaDB server for this test like
 // NewPostgres.
 func NewMariaDB(t testing.TB) *MariaDB {
 	t.Helper()
-	m, err := StartMariaDB()
-	if err != nil {
-		t.Fatalf("testenv: cannot start MariaDB: %v", err)
-	}
-	cleanup(t, m)
-	return m
+	return newServer(t, "MariaDB", StartMariaDB)
 }

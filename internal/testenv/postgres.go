@@ -3,7 +3,6 @@ package testenv
 import (
 	"context"
 	"database/sql"
-	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -11,7 +10,6 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 
@@ -48,12 +46,6 @@ type Postgres struct {
 	d *daemon
 }
 
-var (
-	postgresOnce     sync.Once
-	sharedPostgres   *Postgres
-	sharedPostgresEr error
-)
-
 // lookPostgres finds initdb and postgres of one installation: initdb on
 // PATH (postgres next to where it really lives, else on PATH), else the
 // highest version in /usr/lib/postgresql/*/bin, where Debian's packages put
@@ -79,7 +71,7 @@ func lookPostgres() (initdb, postgres string, err error) {
 			return i, p, nil
 		}
 	}
-	return "", "", errors.New("testenv: PostgreSQL's initdb and postgres not found on PATH or in /usr/lib/postgresql/*/bin (install them, e.g. apt-get install -y postgresql)")
+	return "", "", notInstalled("testenv: PostgreSQL's initdb and postgres not found on PATH or in /usr/lib/postgresql/*/bin (install them: apt-get install -y postgresql)")
 }
 
 func isExecutable(path string) bool {
@@ -160,7 +152,7 @@ func (p *Postgres) init(initdb, bin string, as runAs) error {
 			cmd.SysProcAttr = as.attr()
 			return cmd
 		},
-		probe: func(ctx context.Context) error {
+		probe: func(ctx context.Context, _ int) error {
 			return withSQLConn(ctx, "pgx", p.adminDSN(), func(c *sql.Conn) error {
 				var got string
 				if err := c.QueryRowContext(ctx, "SHOW data_directory").Scan(&got); err != nil {
@@ -282,33 +274,19 @@ func (p *Postgres) Close() error { return p.d.close() }
 // and database, so tests must use their own tables (or schemas) and must not
 // stop, kill or pause it, nor KillConnections (use NewPostgres for that). If
 // the server cannot start, this and every later call fail the test with
-// t.Fatalf giving the reason and the server's log tail. The package must run
-// its tests through Main, which closes the server.
+// t.Fatalf giving the reason and the server's log tail, or, under go test
+// -short, skip it when PostgreSQL is not installed (see NotInstalled). The
+// package must run its tests through Main, which closes the server.
 func SharedPostgres(t testing.TB) *Postgres {
 	t.Helper()
-	requireMain(t, "SharedPostgres")
-	postgresOnce.Do(func() {
-		sharedPostgres, sharedPostgresEr = StartPostgres()
-		if sharedPostgresEr == nil {
-			share(sharedPostgres)
-		}
-	})
-	if sharedPostgresEr != nil {
-		t.Fatalf("testenv: cannot start shared PostgreSQL: %v", sharedPostgresEr)
-	}
-	return sharedPostgres
+	return sharedPostgres.get(t, "SharedPostgres", "PostgreSQL", StartPostgres)
 }
 
 // NewPostgres starts a fresh private PostgreSQL server for this test (for
-// fault tests: Pause, Kill, Restart, KillConnections), fails the test with
-// t.Fatalf if it cannot start, and closes it with t.Cleanup. It does not
-// need Main.
+// fault tests: Pause, Kill, Restart, KillConnections), closes it with
+// t.Cleanup, and fails the test with t.Fatalf if it cannot start (or skips
+// it, as SharedPostgres does). It does not need Main.
 func NewPostgres(t testing.TB) *Postgres {
 	t.Helper()
-	p, err := StartPostgres()
-	if err != nil {
-		t.Fatalf("testenv: cannot start PostgreSQL: %v", err)
-	}
-	cleanup(t, p)
-	return p
+	return newServer(t, "PostgreSQL", StartPostgres)
 }

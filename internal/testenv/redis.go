@@ -4,37 +4,14 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"time"
 )
-
-// Timeouts used by the process lifecycle.
-const (
-	// readyTimeout bounds the wait for a started server to answer PING.
-	readyTimeout = 10 * time.Second
-	// stopTimeout bounds the wait for a server to exit after SIGTERM
-	// before it is killed with SIGKILL.
-	stopTimeout = 10 * time.Second
-	// startAttempts is how many ports StartRedis tries when the server
-	// cannot bind.
-	startAttempts = 5
-	// logTailLines is how many lines of the server's logs go into an error.
-	logTailLines = 25
-)
-
-// ErrClosed is returned by methods of a Redis that has been closed.
-var ErrClosed = errors.New("testenv: server closed")
-
-// ErrNotRunning is returned by Pause, Resume and Kill when the server has no
-// running process (it was stopped, killed or crashed).
-var ErrNotRunning = errors.New("testenv: server not running")
 
 // Option configures a server started by StartRedis or NewRedis.
 type Option func(*config)
@@ -94,36 +71,15 @@ type Redis struct {
 	// stdout.log next to it.
 	LogFile string
 
-	bin string
 	cfg config
-
-	mu     sync.Mutex
-	proc   *process // nil when not running
-	closed bool
-}
-
-// process is one run of redis-server.
-type process struct {
-	cmd  *exec.Cmd
-	out  *os.File
-	done chan struct{} // closed once the process has exited
-	err  error         // cmd.Wait's result, valid after done is closed
-}
-
-func (p *process) exited() bool {
-	select {
-	case <-p.done:
-		return true
-	default:
-		return false
-	}
+	d   *daemon
 }
 
 // lookBinary finds a Redis executable on PATH.
 func lookBinary(name string) (string, error) {
 	path, err := exec.LookPath(name)
 	if err != nil {
-		return "", fmt.Errorf("testenv: %s not found on PATH (install it, e.g. apt-get install -y redis-server): %w", name, err)
+		return "", notInstalled("testenv: %s not found on PATH (install it: apt-get install -y redis-server redis-tools)", name)
 	}
 	return path, nil
 }
@@ -132,8 +88,9 @@ func lookBinary(name string) (string, error) {
 // free 127.0.0.1 port, with no persistence unless WithAOF is given, and
 // returns once it answers PING (within about 10 s). If the server cannot bind
 // its port it is retried on other ports. The error, if any, includes the tail
-// of the server's log. The caller must Close the server (NewRedis and the
-// Shared* helpers do it for you).
+// of the server's log; it matches ErrNotInstalled when redis-server is not
+// on PATH. The caller must Close the server (NewRedis and the Shared*
+// helpers do it for you).
 func StartRedis(opts ...Option) (*Redis, error) {
 	var cfg config
 	for _, o := range opts {
@@ -147,7 +104,7 @@ func StartRedis(opts ...Option) (*Redis, error) {
 	if err != nil {
 		return nil, fmt.Errorf("testenv: %w", err)
 	}
-	r := &Redis{Dir: dir, LogFile: filepath.Join(dir, "redis.log"), bin: bin, cfg: cfg}
+	r := &Redis{Dir: dir, LogFile: filepath.Join(dir, "redis.log"), cfg: cfg}
 	if cfg.unixSocket {
 		r.Socket = filepath.Join(dir, "redis.sock")
 		if len(r.Socket) > 100 {
@@ -155,32 +112,48 @@ func StartRedis(opts ...Option) (*Redis, error) {
 			return nil, fmt.Errorf("testenv: unix socket path %q too long; set TMPDIR to a shorter directory", r.Socket)
 		}
 	}
-	var lastErr error
-	for range startAttempts {
-		port, err := reservePort(cfg.clusterBus)
-		if err != nil {
-			lastErr = err
-			break
-		}
+	r.d = r.daemon(bin)
+	err = startDaemon(r.d, func(port int) {
 		r.Port = port
-		r.Addr = net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
-		// Each attempt gets fresh logs so the error shows only its own.
-		_ = os.Remove(r.LogFile)
-		_ = os.Remove(filepath.Join(dir, "stdout.log"))
-		lastErr = r.start()
-		if lastErr == nil {
-			return r, nil
-		}
-		if !errors.Is(lastErr, errBind) {
-			break
-		}
+		r.Addr = r.d.addr
+	})
+	if err != nil {
+		_ = os.RemoveAll(dir)
+		return nil, err
 	}
-	_ = os.RemoveAll(dir)
-	return nil, lastErr
+	return r, nil
 }
 
-// errBind marks a start that failed because a port was taken.
-var errBind = errors.New("port already in use")
+// daemon returns the process of r: redis-server bin with r's command line,
+// ready when it answers PING as the process it started.
+func (r *Redis) daemon(bin string) *daemon {
+	d := &daemon{
+		name:      "redis-server",
+		dir:       r.Dir,
+		logs:      []string{r.LogFile},
+		bus:       r.cfg.clusterBus,
+		readyWait: readyTimeout,
+		probeWait: 500 * time.Millisecond,
+		stopSig:   syscall.SIGTERM,
+		command:   func() *exec.Cmd { return exec.Command(bin, r.args()...) },
+		probe:     r.probe,
+	}
+	if r.cfg.sentinel != nil {
+		// Written once, then owned and rewritten by the Sentinel.
+		d.prepare = func() error {
+			conf := filepath.Join(r.Dir, "sentinel.conf")
+			if _, err := os.Stat(conf); !errors.Is(err, os.ErrNotExist) {
+				return nil
+			}
+			text := strings.Join(r.cfg.sentinel, "\n") + "\n"
+			if err := os.WriteFile(conf, []byte(text), 0o600); err != nil {
+				return fmt.Errorf("testenv: %w", err)
+			}
+			return nil
+		}
+	}
+	return d
+}
 
 // args returns the redis-server command line.
 func (r *Redis) args() []string {
@@ -205,83 +178,20 @@ func (r *Redis) args() []string {
 	return append(a, r.cfg.args...)
 }
 
-// start launches the process and waits until it answers PING. The caller
-// holds r.mu or owns r exclusively.
-func (r *Redis) start() error {
-	if r.cfg.sentinel != nil {
-		conf := filepath.Join(r.Dir, "sentinel.conf")
-		if _, err := os.Stat(conf); errors.Is(err, os.ErrNotExist) {
-			text := strings.Join(r.cfg.sentinel, "\n") + "\n"
-			if err := os.WriteFile(conf, []byte(text), 0o600); err != nil {
-				return fmt.Errorf("testenv: %w", err)
-			}
-		}
-	}
-	out, err := os.OpenFile(filepath.Join(r.Dir, "stdout.log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
-	if err != nil {
-		return fmt.Errorf("testenv: %w", err)
-	}
-	cmd := exec.Command(r.bin, r.args()...)
-	cmd.Dir = r.Dir
-	cmd.Stdout = out
-	cmd.Stderr = out
-	if err := startCmd(cmd); err != nil {
-		_ = out.Close()
-		return fmt.Errorf("testenv: starting %s: %w", r.bin, err)
-	}
-	p := &process{cmd: cmd, out: out, done: make(chan struct{})}
-	go func() {
-		p.err = cmd.Wait()
-		_ = out.Close()
-		close(p.done)
-	}()
-	r.proc = p
-	if err := r.waitReady(p); err != nil {
-		p.kill()
-		r.proc = nil
-		if strings.Contains(err.Error(), "Address already in use") {
-			return fmt.Errorf("%w: %w", errBind, err)
-		}
+// probe checks that the server answers PONG and that INFO shows it is
+// process pid (not some other server that owns the port).
+func (r *Redis) probe(ctx context.Context, pid int) error {
+	if err := ping(ctx, r.Addr); err != nil {
 		return err
 	}
-	return nil
-}
-
-// kill sends SIGKILL and waits for the exit.
-func (p *process) kill() {
-	_ = p.cmd.Process.Signal(syscall.SIGKILL)
-	<-p.done
-}
-
-// waitReady polls PING until the server answers PONG and INFO shows it is
-// our process (not some other server that owns the port), the process
-// exits, or readyTimeout passes.
-func (r *Redis) waitReady(p *process) error {
-	deadline := time.Now().Add(readyTimeout)
-	pid := strconv.Itoa(p.cmd.Process.Pid)
-	var lastErr error
-	for delay := 5 * time.Millisecond; ; delay = min(delay*2, 100*time.Millisecond) {
-		if p.exited() {
-			return fmt.Errorf("testenv: redis-server on %s exited during start-up (%v)%s", r.Addr, p.err, r.logTail())
-		}
-		ctx, cancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
-		lastErr = ping(ctx, r.Addr)
-		if lastErr == nil {
-			var fields map[string]string
-			fields, lastErr = info(ctx, r.Addr, "server")
-			if lastErr == nil && fields["process_id"] != pid {
-				lastErr = fmt.Errorf("port %d answered by another process (pid %s, ours %s): Address already in use", r.Port, fields["process_id"], pid)
-			}
-		}
-		cancel()
-		if lastErr == nil {
-			return nil
-		}
-		if time.Now().After(deadline) {
-			return fmt.Errorf("testenv: redis-server on %s not ready after %v: %v%s", r.Addr, readyTimeout, lastErr, r.logTail())
-		}
-		time.Sleep(delay)
+	fields, err := info(ctx, r.Addr, "server")
+	if err != nil {
+		return err
 	}
+	if got := fields["process_id"]; got != strconv.Itoa(pid) {
+		return fmt.Errorf("port %d answered by another process (pid %s, ours %d): Address already in use", r.Port, got, pid)
+	}
+	return nil
 }
 
 // ping sends PING with a short dial timeout and wants PONG.
@@ -297,42 +207,17 @@ func ping(ctx context.Context, addr string) error {
 }
 
 // logTail returns the last lines of the server's log and stdout for errors.
-func (r *Redis) logTail() string {
-	var b strings.Builder
-	for _, f := range []string{r.LogFile, filepath.Join(r.Dir, "stdout.log")} {
-		data, err := os.ReadFile(f)
-		if err != nil || len(strings.TrimSpace(string(data))) == 0 {
-			continue
-		}
-		lines := strings.Split(strings.TrimRight(string(data), "\n"), "\n")
-		if len(lines) > logTailLines {
-			lines = lines[len(lines)-logTailLines:]
-		}
-		fmt.Fprintf(&b, "\n--- last lines of %s ---\n%s", f, strings.Join(lines, "\n"))
-	}
-	return b.String()
-}
+func (r *Redis) logTail() string { return r.d.logTail() }
 
 // LogTail returns the last lines of the server's log file and of its
 // stdout/stderr, for a test to print when something goes wrong.
-func (r *Redis) LogTail() string { return r.logTail() }
+func (r *Redis) LogTail() string { return r.d.logTail() }
 
 // Running reports whether the server process is alive (it may be paused).
-func (r *Redis) Running() bool {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	return r.proc != nil && !r.proc.exited()
-}
+func (r *Redis) Running() bool { return r.d.running() }
 
 // Pid returns the process id of the running server, or 0 if none.
-func (r *Redis) Pid() int {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if r.proc == nil || r.proc.exited() {
-		return 0
-	}
-	return r.proc.cmd.Process.Pid
-}
+func (r *Redis) Pid() int { return r.d.pid() }
 
 // Do sends one command to the server on a fresh TCP connection and returns
 // its reply: a string (simple or bulk), int64, []any, nil (null reply), or,
@@ -347,114 +232,31 @@ func (r *Redis) Do(ctx context.Context, args ...string) (any, error) {
 // paused) and waits for it to exit; with WithAOF its data is on disk. If it
 // has not exited after 10 s it is killed and an error is returned. Stop is
 // idempotent: stopping a server that is not running returns nil.
-func (r *Redis) Stop() error {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	return r.stopLocked()
-}
-
-func (r *Redis) stopLocked() error {
-	p := r.proc
-	if p == nil {
-		return nil
-	}
-	r.proc = nil
-	if p.exited() {
-		return nil
-	}
-	_ = p.cmd.Process.Signal(syscall.SIGTERM)
-	_ = p.cmd.Process.Signal(syscall.SIGCONT)
-	select {
-	case <-p.done:
-		return nil
-	case <-time.After(stopTimeout):
-		p.kill()
-		return fmt.Errorf("testenv: redis-server on %s ignored SIGTERM for %v; killed%s", r.Addr, stopTimeout, r.logTail())
-	}
-}
+func (r *Redis) Stop() error { return r.d.stop() }
 
 // Kill simulates a crash: it sends SIGKILL and waits for the process to be
 // gone. Nothing is flushed beyond what the server already wrote (with
 // WithAOF, appendfsync always has written every acknowledged command).
 // It returns ErrNotRunning if the server was not running.
-func (r *Redis) Kill() error {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	p := r.proc
-	if p == nil || p.exited() {
-		r.proc = nil
-		return ErrNotRunning
-	}
-	r.proc = nil
-	p.kill()
-	return nil
-}
+func (r *Redis) Kill() error { return r.d.kill() }
 
 // Pause freezes the server with SIGSTOP and returns once the kernel reports
 // it stopped: connections stay open but nothing is answered (clients time
 // out) until Resume. It returns ErrNotRunning if the server is not running.
-func (r *Redis) Pause() error {
-	return r.signalWait(syscall.SIGSTOP, true)
-}
+func (r *Redis) Pause() error { return r.d.signal(syscall.SIGSTOP) }
 
 // Resume continues a paused server with SIGCONT and returns once it is
 // running again. It returns ErrNotRunning if the server is not running;
 // resuming a server that is not paused is harmless.
-func (r *Redis) Resume() error {
-	return r.signalWait(syscall.SIGCONT, false)
-}
-
-func (r *Redis) signalWait(sig syscall.Signal, stopped bool) error {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	p := r.proc
-	if p == nil || p.exited() {
-		return ErrNotRunning
-	}
-	if err := p.cmd.Process.Signal(sig); err != nil {
-		return fmt.Errorf("testenv: %v to redis-server on %s: %w", sig, r.Addr, err)
-	}
-	return waitStopped(p.cmd.Process.Pid, stopped, 2*time.Second)
-}
+func (r *Redis) Resume() error { return r.d.signal(syscall.SIGCONT) }
 
 // Restart stops the server if it is running (as Stop does) and starts it
 // again on the same port and directory, returning once it answers PING
 // (after loading its AOF, if any). With WithAOF the data survives; without
 // it the server comes back empty. It returns ErrClosed after Close.
-func (r *Redis) Restart() error {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if r.closed {
-		return ErrClosed
-	}
-	if err := r.stopLocked(); err != nil {
-		return err
-	}
-	// The port is normally free at once (redis-server binds with
-	// SO_REUSEADDR); retry briefly in case something holds it.
-	var err error
-	for range startAttempts {
-		if err = r.start(); err == nil || !errors.Is(err, errBind) {
-			return err
-		}
-		time.Sleep(200 * time.Millisecond)
-	}
-	return err
-}
+func (r *Redis) Restart() error { return r.d.restart() }
 
 // Close stops the server (as Stop, killing it if SIGTERM is not enough) and
 // removes its directory. It is idempotent; after Close only Addr and the
 // other fields remain meaningful.
-func (r *Redis) Close() error {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if r.closed {
-		return nil
-	}
-	r.closed = true
-	err := r.stopLocked()
-	if rmErr := os.RemoveAll(r.Dir); rmErr != nil && err == nil {
-		err = fmt.Errorf("testenv: %w", rmErr)
-	}
-	return err
-}
+func (r *Redis) Close() error { return r.d.close() }

@@ -17,22 +17,17 @@ var (
 	sharedMu      sync.Mutex
 	sharedClosers []io.Closer
 
-	redisOnce     sync.Once
-	sharedRedis   *Redis
-	sharedRedisEr error
-
-	clusterOnce     sync.Once
-	sharedCluster   *Cluster
-	sharedClusterEr error
-
-	sentinelOnce     sync.Once
-	sharedSentinel   *Sentinel
-	sharedSentinelEr error
+	sharedRedis     shared[*Redis]
+	sharedCluster   shared[*Cluster]
+	sharedSentinel  shared[*Sentinel]
+	sharedPostgres  shared[*Postgres]
+	sharedMariaDB   shared[*MariaDB]
+	sharedZooKeeper shared[*ZooKeeper]
 )
 
 // Main runs the package's tests and then closes every server started by
-// SharedRedis, SharedCluster and SharedSentinel, and returns m.Run's exit
-// code. Use it from TestMain:
+// SharedRedis, SharedCluster, SharedSentinel, SharedPostgres, SharedMariaDB
+// and SharedZooKeeper, and returns m.Run's exit code. Use it from TestMain:
 //
 //	func TestMain(m *testing.M) { os.Exit(testenv.Main(m)) }
 //
@@ -54,12 +49,6 @@ func Main(m *testing.M) int {
 	return code
 }
 
-func share(c io.Closer) {
-	sharedMu.Lock()
-	defer sharedMu.Unlock()
-	sharedClosers = append(sharedClosers, c)
-}
-
 func requireMain(t testing.TB, what string) {
 	t.Helper()
 	if !inMain.Load() {
@@ -67,25 +56,61 @@ func requireMain(t testing.TB, what string) {
 	}
 }
 
+// shared is the server of one kind that the tests of a test binary share.
+type shared[S io.Closer] struct {
+	once sync.Once
+	srv  S
+	err  error
+}
+
+// get returns the shared server, starting it with start on first use and
+// registering it for Main to close. fn names the exported helper, what the
+// server, for messages. If the server could not start, get and every later
+// call end the test as startFailed does.
+func (sh *shared[S]) get(t testing.TB, fn, what string, start func() (S, error)) S {
+	t.Helper()
+	requireMain(t, fn)
+	sh.once.Do(func() {
+		sh.srv, sh.err = start()
+		if sh.err == nil {
+			sharedMu.Lock()
+			sharedClosers = append(sharedClosers, sh.srv)
+			sharedMu.Unlock()
+		}
+	})
+	if sh.err != nil {
+		startFailed(t, "shared "+what, sh.err)
+	}
+	return sh.srv
+}
+
+// newServer starts a server for one test with start, ends the test as
+// startFailed does if it cannot start, and closes it with t.Cleanup.
+func newServer[S io.Closer](t testing.TB, what string, start func() (S, error)) S {
+	t.Helper()
+	srv, err := start()
+	if err != nil {
+		startFailed(t, what, err)
+	}
+	t.Cleanup(func() {
+		if err := srv.Close(); err != nil {
+			t.Errorf("testenv: close: %v", err)
+		}
+	})
+	return srv
+}
+
 // SharedRedis returns the test binary's shared standalone server (no
 // persistence), starting it on first use. Every test of the package gets the
 // same server, so tests must use their own keys and must not stop, kill or
 // pause it (use NewRedis for that). If the server cannot start, this and
-// every later call fail the test with t.Fatalf giving the reason. The package
-// must run its tests through Main, which closes the server.
+// every later call fail the test with t.Fatalf giving the reason, or, under
+// go test -short, skip it when redis-server is not installed (see
+// NotInstalled). The package must run its tests through Main, which closes
+// the server.
 func SharedRedis(t testing.TB) *Redis {
 	t.Helper()
-	requireMain(t, "SharedRedis")
-	redisOnce.Do(func() {
-		sharedRedis, sharedRedisEr = StartRedis()
-		if sharedRedisEr == nil {
-			share(sharedRedis)
-		}
-	})
-	if sharedRedisEr != nil {
-		t.Fatalf("testenv: cannot start shared Redis: %v", sharedRedisEr)
-	}
-	return sharedRedis
+	return sharedRedis.get(t, "SharedRedis", "Redis", func() (*Redis, error) { return StartRedis() })
 }
 
 // SharedCluster returns the test binary's shared three-master cluster,
@@ -93,17 +118,7 @@ func SharedRedis(t testing.TB) *Redis {
 // NewCluster for fault tests).
 func SharedCluster(t testing.TB) *Cluster {
 	t.Helper()
-	requireMain(t, "SharedCluster")
-	clusterOnce.Do(func() {
-		sharedCluster, sharedClusterEr = StartCluster()
-		if sharedClusterEr == nil {
-			share(sharedCluster)
-		}
-	})
-	if sharedClusterEr != nil {
-		t.Fatalf("testenv: cannot start shared Redis Cluster: %v", sharedClusterEr)
-	}
-	return sharedCluster
+	return sharedCluster.get(t, "SharedCluster", "Redis Cluster", StartCluster)
 }
 
 // SharedSentinel returns the test binary's shared Sentinel group, starting it
@@ -112,59 +127,27 @@ func SharedCluster(t testing.TB) *Cluster {
 // break nodes should prefer NewSentinel.
 func SharedSentinel(t testing.TB) *Sentinel {
 	t.Helper()
-	requireMain(t, "SharedSentinel")
-	sentinelOnce.Do(func() {
-		sharedSentinel, sharedSentinelEr = StartSentinel()
-		if sharedSentinelEr == nil {
-			share(sharedSentinel)
-		}
-	})
-	if sharedSentinelEr != nil {
-		t.Fatalf("testenv: cannot start shared Redis Sentinel: %v", sharedSentinelEr)
-	}
-	return sharedSentinel
+	return sharedSentinel.get(t, "SharedSentinel", "Redis Sentinel", StartSentinel)
 }
 
 // NewRedis starts a fresh private server for this test (for fault tests:
-// Pause, Kill, Restart), fails the test with t.Fatalf if it cannot start, and
-// closes it with t.Cleanup. It does not need Main.
+// Pause, Kill, Restart), closes it with t.Cleanup, and fails the test with
+// t.Fatalf if it cannot start (or skips it, as SharedRedis does). It does
+// not need Main.
 func NewRedis(t testing.TB, opts ...Option) *Redis {
 	t.Helper()
-	r, err := StartRedis(opts...)
-	if err != nil {
-		t.Fatalf("testenv: cannot start Redis: %v", err)
-	}
-	cleanup(t, r)
-	return r
+	return newServer(t, "Redis", func() (*Redis, error) { return StartRedis(opts...) })
 }
 
 // NewCluster starts a fresh private cluster for this test like NewRedis.
 func NewCluster(t testing.TB) *Cluster {
 	t.Helper()
-	c, err := StartCluster()
-	if err != nil {
-		t.Fatalf("testenv: cannot start Redis Cluster: %v", err)
-	}
-	cleanup(t, c)
-	return c
+	return newServer(t, "Redis Cluster", StartCluster)
 }
 
 // NewSentinel starts a fresh private Sentinel group for this test like
 // NewRedis.
 func NewSentinel(t testing.TB) *Sentinel {
 	t.Helper()
-	s, err := StartSentinel()
-	if err != nil {
-		t.Fatalf("testenv: cannot start Redis Sentinel: %v", err)
-	}
-	cleanup(t, s)
-	return s
-}
-
-func cleanup(t testing.TB, c io.Closer) {
-	t.Cleanup(func() {
-		if err := c.Close(); err != nil {
-			t.Errorf("testenv: close: %v", err)
-		}
-	})
+	return newServer(t, "Redis Sentinel", StartSentinel)
 }

@@ -3,8 +3,10 @@ package testenv_test
 import (
 	"context"
 	"errors"
+	"flag"
 	"fmt"
 	"os"
+	"runtime"
 	"strconv"
 	"strings"
 	"testing"
@@ -199,10 +201,7 @@ func TestUnixSocket(t *testing.T) {
 }
 
 func TestCloseRemovesEverything(t *testing.T) {
-	r, err := testenv.StartRedis()
-	if err != nil {
-		t.Fatal(err)
-	}
+	r := testenv.NewRedis(t) // its cleanup closes it again, which is harmless
 	if _, err := os.Stat(r.Dir); err != nil {
 		t.Fatalf("server dir: %v", err)
 	}
@@ -229,11 +228,53 @@ func TestCloseRemovesEverything(t *testing.T) {
 func TestMissingBinary(t *testing.T) {
 	t.Setenv("PATH", t.TempDir())
 	_, err := testenv.StartRedis()
-	if err == nil || !strings.Contains(err.Error(), "redis-server not found") {
+	if !errors.Is(err, testenv.ErrNotInstalled) || !strings.Contains(err.Error(), "redis-server not found") {
 		t.Fatalf("StartRedis without redis-server on PATH: %v", err)
 	}
-	if _, err := testenv.StartCluster(); err == nil || !strings.Contains(err.Error(), "redis-cli not found") {
+	if _, err := testenv.StartCluster(); !errors.Is(err, testenv.ErrNotInstalled) || !strings.Contains(err.Error(), "redis-cli not found") {
 		t.Fatalf("StartCluster without redis-cli on PATH: %v", err)
+	}
+}
+
+// ender records how a test ended: a testing.TB whose Skipf and Fatalf note
+// the message and end the goroutine, as the real ones do.
+type ender struct {
+	testing.TB
+	how, msg string
+}
+
+func (e *ender) Helper() {}
+func (e *ender) Skipf(format string, args ...any) {
+	e.how, e.msg = "skip", fmt.Sprintf(format, args...)
+	runtime.Goexit()
+}
+func (e *ender) Fatalf(format string, args ...any) {
+	e.how, e.msg = "fail", fmt.Sprintf(format, args...)
+	runtime.Goexit()
+}
+
+// NotInstalled skips under -short and fails otherwise, naming what is
+// missing either way.
+func TestNotInstalled(t *testing.T) {
+	short := flag.Lookup("test.short").Value.String()
+	t.Cleanup(func() { _ = flag.Set("test.short", short) })
+	for _, tc := range []struct{ short, how, hint string }{
+		{"true", "skip", "skipped under -short"},
+		{"false", "fail", "run ./scripts/test.sh"},
+	} {
+		if err := flag.Set("test.short", tc.short); err != nil {
+			t.Fatal(err)
+		}
+		e := &ender{TB: t}
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			testenv.NotInstalled(e, "chromium not found on PATH")
+		}()
+		<-done
+		if e.how != tc.how || !strings.HasPrefix(e.msg, "chromium not found on PATH") || !strings.Contains(e.msg, tc.hint) {
+			t.Errorf("-short=%s: %s %q, want %s naming chromium and %q", tc.short, e.how, e.msg, tc.how, tc.hint)
+		}
 	}
 }
 

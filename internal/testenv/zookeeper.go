@@ -2,7 +2,6 @@ package testenv
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -11,7 +10,6 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -38,12 +36,6 @@ type ZooKeeper struct {
 	d *daemon
 }
 
-var (
-	zookeeperOnce     sync.Once
-	sharedZooKeeper   *ZooKeeper
-	sharedZooKeeperEr error
-)
-
 // lookZooKeeper finds java (PATH, then $JAVA_HOME/bin) and ZooKeeper's
 // class path: $ZOOKEEPER_HOME's jars if set, else Debian's
 // /usr/share/java/zookeeper.jar (package zookeeper, whose manifest names its
@@ -57,7 +49,7 @@ func lookZooKeeper() (java, classpath string, err error) {
 		}
 	}
 	if err != nil {
-		return "", "", errors.New("testenv: java not found on PATH or in $JAVA_HOME/bin (install a JRE, e.g. apt-get install -y zookeeper, which pulls one in)")
+		return "", "", notInstalled("testenv: java, which runs ZooKeeper, not found on PATH or in $JAVA_HOME/bin (install a JRE: apt-get install -y default-jre-headless)")
 	}
 	jars := func(dirs ...string) []string {
 		var out []string
@@ -90,7 +82,7 @@ func lookZooKeeper() (java, classpath string, err error) {
 	if cp := jars("/usr/share/zookeeper", "/usr/share/zookeeper/lib"); hasServer(cp) {
 		return java, strings.Join(cp, string(os.PathListSeparator)), nil
 	}
-	return "", "", errors.New("testenv: ZooKeeper's jars not found in $ZOOKEEPER_HOME, /usr/share/java/zookeeper.jar or /usr/share/zookeeper (install them, e.g. apt-get install -y zookeeper)")
+	return "", "", notInstalled("testenv: ZooKeeper's jars not found in $ZOOKEEPER_HOME, /usr/share/java/zookeeper.jar or /usr/share/zookeeper (install them: apt-get install -y zookeeper)")
 }
 
 func isRegular(path string) bool {
@@ -103,8 +95,9 @@ func isRegular(path string) bool {
 // bind), and returns once it answers "ruok" with "imok" and a client
 // session can create and delete a node (normally within a few seconds; at
 // most about 30 s). The error, if any, includes the tail of the server's
-// log. The caller must Close the server (NewZooKeeper and SharedZooKeeper
-// do it for you).
+// log; it matches ErrNotInstalled when java or ZooKeeper is not installed.
+// The caller must Close the server (NewZooKeeper and SharedZooKeeper do it
+// for you).
 func StartZooKeeper() (*ZooKeeper, error) {
 	java, classpath, err := lookZooKeeper()
 	if err != nil {
@@ -160,7 +153,7 @@ func StartZooKeeper() (*ZooKeeper, error) {
 				cfg,
 			)
 		},
-		probe: func(ctx context.Context) error {
+		probe: func(ctx context.Context, _ int) error {
 			if got, err := fourLetter(ctx, z.Addr, "ruok"); err != nil {
 				return err
 			} else if got != "imok" {
@@ -304,32 +297,19 @@ func (z *ZooKeeper) Close() error { return z.d.close() }
 // so tests must use their own paths (znodes) and must not stop, kill or
 // pause it (use NewZooKeeper for that). If the server cannot start, this and
 // every later call fail the test with t.Fatalf giving the reason and the
-// server's log tail. The package must run its tests through Main, which
-// closes the server.
+// server's log tail, or, under go test -short, skip it when java or
+// ZooKeeper is not installed (see NotInstalled). The package must run its
+// tests through Main, which closes the server.
 func SharedZooKeeper(t testing.TB) *ZooKeeper {
 	t.Helper()
-	requireMain(t, "SharedZooKeeper")
-	zookeeperOnce.Do(func() {
-		sharedZooKeeper, sharedZooKeeperEr = StartZooKeeper()
-		if sharedZooKeeperEr == nil {
-			share(sharedZooKeeper)
-		}
-	})
-	if sharedZooKeeperEr != nil {
-		t.Fatalf("testenv: cannot start shared ZooKeeper: %v", sharedZooKeeperEr)
-	}
-	return sharedZooKeeper
+	return sharedZooKeeper.get(t, "SharedZooKeeper", "ZooKeeper", StartZooKeeper)
 }
 
 // NewZooKeeper starts a fresh private ZooKeeper server for this test (for
-// fault tests: Pause, Kill, Restart), fails the test with t.Fatalf if it
-// cannot start, and closes it with t.Cleanup. It does not need Main.
+// fault tests: Pause, Kill, Restart), closes it with t.Cleanup, and fails
+// the test with t.Fatalf if it cannot start (or skips it, as
+// SharedZooKeeper does). It does not need Main.
 func NewZooKeeper(t testing.TB) *ZooKeeper {
 	t.Helper()
-	z, err := StartZooKeeper()
-	if err != nil {
-		t.Fatalf("testenv: cannot start ZooKeeper: %v", err)
-	}
-	cleanup(t, z)
-	return z
+	return newServer(t, "ZooKeeper", StartZooKeeper)
 }

@@ -1,6 +1,7 @@
 package testenv
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -9,6 +10,7 @@ import (
 	"os/exec"
 	"os/user"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -16,37 +18,77 @@ import (
 	"time"
 )
 
-// Timeouts of the database servers (PostgreSQL, MariaDB, ZooKeeper). They
-// are longer than Redis's: crash recovery after Kill and a JVM start can take
-// a few seconds on a loaded machine.
+// Timeouts and limits of the process lifecycle, for every kind of server.
 const (
-	// dbReadyTimeout bounds the wait for a started server to answer.
+	// readyTimeout bounds the wait for a started Redis to answer PING.
+	readyTimeout = 10 * time.Second
+	// dbReadyTimeout bounds the wait for a started database server
+	// (PostgreSQL, MariaDB, ZooKeeper) to answer: crash recovery after
+	// Kill and a JVM start can take a few seconds on a loaded machine.
 	dbReadyTimeout = 30 * time.Second
-	// dbProbeTimeout bounds one readiness probe.
+	// dbProbeTimeout bounds one readiness probe of a database server.
 	dbProbeTimeout = 2 * time.Second
 	// dbSetupTimeout bounds initdb and mariadb-install-db.
 	dbSetupTimeout = 60 * time.Second
-	// dbGroupTimeout bounds the wait for a killed process group to be gone.
-	dbGroupTimeout = 5 * time.Second
+	// groupTimeout bounds the wait for a killed process group to be gone.
+	groupTimeout = 5 * time.Second
+	// stopTimeout bounds the wait for a server to exit after its shutdown
+	// signal before it is killed with SIGKILL.
+	stopTimeout = 10 * time.Second
+	// startAttempts is how many ports a start tries when the server
+	// cannot bind.
+	startAttempts = 5
+	// logTailLines is how many lines of the server's logs go into an error.
+	logTailLines = 25
 )
 
-// daemon runs one database server process (PostgreSQL, MariaDB or
+// ErrClosed is returned by methods of a server that has been closed.
+var ErrClosed = errors.New("testenv: server closed")
+
+// ErrNotRunning is returned by Pause, Resume and Kill when the server has no
+// running process (it was stopped, killed or crashed).
+var ErrNotRunning = errors.New("testenv: server not running")
+
+// daemon runs one server process (redis-server, PostgreSQL, MariaDB or
 // ZooKeeper) as a child of the test binary, in its own process group,
-// killed by the kernel if the test binary dies (Linux). Pause, Resume and
-// Kill reach its helper processes too (PostgreSQL's backends, which are
-// session leaders of their own). Its methods serialise with each other.
+// killed by the kernel if the test binary dies (Linux): the start-up, the
+// readiness wait, the retries on other ports and the lifecycle that every
+// kind of server shares. Pause, Resume and Kill reach its helper processes
+// too (PostgreSQL's backends, which are session leaders of their own;
+// redis-server's background saves). Its methods serialise with each other.
 type daemon struct {
-	name    string                          // "postgres", for messages
-	addr    string                          // "127.0.0.1:port"
-	dir     string                          // private directory, removed by close
-	prepare func() error                    // optional, run before each start (write a config file)
-	command func() *exec.Cmd                // the command line of one run
-	probe   func(ctx context.Context) error // one readiness check
-	stopSig syscall.Signal                  // the graceful shutdown signal
+	name      string                                   // "postgres", for messages
+	addr      string                                   // "127.0.0.1:port"
+	dir       string                                   // private directory, removed by close
+	logs      []string                                 // log files besides stdout.log: tailed in errors, emptied before each start attempt
+	bus       bool                                     // port+10000 must be free too (a Redis Cluster node's bus)
+	readyWait time.Duration                            // bound of the readiness wait; 0 means dbReadyTimeout
+	probeWait time.Duration                            // bound of one probe; 0 means dbProbeTimeout
+	prepare   func() error                             // optional, run before each start (write a config file)
+	command   func() *exec.Cmd                         // the command line of one run
+	probe     func(ctx context.Context, pid int) error // one readiness check of the process pid
+	stopSig   syscall.Signal                           // the graceful shutdown signal
 
 	mu     sync.Mutex
 	proc   *process // nil when not running
 	closed bool
+}
+
+// process is one run of a server.
+type process struct {
+	cmd  *exec.Cmd
+	out  *os.File
+	done chan struct{} // closed once the process has exited
+	err  error         // cmd.Wait's result, valid after done is closed
+}
+
+func (p *process) exited() bool {
+	select {
+	case <-p.done:
+		return true
+	default:
+		return false
+	}
 }
 
 // stdoutLog is the file receiving the server's stdout and stderr.
@@ -97,16 +139,17 @@ func (d *daemon) start() error {
 	return nil
 }
 
-// waitReady polls probe until it succeeds, the process exits, or
-// dbReadyTimeout passes.
+// waitReady polls probe until it succeeds, the process exits, or d.readyWait
+// passes.
 func (d *daemon) waitReady(p *process) error {
-	deadline := time.Now().Add(dbReadyTimeout)
+	ready, probeWait := cmp.Or(d.readyWait, dbReadyTimeout), cmp.Or(d.probeWait, dbProbeTimeout)
+	deadline := time.Now().Add(ready)
 	var lastErr error
-	for delay := 10 * time.Millisecond; ; delay = min(delay*2, 200*time.Millisecond) {
+	for delay := 5 * time.Millisecond; ; delay = min(delay*2, 100*time.Millisecond) {
 		if p.exited() {
 			return fmt.Errorf("testenv: %s on %s exited during start-up (%v)%s", d.name, d.addr, p.err, d.logTail())
 		}
-		ctx, cancel := context.WithTimeout(context.Background(), dbProbeTimeout)
+		ctx, cancel := context.WithTimeout(context.Background(), probeWait)
 		go func() {
 			// A probe stuck on some other listener ends with the process.
 			select {
@@ -115,13 +158,13 @@ func (d *daemon) waitReady(p *process) error {
 			case <-ctx.Done():
 			}
 		}()
-		lastErr = d.probe(ctx)
+		lastErr = d.probe(ctx, p.cmd.Process.Pid)
 		cancel()
 		if lastErr == nil {
 			return nil
 		}
 		if time.Now().After(deadline) {
-			return fmt.Errorf("testenv: %s on %s not ready after %v: %v%s", d.name, d.addr, dbReadyTimeout, lastErr, d.logTail())
+			return fmt.Errorf("testenv: %s on %s not ready after %v: %v%s", d.name, d.addr, ready, lastErr, d.logTail())
 		}
 		time.Sleep(delay)
 	}
@@ -130,7 +173,7 @@ func (d *daemon) waitReady(p *process) error {
 // killTree simulates a crash of the whole server: it freezes the server
 // process (so that it forks no more), sends SIGKILL to it, its process group
 // and all its descendants, and waits until the process has exited and
-// (within dbGroupTimeout) none of the others is alive.
+// (within groupTimeout) none of the others is alive.
 func killTree(p *process) {
 	pid := p.cmd.Process.Pid
 	var kids []int
@@ -147,7 +190,7 @@ func killTree(p *process) {
 	}
 	_ = p.cmd.Process.Signal(syscall.SIGKILL)
 	<-p.done
-	deadline := time.Now().Add(dbGroupTimeout)
+	deadline := time.Now().Add(groupTimeout)
 	for anyAlive(pid, kids) && time.Now().Before(deadline) {
 		time.Sleep(5 * time.Millisecond)
 	}
@@ -180,8 +223,15 @@ func signalTree(p *process, sig syscall.Signal) error {
 	return nil
 }
 
-// logTail returns the last lines of the server's output for errors.
-func (d *daemon) logTail() string { return fileTail(d.stdoutLog()) }
+// logTail returns the last lines of the server's logs and output for
+// errors.
+func (d *daemon) logTail() string {
+	var b strings.Builder
+	for _, f := range append(slices.Clip(d.logs), d.stdoutLog()) {
+		b.WriteString(fileTail(f))
+	}
+	return b.String()
+}
 
 // fileTail returns the last logTailLines lines of file f under a header, or
 // "" if it is missing or empty.
@@ -309,19 +359,21 @@ func (d *daemon) close() error {
 
 // startDaemon starts d on free ports, retrying on other ports when the
 // port is taken. setPort is called with each port tried before d.start
-// (it sets d.addr and whatever else depends on the port). On failure the
-// caller removes d.dir.
+// (it sets whatever depends on the port; d.addr is set already). On
+// failure the caller removes d.dir.
 func startDaemon(d *daemon, setPort func(port int)) error {
 	var lastErr error
 	for range startAttempts {
-		port, err := reservePort(false)
+		port, err := reservePort(d.bus)
 		if err != nil {
 			return err
 		}
 		d.addr = net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
 		setPort(port)
-		// Each attempt gets a fresh log so the error shows only its own.
-		_ = os.Remove(d.stdoutLog())
+		// Each attempt gets fresh logs so the error shows only its own.
+		for _, f := range append(slices.Clip(d.logs), d.stdoutLog()) {
+			_ = os.Remove(f)
+		}
 		lastErr = d.start()
 		if lastErr == nil || !errors.Is(lastErr, errBind) {
 			return lastErr
@@ -329,6 +381,9 @@ func startDaemon(d *daemon, setPort func(port int)) error {
 	}
 	return lastErr
 }
+
+// errBind marks a start that failed because a port was taken.
+var errBind = errors.New("port already in use")
 
 // runSetup runs a set-up command (initdb, mariadb-install-db) with its
 // output in logFile, and returns an error with the log's tail if it fails.
