@@ -281,3 +281,39 @@ func TestSimulateHelp(t *testing.T) {
 		}
 	}
 }
+
+// TestSimulateShippedTraffic runs the README's simulate example on the files
+// it names, examples/floodgate.yaml and examples/traffic.csv, so that the
+// example keeps working as the rules, the file format and the command change.
+func TestSimulateShippedTraffic(t *testing.T) {
+	const rules, traffic = "examples/floodgate.yaml", "examples/traffic.csv"
+	readme, err := os.ReadFile("../../README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if example := "floodgate simulate --rules " + rules + " --traffic-file " + traffic; !strings.Contains(string(readme), example) {
+		t.Errorf("README.md lacks %q: update this test with the README", example)
+	}
+	out := filepath.Join(t.TempDir(), "traffic.svg")
+	code, stdout, stderr := floodgate(t, "simulate", "--rules", "../../"+rules, "--traffic-file", "../../"+traffic, "--out", out, "--json")
+	if code != 0 {
+		t.Fatalf("exit %d, stderr %q", code, stderr)
+	}
+	var rep simJSONOut
+	if err := json.Unmarshal([]byte(stdout), &rep); err != nil {
+		t.Fatalf("%v\n%s", err, stdout)
+	}
+	// 456 requests of alice, bob, carol and scraper-7; the limits of the
+	// configuration with a rate (the unlimited one is not a rule).
+	if rep.Requests != 456 || rep.Keys != 4 || !rep.Held || len(rep.Rules) != 4 {
+		t.Fatalf("requests %d, keys %d, held %v, %d rules; want 456, 4, true, 4", rep.Requests, rep.Keys, rep.Held, len(rep.Rules))
+	}
+	// The sample shows limits at work: the per-user GCRA (10/s, burst 20)
+	// stops scraper-7's bursts of 25/s.
+	if r := rep.Rules[0]; r.Name != "api|user" || r.Rejected == 0 || r.Admitted+r.Rejected != 456 || r.MostInWindow.Key != "scraper-7" {
+		t.Errorf("rule 0: %+v, want api|user rejecting some of scraper-7's requests", r)
+	}
+	if panels := simPanels(t, out); len(panels) != 4 {
+		t.Errorf("%d panels: %q", len(panels), panels)
+	}
+}
