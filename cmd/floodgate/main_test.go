@@ -11,6 +11,8 @@ import (
 	"runtime/debug"
 	"strings"
 	"testing"
+
+	fg "github.com/floodgate-dev/floodgate"
 )
 
 // floodgate runs the command line in process.
@@ -78,19 +80,25 @@ descriptors:
 
 func TestVersion(t *testing.T) {
 	code, out, errOut := floodgate(t, "version")
-	if code != 0 || !strings.HasPrefix(out, "floodgate devel") || !strings.HasSuffix(out, runtime.Version()+"\n") || errOut != "" {
+	if code != 0 || !strings.HasPrefix(out, "floodgate v"+fg.Version+" ") || !strings.HasSuffix(out, runtime.Version()+"\n") || errOut != "" {
 		t.Errorf("exit %d, stdout %q, stderr %q", code, out, errOut)
 	}
+	v := "floodgate v" + fg.Version
 	for _, tc := range []struct {
 		info *debug.BuildInfo
 		want string
 	}{
-		{nil, "floodgate devel "},
-		{&debug.BuildInfo{Main: debug.Module{Version: "(devel)"}}, "floodgate devel "},
-		{&debug.BuildInfo{Main: debug.Module{Version: "v1.2.3"}}, "floodgate v1.2.3 "},
+		{nil, v + " "},
+		{&debug.BuildInfo{Main: debug.Module{Version: "(devel)"}}, v + " "},
+		{&debug.BuildInfo{Main: debug.Module{Version: "v" + fg.Version}}, v + " "},
+		{&debug.BuildInfo{Main: debug.Module{Version: "v0.9.1-0.20261201120000-0123456789ab"}},
+			v + " (module v0.9.1-0.20261201120000-0123456789ab) "},
 		{&debug.BuildInfo{Main: debug.Module{Version: "(devel)"}, Settings: []debug.BuildSetting{
 			{Key: "vcs.revision", Value: "0123456789abcdef"}, {Key: "vcs.modified", Value: "true"}}},
-			"floodgate devel (rev 0123456789ab, modified) "},
+			v + " (rev 0123456789ab, modified) "},
+		{&debug.BuildInfo{Main: debug.Module{Version: "v1.0.0"}, Settings: []debug.BuildSetting{
+			{Key: "vcs.revision", Value: "0123456789abcdef"}, {Key: "vcs.modified", Value: "false"}}},
+			v + " (module v1.0.0, rev 0123456789ab) "},
 	} {
 		if got := versionString(tc.info); got != tc.want+runtime.Version() {
 			t.Errorf("versionString = %q, want %q", got, tc.want+runtime.Version())

@@ -5,14 +5,17 @@ import (
 	"io"
 	"runtime"
 	"runtime/debug"
+	"strings"
+
+	fg "github.com/floodgate-dev/floodgate"
 )
 
 const versionHelp = `Usage:
   floodgate version
 
-Print floodgate's module version (as go install records it; "devel" for a
-build from a work tree without one), the VCS revision when the build recorded
-it, and the Go version.
+Print floodgate's release version (fg.Version), the module version go
+install recorded when it is another one (a pseudo-version of a commit between
+releases), the VCS revision when the build recorded it, and the Go version.
 
 Example:
   floodgate version
@@ -31,15 +34,18 @@ func runVersion(args []string, stdout, stderr io.Writer) int {
 	return exitOK
 }
 
-// versionString describes a build: "floodgate v1.2.3 go1.26.8", or "floodgate
-// devel (rev 0123456789ab, modified) go1.26.8" for a work-tree build.
+// versionString describes a build: "floodgate v0.9.0 go1.26.8" for a release,
+// "floodgate v0.9.0 (rev 0123456789ab, modified) go1.26.8" for a work-tree
+// build, "floodgate v0.9.0 (module v0.9.1-0.20261201120000-0123456789ab)
+// go1.26.8" for go install of a commit after the release.
 func versionString(info *debug.BuildInfo) string {
-	v := "devel"
-	var rev, modified string
+	v := "v" + fg.Version
+	var notes []string
 	if info != nil {
-		if mv := info.Main.Version; mv != "" && mv != "(devel)" {
-			v = mv
+		if mv := info.Main.Version; mv != "" && mv != "(devel)" && mv != v {
+			notes = append(notes, "module "+mv)
 		}
+		var rev, modified string
 		for _, s := range info.Settings {
 			switch s.Key {
 			case "vcs.revision":
@@ -50,10 +56,13 @@ func versionString(info *debug.BuildInfo) string {
 				}
 			}
 		}
+		if rev != "" {
+			notes = append(notes, fmt.Sprintf("rev %.12s%s", rev, modified))
+		}
 	}
 	out := "floodgate " + v
-	if rev != "" {
-		out += fmt.Sprintf(" (rev %.12s%s)", rev, modified)
+	if len(notes) > 0 {
+		out += " (" + strings.Join(notes, ", ") + ")"
 	}
 	return out + " " + runtime.Version()
 }
