@@ -173,7 +173,7 @@ func TestCallerDeadlineShorterThanTimeout(t *testing.T) {
 		defer cancel()
 		return s.Decide(ctx, &Request{Domain: "api", Descriptors: []Descriptor{desc(1, "user", "u1")}})
 	}
-	if got, err := callAt(20 * time.Millisecond); err != nil || got.Failed {
+	if got, err := callAt(5 * time.Second); err != nil || got.Failed {
 		t.Fatalf("healthy: %+v %v", got, err)
 	}
 	if err := r.Pause(); err != nil {
@@ -182,9 +182,9 @@ func TestCallerDeadlineShorterThanTimeout(t *testing.T) {
 	defer r.Resume()
 
 	for i := range 3 {
-		_, err := callAt(20 * time.Millisecond)
+		got, err := callAt(20 * time.Millisecond)
 		if !errors.Is(err, context.DeadlineExceeded) {
-			t.Fatalf("stalled call %d: err %v, want the caller's DeadlineExceeded", i, err)
+			t.Fatalf("stalled call %d: err %v, want the caller's DeadlineExceeded (got %+v, logs %s)", i, err, got, logs.String())
 		}
 	}
 	if !s.breaker.isOpen() || s.Ready() {
@@ -198,18 +198,18 @@ func TestCallerDeadlineShorterThanTimeout(t *testing.T) {
 	if got := counterValue(t, m.backendErrors.WithLabelValues("timeout")); got != 3 {
 		t.Fatalf("backend timeouts counted: %v, want 3", got)
 	}
+	// Answered by the failure mode, not by the caller's deadline (which
+	// would be an error): the breaker fails them without asking the store.
 	for i := range 20 {
-		start := time.Now()
 		got, err := callAt(20 * time.Millisecond)
 		if err != nil || !got.Failed || got.Code != CodeOverLimit {
 			t.Fatalf("call %d with the breaker open: %+v %v, want the deny failure mode", i, got, err)
 		}
-		if took := time.Since(start); took >= 20*time.Millisecond {
-			t.Fatalf("call %d with the breaker open took %v: not answered fast", i, took)
-		}
 	}
-	if n := strings.Count(logs.String(), "rate limit store failed"); n != 1 {
-		t.Fatalf("%d log lines for three timeouts within a second, want 1 (rate-limited):\n%s", n, logs.String())
+	// Three timeouts normally fall within one second: one line. On a
+	// loaded machine they may straddle two.
+	if n := strings.Count(logs.String(), "rate limit store failed"); n < 1 || n > 2 {
+		t.Fatalf("%d log lines for three timeouts, want 1 or 2 (rate-limited to one a second):\n%s", n, logs.String())
 	}
 	if !strings.Contains(logs.String(), "caller's deadline") {
 		t.Fatalf("the log does not say whose deadline ended:\n%s", logs.String())

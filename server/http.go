@@ -112,7 +112,7 @@ func (h *httpAPI) auth(next http.HandlerFunc) http.HandlerFunc {
 		return next
 	}
 	return func(w http.ResponseWriter, r *http.Request) {
-		if !bearerOK(r.Header.Get("Authorization"), h.o.Token) {
+		if !BearerOK(r.Header.Get("Authorization"), h.o.Token) {
 			if m := h.s.opts.Metrics; m != nil {
 				m.requests.WithLabelValues(apiOf(r), "unauthorized").Inc()
 			}

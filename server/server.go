@@ -272,7 +272,7 @@ func tokenInterceptor(token string, m *Metrics) grpc.UnaryServerInterceptor {
 		}
 		md, _ := metadata.FromIncomingContext(ctx)
 		v := md.Get("authorization")
-		if len(v) != 1 || !bearerOK(v[0], token) {
+		if len(v) != 1 || !BearerOK(v[0], token) {
 			m.requests.WithLabelValues("grpc", "unauthorized").Inc()
 			return nil, status.Error(codes.Unauthenticated, "missing or wrong bearer token")
 		}

@@ -532,6 +532,8 @@ func (s *Service) allow(ctx context.Context, reqs []ratelimit.Request, results [
 		return false, errBreakerOpen
 	}
 	start := time.Now()
+	dl, hasDL := ctx.Deadline()
+	callerFirst := hasDL && dl.Before(start.Add(s.opts.Timeout))
 	cctx, cancel := context.WithTimeout(ctx, s.opts.Timeout)
 	ok, err := allowAll(cctx, reqs, results)
 	cancel()
@@ -539,14 +541,15 @@ func (s *Service) allow(ctx context.Context, reqs []ratelimit.Request, results [
 		m.backendDuration.Observe(time.Since(start).Seconds())
 	}
 	if err != nil {
+		// The client may report a deadline from its own timer a moment
+		// before ctx's fires, so whose deadline it was is decided by
+		// comparing them, not by ctx.Err().
 		switch cerr := ctx.Err(); {
-		case errors.Is(cerr, context.DeadlineExceeded):
-			err = &storeTimeoutError{waited: time.Since(start), caller: true}
-		case cerr != nil:
+		case cerr != nil && !errors.Is(cerr, context.DeadlineExceeded):
 			s.breaker.release()
 			return false, &callerGoneError{err: cerr}
-		case errors.Is(err, context.DeadlineExceeded):
-			err = &storeTimeoutError{waited: time.Since(start)}
+		case cerr != nil || errors.Is(err, context.DeadlineExceeded):
+			err = &storeTimeoutError{waited: time.Since(start), caller: callerFirst}
 		}
 	}
 	s.breaker.record(err)
@@ -596,15 +599,20 @@ func (s *Service) fail(ctx context.Context, domain string, resp *Response, err e
 	}
 	if m := s.opts.Metrics; m != nil {
 		m.backendErrors.WithLabelValues(reason).Inc()
-		if ctx.Err() == nil {
+		var st *storeTimeoutError
+		if ctx.Err() == nil && !(errors.As(err, &st) && st.caller) {
 			m.failureMode.WithLabelValues(s.opts.FailureMode.String()).Inc()
 		}
 	}
 	if reason != "breaker_open" {
 		s.failLog.warn(reason, "rate limit store failed", "domain", domain, "reason", reason, "error", err, "failure_mode", s.opts.FailureMode.String())
 	}
-	if ctx.Err() != nil {
-		return nil, ctx.Err()
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	var st *storeTimeoutError
+	if errors.As(err, &st) && st.caller {
+		return nil, context.DeadlineExceeded // the caller's, about to fire
 	}
 	if s.opts.FailureMode == FailError {
 		return nil, fmt.Errorf("%w: %v", ErrUnavailable, err)

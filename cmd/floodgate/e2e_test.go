@@ -311,7 +311,7 @@ func jsonResponse(t *testing.T, body string) *rls.RateLimitResponse {
 
 // TestHTTPAPI drives POST /json (Envoy's messages in protojson), POST
 // /v1/check (friendly JSON), /healthz, /readyz and /metrics, and checks that
-// malformed and oversized requests get 400 over HTTP and InvalidArgument
+// malformed requests get 400 (oversized ones 413) over HTTP and InvalidArgument
 // over gRPC.
 func TestHTTPAPI(t *testing.T) {
 	backends(t, e2eConfig, func(t *testing.T, s *fgServer) {
@@ -419,11 +419,14 @@ func TestHTTPAPI(t *testing.T) {
 			}
 		}
 
-		// Malformed requests: 400 with a message, never a 500 or a panic.
+		// Malformed requests: 400 with a message (413 when too large),
+		// never a 500 or a panic.
 		tooMany := `{"domain":"e2e","descriptors":[` + strings.Repeat(`{"entries":[{"key":"user","value":"x"}]},`, 4) +
 			`{"entries":[{"key":"user","value":"x"}]}]}`
 		for _, tc := range []struct{ path, body, want string }{
 			{"/json", `{"domain":`, "protojson"},
+			{"/json", "{\"domain\":\"e2e\",\"descriptors\":[{\"entries\":[{\"key\":\"user\",\"value\":\"\xff\"}]}]}", "UTF-8"},
+			{"/v1/check", "{\"domain\":\"e2e\",\"descriptors\":[{\"user\":\"\xff\"}]}", "invalid UTF-8"},
 			{"/json", `not json at all`, "protojson"},
 			{"/json", `{"domain":"e2e"}`, "descriptor list must not be empty"},
 			{"/json", `{"descriptors":[{"entries":[{"key":"user","value":"x"}]}]}`, "domain is empty"},
@@ -439,8 +442,12 @@ func TestHTTPAPI(t *testing.T) {
 			{"/v1/check", `{"domain":"e2e","descriptors":[{"user":"x"}],"cost":-1}`, "cost -1"},
 			{"/v1/check", `{"domain":"e2e","descriptors":[{"user":"` + strings.Repeat("x", 3000) + `"}]}`, "larger than 2048 bytes"},
 		} {
-			if code, body := s.post(tc.path, "", tc.body); code != http.StatusBadRequest || !strings.Contains(body, tc.want) {
-				t.Errorf("POST %s %.60q: %d %q, want 400 mentioning %q", tc.path, tc.body, code, body, tc.want)
+			want := http.StatusBadRequest
+			if strings.HasPrefix(tc.want, "larger than") {
+				want = http.StatusRequestEntityTooLarge
+			}
+			if code, body := s.post(tc.path, "", tc.body); code != want || !strings.Contains(body, tc.want) {
+				t.Errorf("POST %s %.60q: %d %q, want %d mentioning %q", tc.path, tc.body, code, body, want, tc.want)
 			}
 		}
 		if code, _ := s.get("/json", ""); code != http.StatusMethodNotAllowed {
