@@ -28,6 +28,14 @@ import (
 //	floodgate_config_reloads_total{result}                 success, failure
 //	floodgate_config_info{version}                         1 for the configuration being served
 //	floodgate_config_loaded_timestamp_seconds              when it was loaded
+//	floodgate_connections_open{listener}                   connections open on the HTTP and gRPC listeners
+//	floodgate_connections_limit                            the cap on them (--max-conns); 0 for none
+//	floodgate_connections_shed_total{listener,reason}      closed to stay under the cap: idle, refused, descriptors
+//	floodgate_memory_entries                               keys held by the embedded memory backend
+//	floodgate_memory_bytes{kind}                           its estimated state: evictable (rate limits), pinned
+//	floodgate_memory_max_bytes                             the bound (--memory-max-bytes); -1 for none
+//	floodgate_memory_evictions_total{reason}               rate limit states forgotten: expired, lru
+//	floodgate_memory_swept_total                           expired entries the janitor removed
 type Metrics struct {
 	Registry *prometheus.Registry
 
@@ -47,6 +55,7 @@ type Metrics struct {
 	configInfo      *prometheus.GaugeVec
 	configLoaded    prometheus.Gauge
 	breakerOpen     prometheus.GaugeFunc
+	memory          bool // the memory backend's collector is registered
 }
 
 // NewMetrics returns the metrics in a registry of their own, with the Go

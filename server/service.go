@@ -242,6 +242,9 @@ func NewService(b backend.Backend, opts Options) (*Service, error) {
 	s.breaker = newBreaker(opts.Breaker)
 	if opts.Metrics != nil {
 		opts.Metrics.watchBreaker(s.breaker)
+		if mem, ok := b.(*backend.Memory); ok {
+			opts.Metrics.watchMemory(mem)
+		}
 		s.top = newTopKeys(64)
 	}
 	return s, nil

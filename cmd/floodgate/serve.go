@@ -16,6 +16,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/floodgate-dev/floodgate/backend"
 	"github.com/floodgate-dev/floodgate/server"
 	"github.com/floodgate-dev/floodgate/server/config"
 )
@@ -41,6 +42,9 @@ Redis URLs:
   redis://host1:7000,host2:7001             Cluster seed nodes
   redis+sentinel://host1:26379,host2:26379/mymaster[/db]   Sentinel
   unix:///run/redis.sock
+A password is best given with --redis-password-file (or $FLOODGATE_REDIS_PASSWORD)
+rather than in the URL, where process listings show it; URLs are always shown
+with their passwords redacted.
 
 Examples:
   floodgate serve --config examples/floodgate.yaml
@@ -54,7 +58,10 @@ func runServe(args []string, stdout, stderr io.Writer) int {
 		cfgPath       = fs.String("config", "", "configuration `file or directory` (required)")
 		httpAddr      = fs.String("http-addr", ":8080", "HTTP API `address` (host:port, or unix:PATH for a Unix socket); empty for none")
 		grpcAddr      = fs.String("grpc-addr", ":8081", "gRPC (Envoy RLS v3) `address` (host:port, or unix:PATH); empty for none")
-		redisURL      = fs.String("redis", "", "Redis `URL`; empty for the embedded memory backend")
+		redisURL      = fs.String("redis", "", "Redis `URL`; empty for the embedded memory backend. Keep passwords out of it: see --redis-password-file")
+		redisPassFile = fs.String("redis-password-file", "", "`file` holding the Redis password (also $FLOODGATE_REDIS_PASSWORD), instead of one in the --redis URL")
+		sentPassFile  = fs.String("redis-sentinel-password-file", "", "`file` holding the Sentinels' password (also $FLOODGATE_REDIS_SENTINEL_PASSWORD), instead of ?sentinel_password=")
+		memMax        = fs.Int64("memory-max-bytes", 0, "bound on the embedded memory backend's estimated state, in `bytes`: rate limit state beyond it is forgotten, expired first, then least recently used (those keys start afresh). 0 for the default (128 MiB, under 512 MB RSS), negative for no bound. Ignored with --redis")
 		prefix        = fs.String("redis-prefix", "floodgate", "prefix of every Redis key")
 		timeout       = fs.Duration("timeout", server.DefaultTimeout, "per-call store `timeout`")
 		failMode      = fs.String("failure-mode", "allow", "answer when the store fails: allow, deny, or error (let Envoy's failure_mode_deny decide)")
@@ -76,7 +83,7 @@ func runServe(args []string, stdout, stderr io.Writer) int {
 		maxConns      = fs.Int("max-conns", 0, "most connections open on the HTTP and gRPC listeners together, idle ones shed first; 0 from the descriptor limit (ulimit -n), negative for no limit")
 		logFormat     = fs.String("log-format", "text", "log format: text or json")
 		logLevel      = fs.String("log-level", "info", "log level: debug, info, warn or error")
-		debugAddr     = fs.String("debug-addr", "", "`address` of a profiling endpoint (/debug/pprof/, Go's net/http/pprof); empty for none. Keep it private")
+		debugAddr     = fs.String("debug-addr", "", "`address` of a profiling endpoint (/debug/pprof/, Go's net/http/pprof); empty for none. Loopback only, unless a token is set, which it then requires too")
 	)
 	help := fmt.Sprintf(serveUsage, flagDefaults(fs))
 	rest, code, done := parse(fs, args, true, help, stdout, stderr)
@@ -97,25 +104,42 @@ func runServe(args []string, stdout, stderr io.Writer) int {
 	if err != nil {
 		return usageError(stderr, "floodgate serve", err.Error())
 	}
-	token := os.Getenv("FLOODGATE_TOKEN")
-	if *tokenFile != "" {
-		data, err := os.ReadFile(*tokenFile)
-		if err != nil {
-			fmt.Fprintf(stderr, "floodgate serve: --token-file: %v\n", err)
+	token, err := readSecret("--token-file", *tokenFile, "FLOODGATE_TOKEN")
+	if err != nil {
+		fmt.Fprintf(stderr, "floodgate serve: %v\n", err)
+		return exitFailure
+	}
+	redisPass, err := readSecret("--redis-password-file", *redisPassFile, "FLOODGATE_REDIS_PASSWORD")
+	if err != nil {
+		fmt.Fprintf(stderr, "floodgate serve: %v\n", err)
+		return exitFailure
+	}
+	sentinelPass, err := readSecret("--redis-sentinel-password-file", *sentPassFile, "FLOODGATE_REDIS_SENTINEL_PASSWORD")
+	if err != nil {
+		fmt.Fprintf(stderr, "floodgate serve: %v\n", err)
+		return exitFailure
+	}
+	if (redisPass != "" || sentinelPass != "") && *redisURL == "" {
+		return usageError(stderr, "floodgate serve", "a Redis password is given but no --redis URL")
+	}
+	var debugLn net.Listener
+	if *debugAddr != "" {
+		// Before the store and the listeners: a refused address is a usage
+		// error, found before anything starts.
+		if debugLn, err = listenDebug(*debugAddr, token != ""); err != nil {
+			fmt.Fprintf(stderr, "floodgate serve: --debug-addr: %v\n", err)
 			return exitFailure
 		}
-		token = strings.TrimSpace(string(data))
-		if token == "" {
-			fmt.Fprintf(stderr, "floodgate serve: --token-file %s is empty\n", *tokenFile)
-			return exitFailure
-		}
+		defer debugLn.Close()
 	}
 	interval := *reloadEvery
 	if interval == 0 {
 		interval = -1
 	}
 
-	b, closer, err := server.OpenStore(*redisURL, *prefix, max(*timeout, 2*time.Second))
+	b, closer, err := server.OpenStore(*redisURL, *prefix, max(*timeout, 2*time.Second),
+		server.RedisPassword(redisPass), server.SentinelPassword(sentinelPass),
+		server.MemoryOptions(backend.WithMaxBytes(*memMax)))
 	if err != nil {
 		fmt.Fprintf(stderr, "floodgate serve: %v\nCheck that Redis runs at that address, or leave out --redis to keep limits in this process.\n", err)
 		return exitFailure
@@ -170,17 +194,12 @@ func runServe(args []string, stdout, stderr io.Writer) int {
 	}
 	info, _ := debug.ReadBuildInfo()
 	logger.Info("floodgate starting", "version", versionString(info), "backend", backendName,
+		"store", server.RedactURL(*redisURL),
 		"http", srv.HTTPAddr(), "grpc", srv.GRPCAddr(), "failure_mode", mode.String(), "timeout", *timeout)
 
-	if *debugAddr != "" {
-		ln, err := net.Listen("tcp", *debugAddr)
-		if err != nil {
-			fmt.Fprintf(stderr, "floodgate serve: --debug-addr: %v\n", err)
-			return exitFailure
-		}
-		defer ln.Close()
-		go func() { _ = http.Serve(ln, pprofMux()) }()
-		logger.Info("profiling endpoint", "addr", ln.Addr().String())
+	if debugLn != nil {
+		go func() { _ = http.Serve(debugLn, debugHandler(token)) }()
+		logger.Info("profiling endpoint", "addr", debugLn.Addr().String(), "token_required", token != "")
 	}
 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
@@ -236,13 +255,33 @@ func flagDefaults(fs interface {
 }
 
 // pprofMux serves Go's profiles under /debug/pprof/, on a mux of its own so
-// that they are never on the API's address.
+// that they are never on the API's address. The command line it shows has
+// its passwords redacted.
 func pprofMux() *http.ServeMux {
 	mux := http.NewServeMux()
 	mux.HandleFunc("/debug/pprof/", pprof.Index)
-	mux.HandleFunc("/debug/pprof/cmdline", pprof.Cmdline)
+	mux.HandleFunc("/debug/pprof/cmdline", cmdline) // passwords redacted
 	mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
 	mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
 	mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
 	return mux
+}
+
+// readSecret returns a secret from file (trimmed of surrounding space) or,
+// when no file is named, from the environment variable env; "" when
+// neither gives one. A named file that cannot be read or is empty is an
+// error naming flag.
+func readSecret(flag, file, env string) (string, error) {
+	if file == "" {
+		return strings.TrimSpace(os.Getenv(env)), nil
+	}
+	data, err := os.ReadFile(file)
+	if err != nil {
+		return "", fmt.Errorf("%s: %w", flag, err)
+	}
+	v := strings.TrimSpace(string(data))
+	if v == "" {
+		return "", fmt.Errorf("%s %s is empty", flag, file)
+	}
+	return v, nil
 }
