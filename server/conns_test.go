@@ -92,8 +92,12 @@ func TestHTTPWithheldBodyClosed(t *testing.T) {
 	c := dialRaw(t, srv.HTTPAddr())
 	withheldPOST(t, c, "/v1/check")
 	start := time.Now()
-	readUntilClosed(t, c, 5*time.Second)
+	got := readUntilClosed(t, c, 5*time.Second)
 	t.Logf("closed after %v (read deadline 300ms)", time.Since(start).Round(time.Millisecond))
+	// 408, saying what happened without the connection's addresses.
+	if !strings.HasPrefix(got, "HTTP/1.1 408 ") || !strings.Contains(got, "did not arrive within the read timeout") || strings.Contains(got, "127.0.0.1") {
+		t.Fatalf("answer %q, want a 408 naming the read timeout and no address", got)
+	}
 
 	// A connection that sends nothing at all is closed too.
 	idle := dialRaw(t, srv.HTTPAddr())

@@ -7,6 +7,7 @@ import (
 	"io"
 	"math"
 	"mime"
+	"net"
 	"net/http"
 	"strconv"
 	"time"
@@ -141,7 +142,27 @@ func (h *httpAPI) body(w http.ResponseWriter, r *http.Request) ([]byte, error) {
 	if errors.As(err, &mbe) {
 		return nil, &TooLargeError{Limit: h.o.MaxBodyBytes}
 	}
-	return data, err
+	if err != nil {
+		// The connection's error names internal addresses: say what
+		// happened instead.
+		var ne net.Error
+		if errors.As(err, &ne) && ne.Timeout() {
+			return nil, &bodyError{timeout: true}
+		}
+		return nil, &bodyError{}
+	}
+	return data, nil
+}
+
+// bodyError is a request body that could not be read: HTTP answers 408 when
+// it did not arrive within the read timeout, else 400.
+type bodyError struct{ timeout bool }
+
+func (e *bodyError) Error() string {
+	if e.timeout {
+		return "the request body did not arrive within the read timeout"
+	}
+	return "the request body could not be read"
 }
 
 func (h *httpAPI) json(w http.ResponseWriter, r *http.Request) {
@@ -190,12 +211,13 @@ func (h *httpAPI) error(w http.ResponseWriter, err error) string {
 
 // httpStatuses maps an errorKind to an HTTP status.
 var httpStatuses = map[string]int{
-	"invalid":     http.StatusBadRequest,
-	"too_large":   http.StatusRequestEntityTooLarge,
-	"unavailable": http.StatusServiceUnavailable,
-	"canceled":    http.StatusServiceUnavailable,
-	"deadline":    http.StatusServiceUnavailable,
-	"error":       http.StatusInternalServerError,
+	"invalid":      http.StatusBadRequest,
+	"too_large":    http.StatusRequestEntityTooLarge,
+	"body_timeout": http.StatusRequestTimeout,
+	"unavailable":  http.StatusServiceUnavailable,
+	"canceled":     http.StatusServiceUnavailable,
+	"deadline":     http.StatusServiceUnavailable,
+	"error":        http.StatusInternalServerError,
 }
 
 // CheckRequest is the body of POST /v1/check. Descriptors are JSON objects

@@ -70,7 +70,7 @@ func codeLabel(kind string) string {
 	switch kind {
 	case "canceled", "deadline":
 		return "error"
-	case "too_large":
+	case "too_large", "body_timeout":
 		return "invalid"
 	}
 	return kind
@@ -93,11 +93,17 @@ var grpcCodes = map[string]codes.Code{
 func errorKind(err error) string {
 	var ie *InputError
 	var tl *TooLargeError
+	var be *bodyError
 	switch {
 	case err == nil:
 		return ""
 	case errors.As(err, &tl):
 		return "too_large"
+	case errors.As(err, &be):
+		if be.timeout {
+			return "body_timeout"
+		}
+		return "invalid"
 	case errors.As(err, &ie):
 		return "invalid"
 	case errors.Is(err, ErrUnavailable):
