@@ -1,0 +1,14 @@
+package backend
+
+import "testing"
+
+func TestNewCallIDUnique(t *testing.T) {
+	seen := map[string]bool{}
+	for range 10000 {
+		id := NewCallID()
+		if seen[id] || len(id) > 30 || len(id) < 18 {
+			t.Fatalf("call ID %q repeated or of odd length", id)
+		}
+		seen[id] = true
+	}
+}
