@@ -24,7 +24,20 @@ func NewRedis(c redis.UniversalClient, opts ...Option) *Redis {
 //
 // Deadlines: go-redis honours a context's deadline on the network only when
 // the client is built with ContextTimeoutEnabled: true; otherwise a call to a
-// hung server lasts its ReadTimeout (3s by default). Set it: it costs nothing.
+// hung server lasts its ReadTimeout (5s by default in go-redis v9.23). Set
+// it: it costs nothing.
+//
+// Retries: go-redis resends a command whose reply did not arrive (a read
+// timeout, a connection reset) up to MaxRetries times (3 by default), and the
+// first copy may have run already: a lost reply does not mean a lost
+// command. floodgate's scripts are written for it: every mutating call
+// carries an ID that its resends repeat, and a script that sees its own call
+// again answers as the first run did instead of acting twice (locks, the
+// delay queue, idempotency, counters within their replay window). Rate
+// limiters are the exception by design: a resent decision is decided again,
+// so it may spend a second time; that can only deny more, never admit more
+// than the rule allows (package ratelimit). With ContextTimeoutEnabled, the
+// caller's deadline also ends the retries.
 // For clients without it (a *redis.Client, *redis.ClusterClient or
 // *redis.Ring whose options say so), every call with a cancellable context
 // waits on the context in a helper goroutine, so the caller still gets an

@@ -45,6 +45,10 @@ type Redis struct {
 	hub     *hub
 }
 
+// Scripter returns the Scripter r runs its scripts on, for tests that wrap
+// it (to inject faults or replay calls) in a backend of their own.
+func (r *Redis) Scripter() Scripter { return r.s }
+
 // NewRedisScripter returns a Redis backend over any Scripter. It fails only on
 // invalid options.
 func NewRedisScripter(s Scripter, opts ...Option) (*Redis, error) {

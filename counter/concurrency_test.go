@@ -121,9 +121,25 @@ func TestRedisKeyExpiry(t *testing.T) {
 		if _, err := c.Add(ctx, "k", 1); err != nil {
 			t.Fatal(err)
 		}
-		keys, err := raw.Keys(ctx, b.Prefix()+":*"+tc.name+"*").Result()
-		if err != nil || len(keys) != 1 {
-			t.Fatalf("%s: keys %q, %v; want one", tc.name, keys, err)
+		all, err := raw.Keys(ctx, b.Prefix()+":*"+tc.name+"*").Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		// The counter's key, and the Add's replay record, which expires
+		// after the replay window.
+		var keys, records []string
+		for _, k := range all {
+			if strings.HasPrefix(k, b.Key("k", "r:")) {
+				records = append(records, k)
+			} else {
+				keys = append(keys, k)
+			}
+		}
+		if len(keys) != 1 || len(records) != 1 {
+			t.Fatalf("%s: keys %q; want one counter and one replay record", tc.name, all)
+		}
+		if pttl, err := raw.PTTL(ctx, records[0]).Result(); err != nil || pttl > counter.DefaultReplayWindow || pttl < counter.DefaultReplayWindow-2*time.Second {
+			t.Errorf("%s: replay record PTTL %v (%v), want about %v", tc.name, pttl, err, counter.DefaultReplayWindow)
 		}
 		if !strings.HasPrefix(keys[0], b.Key("k", "")) {
 			t.Errorf("%s: key %q does not carry the hash tag {k}", tc.name, keys[0])

@@ -61,6 +61,25 @@ type Option func(*config)
 type config struct {
 	ttl, window, offset time.Duration
 	refresh, hasOffset  bool
+	replay              time.Duration
+	hasReplay           bool
+}
+
+// DefaultReplayWindow is how long a Redis counter remembers an Add's
+// outcome, so that a client's resend of that call counts once.
+const DefaultReplayWindow = time.Minute
+
+// ReplayWindow sets how long, on Redis, each Add with a non-zero delta
+// remembers its outcome, keyed by an ID that the client library's resends of
+// the same call repeat: a resend (go-redis's MaxRetries after a read
+// timeout, a reply lost on the network) that arrives within d returns the
+// first run's value and counts nothing. Default DefaultReplayWindow (one
+// minute: go-redis's default retries end within about 20 s). The record is
+// one small key per Add that expires after d; ReplayWindow(0) turns it off
+// for keys hot enough that its cost matters, and then a resent Add counts
+// twice. It has no effect on Memory, where no reply is lost.
+func ReplayWindow(d time.Duration) Option {
+	return func(c *config) { c.replay, c.hasReplay = d, true }
 }
 
 // TTL makes a counter expire d after the Add that creates it: the Add that
@@ -125,6 +144,7 @@ type Counter struct {
 	redis  *backend.Redis
 	suffix string   // Redis key suffix (after the hash tag)
 	args   []string // ARGV[3...] of add.lua
+	replay string   // µs a replay record lives; "" for none
 }
 
 // Info is a counter's value and how long until it expires.
@@ -207,11 +227,21 @@ func New(b backend.Backend, name string, opts ...Option) (*Counter, error) {
 		c.mode = modePlain
 		c.suffix = "c:" + name
 	}
+	replay := DefaultReplayWindow
+	if cfg.hasReplay {
+		if cfg.replay < 0 || cfg.replay > 24*time.Hour {
+			return nil, fmt.Errorf("counter: ReplayWindow must be from 0 (off) to 24h, got %v", cfg.replay)
+		}
+		replay = cfg.replay
+	}
 	switch b := b.(type) {
 	case *backend.Memory:
 		c.mem = b.Table("counter/" + c.suffix)
 	case *backend.Redis:
 		c.redis = b
+		if replay > 0 {
+			c.replay = strconv.FormatInt(replay.Microseconds(), 10)
+		}
 		p := strconv.FormatInt(c.period, 10)
 		switch c.mode {
 		case modePlain:
@@ -316,10 +346,16 @@ func (c *Counter) do(ctx context.Context, key string, delta int64) (Info, error)
 	if c.mem != nil {
 		r = c.memDo(key, delta)
 	} else {
-		args := make([]string, 0, 2+len(c.args))
+		args := make([]string, 0, 4+len(c.args))
 		args = append(args, c.redis.NowArg(), strconv.FormatInt(delta, 10))
 		args = append(args, c.args...)
-		raw, err := c.redis.Run(ctx, addScript, []string{c.redis.Key(key, c.suffix)}, args)
+		keys := []string{c.redis.Key(key, c.suffix)}
+		if delta != 0 && c.replay != "" {
+			id := backend.NewCallID()
+			keys = append(keys, c.redis.Key(key, "r:"+c.suffix+":"+id)) // counters' suffixes start with "c"
+			args = append(args, id, c.replay)
+		}
+		raw, err := c.redis.Run(ctx, addScript, keys, args)
 		if err != nil {
 			return Info{}, err
 		}

@@ -8,9 +8,15 @@
 -- ARGV[1] now µs or "" for TIME; ARGV[2] delta; ARGV[3] mode "p" plain, "t"
 --   TTL, "w" window; for "t": ARGV[4] ttl µs, ARGV[5] refresh (1/0); for "w":
 --   ARGV[4] window µs, ARGV[5] offset µs in [0, window), ARGV[6] margin µs.
+-- KEYS[2] (optional, when delta ~= 0) the replay record of this call: same
+--   hash tag, named by the call's ID, which a client's resend of the same
+--   call repeats. The last two ARGV are then the call ID (unused here: it is
+--   in KEYS[2]) and the record's lifetime in µs.
 -- reply: {ok (1, or 0 when the new value would overflow and nothing
 --   changed), value, reset_after µs (0 when the counter does not exist or
 --   never expires)}
+-- A replay (KEYS[2] exists) changes nothing and returns the first run's
+-- reply: a retried Add counts once.
 -- Values and deltas stay within ±(2^53-1) (checked here and by the caller),
 -- so every number is an exact integer in Lua's doubles; integers are passed
 -- to Redis as strings formatted with %d.
@@ -23,6 +29,17 @@ else
 end
 local delta, mode = tonumber(ARGV[2]), ARGV[3]
 local MAX = 9007199254740991
+
+local rec, recTTL = KEYS[2], 0
+if delta == 0 then rec = nil end
+if rec then
+  local prev = redis.call('GET', rec)
+  if prev then
+    local a, b, c = string.match(prev, '^(%-?%d+) (%-?%d+) (%-?%d+)$')
+    return {tonumber(a), tonumber(b), tonumber(c)}
+  end
+  recTTL = tonumber(ARGV[#ARGV])
+end
 
 local function istr(x) return string.format('%d', x) end
 
@@ -41,6 +58,14 @@ local function pttl(us)
   return ms
 end
 
+-- done records a changing reply for replays of this call, then returns it.
+local function done(ok, v, left)
+  if rec and ok == 1 then
+    redis.call('SET', rec, istr(ok) .. ' ' .. istr(v) .. ' ' .. istr(left), 'PX', pttl(recTTL))
+  end
+  return {ok, v, left}
+end
+
 if mode == 't' then
   local ttl = tonumber(ARGV[4])
   local h = redis.call('HMGET', KEYS[1], 'v', 'e')
@@ -56,7 +81,7 @@ if mode == 't' then
   if exp == 0 or ARGV[5] == '1' then exp = now + ttl end
   redis.call('HSET', KEYS[1], 'v', istr(nv), 'e', istr(exp))
   redis.call('PEXPIRE', KEYS[1], pttl(exp - now))
-  return {1, nv, exp - now}
+  return done(1, nv, exp - now)
 end
 
 local key, left = KEYS[1], 0
@@ -76,4 +101,4 @@ redis.call('INCRBY', key, ARGV[2])
 if mode == 'w' then
   redis.call('PEXPIRE', key, pttl(left + tonumber(ARGV[6])))
 end
-return {1, nv, left}
+return done(1, nv, left)

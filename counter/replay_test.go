@@ -1,0 +1,62 @@
+package counter_test
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/floodgate-dev/floodgate/counter"
+	"github.com/floodgate-dev/floodgate/internal/backendtest"
+)
+
+// TestReplayedAddCountsOnce is issue 13 for counters: a client's resend of
+// an Add whose reply was lost (every call runs twice on the replaying
+// backend) counts once and returns the first run's value; with the replay
+// record turned off it counts twice, as documented.
+func TestReplayedAddCountsOnce(t *testing.T) {
+	ctx := context.Background()
+	for _, tc := range []struct {
+		name string
+		opts []counter.Option
+		want int64 // after three Adds of 1
+	}{
+		{"plain", nil, 3},
+		{"ttl", []counter.Option{counter.TTL(time.Hour)}, 3},
+		{"window", []counter.Option{counter.Window(time.Hour)}, 3},
+		{"record off", []counter.Option{counter.ReplayWindow(0)}, 6},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			b, rp := backendtest.Replaying(t, nil)
+			c, err := counter.New(b, "replayed", tc.opts...)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var last int64
+			for range 3 {
+				if last, err = c.Add(ctx, "k", 1); err != nil {
+					t.Fatal(err)
+				}
+			}
+			got, err := c.Get(ctx, "k")
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got != tc.want || last != tc.want {
+				t.Fatalf("after 3 Adds, each run twice: value %d, last Add returned %d; want %d", got, last, tc.want)
+			}
+			if rp.Replays() < 3 {
+				t.Fatalf("only %d calls replayed", rp.Replays())
+			}
+		})
+	}
+}
+
+func TestReplayWindowOption(t *testing.T) {
+	b := backendtest.Redis(t, nil)
+	for _, d := range []time.Duration{-time.Second, 25 * time.Hour} {
+		if _, err := counter.New(b, "x", counter.ReplayWindow(d)); err == nil || !strings.Contains(err.Error(), "ReplayWindow") {
+			t.Errorf("ReplayWindow(%v): %v, want an error naming ReplayWindow", d, err)
+		}
+	}
+}
