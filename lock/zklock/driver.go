@@ -104,16 +104,28 @@ func (d *driver) children(ctx context.Context) ([]child, error) {
 	return parseChildren(names), nil
 }
 
-func (d *driver) Acquire(ctx context.Context, owner string, ttl time.Duration, wait bool) (lock.Grant, error) {
+// Acquire takes the lock for owner. A call that creates a node protects it
+// (see createProtected): every create of the call carries the call's GUID,
+// so a create whose reply was lost is found by it instead of being made
+// twice, and a call that fails deletes whatever node it may have made —
+// the one it knows, or the one its GUID names — so that a failed Acquire
+// never leaves a node that later becomes the holder.
+func (d *driver) Acquire(ctx context.Context, owner string, ttl time.Duration, wait bool) (g lock.Grant, err error) {
 	if g, ok, err := d.reenter(ctx, owner, ttl); err != nil || ok {
 		return g, err
 	}
 	data := holdData{count: 1, owner: owner}.encode()
+	pc := &protectedCreate{guid: newGUID()}
 	var node string // our node in the queue, "" before it is made
+	defer func() {
+		if err != nil {
+			d.giveUp(ctx, node, pc)
+		}
+	}()
 	r := retrier{wait: wait, conn: d.conn}
 	for {
 		if node == "" {
-			n, err := d.create(ctx, data)
+			n, err := d.create(ctx, pc, data)
 			if err != nil {
 				if err = r.retry(ctx, err); err != nil {
 					return lock.Grant{}, err
@@ -125,7 +137,6 @@ func (d *driver) Acquire(ctx context.Context, owner string, ttl time.Duration, w
 		nodes, err := d.children(ctx)
 		if err != nil {
 			if err = r.retry(ctx, err); err != nil {
-				d.abandon(ctx, node)
 				return lock.Grant{}, err
 			}
 			continue
@@ -141,7 +152,6 @@ func (d *driver) Acquire(ctx context.Context, owner string, ttl time.Duration, w
 			g, ok, err := d.grant(ctx, owner, node, data, ttl)
 			if err != nil {
 				if err = r.retry(ctx, err); err != nil {
-					d.abandon(ctx, node)
 					return lock.Grant{}, err
 				}
 				continue
@@ -153,17 +163,27 @@ func (d *driver) Acquire(ctx context.Context, owner string, ttl time.Duration, w
 			return g, nil
 		}
 		if !wait {
-			d.abandon(ctx, node)
 			return lock.Grant{}, lock.ErrLocked
 		}
 		if err := d.wait(ctx, nodes, i); err != nil {
 			if err = r.retry(ctx, err); err != nil {
-				d.abandon(ctx, node)
 				return lock.Grant{}, err
 			}
 			continue
 		}
 		r.ok()
+	}
+}
+
+// giveUp deletes the node of an Acquire that fails: node when it is known,
+// and the node a create of the call may have made without a reply (found by
+// the call's GUID).
+func (d *driver) giveUp(ctx context.Context, node string, pc *protectedCreate) {
+	if node != "" {
+		d.abandon(ctx, node)
+	}
+	if pc.uncertain {
+		d.cleanupGUID(pc.guid)
 	}
 }
 
@@ -591,32 +611,45 @@ func (d *driver) Release(ctx context.Context, owner string) error {
 	}
 }
 
-// create makes this client's node in the queue, creating the lock path as
-// persistent nodes if needed. When ctx ends first the node, if it was made,
-// is deleted in the background.
-func (d *driver) create(ctx context.Context, data []byte) (string, error) {
+// protectedCreate is the node creation of one Acquire call. Every create of
+// the call, retries included, names the node with the call's GUID; uncertain
+// records that a create may have made a node the call has not seen (its
+// reply was lost), so that the next create looks for that node first and
+// the call, if it fails, deletes it.
+type protectedCreate struct {
+	guid      string
+	uncertain bool
+}
+
+// create makes this call's node in the queue, creating the lock path as
+// persistent nodes if needed. When ctx ends first, the outcome is awaited
+// in the background and the node, if it was made, is deleted there: the
+// call then owns nothing, and pc is no longer uncertain.
+func (d *driver) create(ctx context.Context, pc *protectedCreate, data []byte) (string, error) {
 	type res struct {
-		node string
-		err  error
+		node      string
+		uncertain bool
+		err       error
 	}
-	guid := newGUID()
 	ch := make(chan res, 1)
+	guid, uncertain := pc.guid, pc.uncertain
 	go func() {
-		node, err := createProtected(d.conn, d.dir, guid, d.r.kind, data, d.acl)
-		ch <- res{node, err}
+		node, uncertain, err := createProtected(d.conn, d.dir, guid, d.r.kind, data, d.acl, uncertain)
+		ch <- res{node, uncertain, err}
 	}()
 	select {
 	case r := <-ch:
+		pc.uncertain = r.uncertain
 		if r.err != nil {
-			d.cleanupGUID(guid)
 			return "", wrap(r.err)
 		}
 		return r.node, nil
 	case <-ctx.Done():
+		pc.uncertain = false // handed over to the goroutine below
 		go func() {
 			if r := <-ch; r.err == nil {
 				d.deleteNode(r.node)
-			} else {
+			} else if r.uncertain {
 				d.cleanupGUID(guid)
 			}
 		}()
@@ -632,11 +665,27 @@ var definiteCreateErrors = []error{
 }
 
 // createProtected creates an ephemeral sequential node "<dir>/_c_<guid>-
-// <kind>-<seq>" and returns its path. When the reply of a create is lost
-// with the connection, the node may or may not exist; the client then lists
-// dir and recognises its node by guid instead of creating a second one that
-// would never be deleted while the session lives.
-func createProtected(conn *zk.Conn, dir, guid, kind string, data []byte, acl []zk.ACL) (string, error) {
+// <kind>-<seq>" and returns its path; it is Curator's protected mode. When
+// the reply of a create is lost with the connection, the node may or may not
+// exist: before creating again, the client lists dir (once reconnected) and
+// takes the node that carries guid, and creates only when the listing shows
+// none, so that one guid never names two nodes. uncertain says that an
+// earlier create with guid may have made a node; the result says whether
+// that is still so when an error is returned.
+//
+// ZooKeeper makes the listing conclusive: a session's requests are applied
+// in order, and when the client reconnects the server closes the session's
+// old connection (a request still in it is dropped, and one that reached
+// another server fails as the session moved), so a create sent before the
+// listing cannot be applied after it.
+//
+// go-zookeeper's Conn.CreateProtectedEphemeralSequential does not do the
+// job: it draws the GUID itself and does not return it with an error, so a
+// call that fails cannot find and delete the node it may have made; after a
+// lost reply it gives up at the first failed listing (most often the client
+// has not reconnected yet); and it slices every "_c_" child to 35 bytes,
+// which panics on a shorter foreign node.
+func createProtected(conn *zk.Conn, dir, guid, kind string, data []byte, acl []zk.ACL, uncertain bool) (string, bool, error) {
 	name := dir + "/" + protectedName(guid, kind)
 	var err error
 	var down downClock
@@ -644,14 +693,29 @@ func createProtected(conn *zk.Conn, dir, guid, kind string, data []byte, acl []z
 		if attempt > 0 {
 			time.Sleep(time.Duration(attempt) * 50 * time.Millisecond)
 		}
+		if uncertain {
+			var children []string
+			children, _, err = conn.Children(dir)
+			switch {
+			case errors.Is(err, zk.ErrNoNode):
+				uncertain = false // no lock path, no node
+			case err != nil:
+				continue // still disconnected; the next round looks again
+			default:
+				if c, ok := findProtected(children, guid); ok {
+					return dir + "/" + c, false, nil
+				}
+				uncertain = false
+			}
+		}
 		var node string
 		node, err = conn.Create(name, data, zk.FlagEphemeralSequential, acl)
 		switch {
 		case err == nil:
-			return node, nil
+			return node, false, nil
 		case errors.Is(err, zk.ErrNoNode):
 			if err = ensurePath(conn, dir, acl); err != nil {
-				return "", err
+				return "", false, err
 			}
 			continue
 		case errors.Is(err, zk.ErrSessionExpired):
@@ -659,22 +723,15 @@ func createProtected(conn *zk.Conn, dir, guid, kind string, data []byte, acl []z
 		}
 		for _, e := range definiteCreateErrors {
 			if errors.Is(err, e) {
-				return "", err
+				return "", false, err
 			}
 		}
-		// The reply was lost: look for the node by its protection id.
-		children, _, lerr := conn.Children(dir)
-		if lerr != nil {
-			continue // still disconnected; the next round looks again
-		}
-		if c, ok := findProtected(children, guid); ok {
-			return dir + "/" + c, nil
-		}
+		uncertain = true // the reply was lost: look for the node first
 	}
 	if down.closed(conn) {
-		return "", fmt.Errorf("%w: %w", errClosed, err)
+		return "", uncertain, fmt.Errorf("%w: %w", errClosed, err)
 	}
-	return "", err
+	return "", uncertain, err
 }
 
 // ensurePath creates dir and its parents as persistent nodes.
