@@ -11,6 +11,21 @@
 //	lim, err := ratelimit.New(backend.NewMemory(), ratelimit.GCRA{Rate: 10, Per: time.Second, Burst: 20})
 //	res, err := lim.Allow(ctx, "user:42")
 //	if !res.Allowed { /* 429, Retry-After: res.RetryAfter */ }
+//
+// # Lost replies and retries
+//
+// A decision whose reply is lost on the network has still been made, and a
+// client library may resend it (go-redis does, MaxRetries times after a read
+// timeout). A resent decision is decided again: it may spend a second time,
+// and the caller gets the second answer. That can only deny more — what the
+// limiter has spent is never less than what it has admitted, and the rules
+// bound what is spent — so a retry never admits more than a rule allows; its
+// cost is under-admission while replies are being lost. floodgate keeps no
+// record per decision to tell a resend apart, which would double the cost of
+// every decision; TestReplayedDecisionOnlyDenies shows the bound with every
+// call run twice. ConcurrencyLimiter is exact under resends: its lease id is
+// the caller's, so a resent Acquire holds one slot, not two, and a resent
+// release frees nothing more.
 package ratelimit
 
 import (
