@@ -18,6 +18,13 @@
 // RESP3, which rueidis speaks by default, a Lua true becomes int64(1) and a
 // false nil, as over RESP2; a double becomes a float64 and a map a flat []any
 // of keys and values, keys sorted.
+//
+// Retries: rueidis resends only read-only commands after a network error
+// (ClientOption.DisableRetry turns that off), and EVALSHA is not one, so a
+// script call whose reply is lost is not resent: the caller gets the error,
+// although the script may have run. floodgate's primitives are written for
+// both that and go-redis's resends (see backend.NewRedisE): a failed Lock
+// holds nothing, a resent Add counts once, and so on.
 package rueidisadapter
 
 import (
