@@ -6,8 +6,12 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+
+	"github.com/floodgate-dev/floodgate/backend"
 	"github.com/floodgate-dev/floodgate/counter"
 	"github.com/floodgate-dev/floodgate/internal/backendtest"
+	"github.com/floodgate-dev/floodgate/internal/testenv"
 )
 
 // TestReplayedAddCountsOnce is issue 13 for counters: a client's resend of
@@ -58,5 +62,50 @@ func TestReplayWindowOption(t *testing.T) {
 		if _, err := counter.New(b, "x", counter.ReplayWindow(d)); err == nil || !strings.Contains(err.Error(), "ReplayWindow") {
 			t.Errorf("ReplayWindow(%v): %v, want an error naming ReplayWindow", d, err)
 		}
+	}
+}
+
+// TestAddLostReplyResent: the reply of an Add is lost on the network (the
+// proxy drops it and closes the connection) and go-redis resends the Add:
+// the counter counts it once, and the resend answers the first run's value.
+// With the replay record off, the same fault counts twice.
+func TestAddLostReplyResent(t *testing.T) {
+	r := testenv.SharedRedis(t)
+	for _, tc := range []struct {
+		name string
+		opts []counter.Option
+		want int64
+	}{
+		{"record on", nil, 2},
+		{"record off", []counter.Option{counter.ReplayWindow(0)}, 3},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			p := testenv.NewProxy(t, r.Addr)
+			rdb := redis.NewClient(&redis.Options{Addr: p.Addr(), MaxRetries: 2, ContextTimeoutEnabled: true})
+			t.Cleanup(func() { rdb.Close() })
+			c, err := counter.New(backend.NewRedis(rdb, backend.WithPrefix(backendtest.UniquePrefix())), "lost", tc.opts...)
+			if err != nil {
+				t.Fatal(err)
+			}
+			ctx := context.Background()
+			if _, err := c.Add(ctx, "k", 1); err != nil {
+				t.Fatal(err)
+			}
+			p.LoseNextReplies(1)
+			v, err := c.Add(ctx, "k", 1)
+			if err != nil {
+				t.Fatalf("Add whose reply was lost, resent: %v", err)
+			}
+			if p.Lost() != 1 {
+				t.Fatalf("the proxy lost %d replies, want 1", p.Lost())
+			}
+			got, err := c.Get(ctx, "k")
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got != tc.want || v != tc.want {
+				t.Fatalf("two Adds, the second's reply lost and resent: value %d, Add returned %d; want %d", got, v, tc.want)
+			}
+		})
 	}
 }
