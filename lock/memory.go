@@ -92,7 +92,11 @@ func (d *memDriver) try(owner string, ttl time.Duration, w *memWaiter) (Grant, t
 	now := d.t.NowMicros()
 	if st.owner != "" && st.deadline > now {
 		if st.owner == owner {
-			st.count++
+			// Re-entry only with Owner: without it the owner id is one
+			// Lock call's own (the Redis scripts answer a resend so).
+			if d.o.Owner != "" {
+				st.count++
+			}
 			return Grant{Token: st.token}, 0, nil
 		}
 		return Grant{}, min(time.Duration(st.deadline-now)*time.Microsecond, d.o.MaxPoll), ErrLocked

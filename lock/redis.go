@@ -20,11 +20,14 @@ var (
 	luaExtend string
 	//go:embed lua/leave.lua
 	luaLeave string
+	//go:embed lua/cancel.lua
+	luaCancel string
 
 	acquireScript = backend.NewScript(luaAcquire)
 	releaseScript = backend.NewScript(luaRelease)
 	extendScript  = backend.NewScript(luaExtend)
 	leaveScript   = backend.NewScript(luaLeave)
+	cancelScript  = backend.NewScript(luaCancel)
 )
 
 // redisDriver is a mutex on Redis. Every key of a lock name shares the hash
@@ -36,14 +39,16 @@ var (
 type redisDriver struct {
 	r       *backend.Redis
 	o       Options
+	name    string
 	keys    []string // lock, fence, queue, waiter deadlines
 	channel string
 }
 
 func newRedisDriver(r *backend.Redis, name string, o Options) *redisDriver {
 	return &redisDriver{
-		r: r,
-		o: o,
+		r:    r,
+		o:    o,
+		name: name,
 		keys: []string{
 			r.Key(name, "lk"),
 			r.Key(name, "lf"),
@@ -63,15 +68,33 @@ func boolArg(b bool) string {
 	return "0"
 }
 
+// callKeys returns the lock's keys followed by the tombstone key of call.
+func (d *redisDriver) callKeys(call string) []string {
+	return append(d.keys[:len(d.keys):len(d.keys)], tombKey(d.r, d.name, "lx", call))
+}
+
+// try makes one attempt, a call of its own. When its answer does not come
+// (an error other than ErrLocked), the attempt may still have taken the lock
+// or queued owner: try gives the call up in the background (see abandon), so
+// that it holds nothing however it lands.
 func (d *redisDriver) try(ctx context.Context, owner string, ttl time.Duration, waiting bool) (Grant, time.Duration, error) {
-	reply, err := d.r.Run(ctx, acquireScript, d.keys, []string{
+	call := backend.NewCallID()
+	keys := d.callKeys(call)
+	reply, err := d.r.Run(ctx, acquireScript, keys, []string{
 		d.r.NowArg(), owner, micros(ttl), boolArg(d.o.Fair), boolArg(waiting), micros(3 * d.o.MaxPoll),
+		call, boolArg(d.o.Owner != ""),
 	})
-	if err != nil {
-		return Grant{}, 0, fmt.Errorf("lock: %w", err)
+	var v []int64
+	if err == nil {
+		v, err = backend.ReplyInts(reply, 2)
 	}
-	v, err := backend.ReplyInts(reply, 2)
 	if err != nil {
+		abandon(ttl, func(ctx context.Context) error {
+			_, err := d.r.Run(ctx, cancelScript, keys, []string{
+				d.r.NowArg(), owner, call, micros(ttl), d.channel, boolArg(d.o.Owner != ""),
+			})
+			return err
+		})
 		return Grant{}, 0, fmt.Errorf("lock: %w", err)
 	}
 	if v[0] == 1 {
@@ -108,9 +131,10 @@ func (d *redisDriver) Acquire(ctx context.Context, owner string, ttl time.Durati
 	defer func() {
 		if queued {
 			// Leave the queue, and pass on a wake-up meant for us.
-			ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Second)
-			defer cancel()
-			_, _ = d.r.Run(ctx, leaveScript, d.keys, []string{d.r.NowArg(), owner, d.channel})
+			leaveQueue(ctx, d.o.MaxPoll, func(ctx context.Context) error {
+				_, err := d.r.Run(ctx, leaveScript, d.keys, []string{d.r.NowArg(), owner, d.channel})
+				return err
+			})
 		}
 	}()
 	for {
@@ -120,6 +144,7 @@ func (d *redisDriver) Acquire(ctx context.Context, owner string, ttl time.Durati
 			return g, nil
 		}
 		if !errors.Is(err, ErrLocked) {
+			queued = false // the cancel leaves the queue
 			return Grant{}, err
 		}
 		queued = true
@@ -154,7 +179,7 @@ func (d *redisDriver) Extend(ctx context.Context, owner string, ttl time.Duratio
 }
 
 func (d *redisDriver) Release(ctx context.Context, owner string) error {
-	reply, err := d.r.Run(ctx, releaseScript, d.keys, []string{d.r.NowArg(), owner, d.channel})
+	reply, err := d.r.Run(ctx, releaseScript, d.keys, []string{d.r.NowArg(), owner, d.channel, backend.NewCallID()})
 	if err != nil {
 		return fmt.Errorf("lock: %w", err)
 	}
