@@ -54,7 +54,7 @@ func TestReleaseNotifiesHeadWaiter(t *testing.T) {
 	name := fmt.Sprintf("notify-%d", time.Now().UnixNano())
 	d := &dbDriver{db: db, dialect: Postgres, name: name, o: o, ln: ln, channel: channelName(name)}
 
-	if _, _, err := d.try(ctx, "holder", time.Minute, ""); err != nil {
+	if _, _, err := d.try(ctx, "holder", time.Minute, "", "c-holder"); err != nil {
 		t.Fatal(err)
 	}
 	s1, s2 := ln.subscribe(d.channel, "w1"), ln.subscribe(d.channel, "w2")
@@ -68,7 +68,7 @@ func TestReleaseNotifiesHeadWaiter(t *testing.T) {
 		}
 	}
 	for _, w := range []string{"w1", "w2"} {
-		if _, hint, err := d.try(ctx, "o-"+w, time.Minute, w); !errors.Is(err, lock.ErrLocked) || hint <= 0 {
+		if _, hint, err := d.try(ctx, "o-"+w, time.Minute, w, "c-"+w); !errors.Is(err, lock.ErrLocked) || hint <= 0 {
 			t.Fatalf("%s: %v, hint %v; want ErrLocked and the holder's remaining lease", w, err, hint)
 		}
 	}
@@ -86,7 +86,7 @@ func TestReleaseNotifiesHeadWaiter(t *testing.T) {
 	if !received(s2, 10*time.Second) {
 		t.Fatal("the waiter that gave up did not pass the wake-up on")
 	}
-	g, _, err := d.try(ctx, "o-w2", time.Minute, "w2")
+	g, _, err := d.try(ctx, "o-w2", time.Minute, "w2", "c-w2b")
 	if err != nil {
 		t.Fatal(err)
 	}

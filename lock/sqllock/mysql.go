@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"regexp"
+	"strings"
 	"time"
 
 	"github.com/floodgate-dev/floodgate/lock"
@@ -20,6 +21,7 @@ var mySchema = []string{
 	holds      INT            NOT NULL DEFAULT 0,
 	token      BIGINT         NOT NULL DEFAULT 0,
 	expires_at DATETIME(6)    NOT NULL,
+	call_id    VARBINARY(64)  NOT NULL DEFAULT '',
 	PRIMARY KEY (name)
 ) ENGINE=InnoDB`,
 	`CREATE TABLE IF NOT EXISTS floodgate_lock_waiters (
@@ -47,6 +49,7 @@ var mySchema = []string{
 	holds      INT            NOT NULL,
 	token      BIGINT         NOT NULL,
 	expires_us BIGINT         NOT NULL,
+	call_id    VARBINARY(64)  NOT NULL DEFAULT '',
 	PRIMARY KEY (kind, name, side, owner)
 ) ENGINE=InnoDB`,
 	`CREATE TABLE IF NOT EXISTS floodgate_shared_waiters (
@@ -62,9 +65,31 @@ var mySchema = []string{
 ) ENGINE=InnoDB`,
 }
 
+// myCallColumns are the tables that tables made before call ids (issue 13)
+// lack the column call_id of.
+var myCallColumns = []string{"floodgate_locks", "floodgate_shared_holders"}
+
 func myMigrate(ctx context.Context, db *sql.DB) error {
 	for _, s := range mySchema {
 		if _, err := db.ExecContext(ctx, s); err != nil {
+			return err
+		}
+	}
+	// MySQL has no ADD COLUMN IF NOT EXISTS (MariaDB has): look first,
+	// and take error 1060 (duplicate column) from a concurrent migration
+	// as success.
+	for _, table := range myCallColumns {
+		var n int
+		err := db.QueryRowContext(ctx, `SELECT COUNT(*) FROM information_schema.columns
+WHERE table_schema = DATABASE() AND table_name = ? AND column_name = 'call_id'`, table).Scan(&n)
+		if err != nil {
+			return err
+		}
+		if n > 0 {
+			continue
+		}
+		_, err = db.ExecContext(ctx, "ALTER TABLE "+table+" ADD COLUMN call_id VARBINARY(64) NOT NULL DEFAULT ''")
+		if err != nil && !strings.HasPrefix(errorText(err), "Error 1060") {
 			return err
 		}
 	}
@@ -78,9 +103,9 @@ const (
 	myTakeUp = `((owner = '' OR expires_at <= UTC_TIMESTAMP(6)) AND ? = 1)` // T; arg: fair ok
 )
 
-// myAcquire: one INSERT ... ON DUPLICATE KEY UPDATE. R (re-entry) and T
-// (take-over) are as for PostgreSQL; the fairness condition is computed
-// before, in the same transaction, and passed as a parameter.
+// myAcquire: one INSERT ... ON DUPLICATE KEY UPDATE. R (re-entry), P
+// (replay) and T (take-over) are as for PostgreSQL; the fairness condition
+// is computed before, in the same transaction, and passed as a parameter.
 //
 // MySQL evaluates the assignments left to right, each seeing the columns
 // already assigned. R and T read only owner and expires_at, so token and
@@ -89,23 +114,27 @@ const (
 // re-entry the owner is unchanged; after a take-over R' holds only if the
 // old lease was still running, which T excludes (owner ” has expires_at in
 // the past, set by the release), and T' is still true. The statement is also
-// correct if the assignments were simultaneous.
-const myAcquire = `INSERT INTO floodgate_locks (name, owner, holds, token, expires_at)
-VALUES (?, ?, 1, GREATEST(1, ` + myNowUs + `), ` + myNow + ` + INTERVAL ? MICROSECOND)
+// correct if the assignments were simultaneous. call_id comes last: it is
+// set when the owner holds the row after the other assignments, that is
+// after R or T.
+const myAcquire = `INSERT INTO floodgate_locks (name, owner, holds, token, expires_at, call_id)
+VALUES (?, ?, 1, GREATEST(1, ` + myNowUs + `), ` + myNow + ` + INTERVAL ? MICROSECOND, ?)
 ON DUPLICATE KEY UPDATE
 	token = IF(` + myReent + `, token, IF(` + myTakeUp + `, GREATEST(token + 1, ` + myNowUs + `), token)),
-	holds = IF(` + myReent + `, holds + 1, IF(` + myTakeUp + `, 1, holds)),
+	holds = IF(` + myReent + `, holds + IF(call_id = ?, 0, 1), IF(` + myTakeUp + `, 1, holds)),
 	owner = IF(` + myReent + ` OR ` + myTakeUp + `, ?, owner),
 	expires_at = IF(` + myReent + `, GREATEST(expires_at, ` + myNow + ` + INTERVAL ? MICROSECOND),
-		IF(` + myTakeUp + `, ` + myNow + ` + INTERVAL ? MICROSECOND, expires_at))`
+		IF(` + myTakeUp + `, ` + myNow + ` + INTERVAL ? MICROSECOND, expires_at)),
+	call_id = IF(` + myReent + `, ?, call_id)`
 
-func myAcquireArgs(name, owner string, ttlUs int64, fairOK int) []any {
+func myAcquireArgs(name, owner string, ttlUs int64, fairOK int, call string) []any {
 	return []any{
-		name, owner, ttlUs,
+		name, owner, ttlUs, call,
 		owner, fairOK, // token
-		owner, fairOK, // holds
+		owner, call, fairOK, // holds
 		owner, fairOK, owner, // owner
 		owner, ttlUs, fairOK, ttlUs, // expires_at
+		owner, call, // call_id
 	}
 }
 
@@ -132,6 +161,20 @@ WHERE name = ? AND (waiter = ? OR expires_at <= UTC_TIMESTAMP(6))`
 
 const myLeave = `DELETE FROM floodgate_lock_waiters WHERE name = ? AND waiter = ?`
 
+// myTouch makes sure a lock's row exists before myUndo, as pgTouch does.
+const myTouch = `INSERT INTO floodgate_locks (name, owner, holds, token, expires_at)
+VALUES (?, '', 0, 0, UTC_TIMESTAMP(6)) ON DUPLICATE KEY UPDATE token = token`
+
+// myUndo takes back the hold level that a call of the owner took, if it
+// did: myRelease matched on the call id, which it clears. Args: name,
+// owner, call id.
+const myUndo = `UPDATE floodgate_locks SET
+	owner = IF(holds > 1, owner, ''),
+	expires_at = IF(holds > 1, expires_at, UTC_TIMESTAMP(6)),
+	holds = holds - 1,
+	call_id = ''
+WHERE name = ? AND owner = ? AND call_id = ? AND holds > 0 AND expires_at > UTC_TIMESTAMP(6)`
+
 // myRelease drops one hold level of the owner's unexpired holding; the last
 // one frees the row, keeping the token. owner and expires_at are assigned
 // before holds, which their conditions read.
@@ -152,7 +195,8 @@ WHERE name = ? AND owner = ? AND holds > 0 AND expires_at > UTC_TIMESTAMP(6)`
 
 // myTry makes one attempt in a transaction: [fairness check], the upsert,
 // the read-back under the row lock the upsert took, and the queue update.
-func (d *dbDriver) myTry(ctx context.Context, owner string, ttl time.Duration, waiter string) (g lock.Grant, hint time.Duration, err error) {
+// COMMIT is sent only once every reply arrived (see pgTry).
+func (d *dbDriver) myTry(ctx context.Context, owner string, ttl time.Duration, waiter, call string) (g lock.Grant, hint time.Duration, err error) {
 	tx, err := d.db.BeginTx(ctx, nil)
 	if err != nil {
 		return lock.Grant{}, 0, err
@@ -172,7 +216,7 @@ func (d *dbDriver) myTry(ctx context.Context, owner string, ttl time.Duration, w
 			fairOK = 0
 		}
 	}
-	if _, err = tx.ExecContext(ctx, myAcquire, myAcquireArgs(d.name, owner, ttl.Microseconds(), fairOK)...); err != nil {
+	if _, err = tx.ExecContext(ctx, myAcquire, myAcquireArgs(d.name, owner, ttl.Microseconds(), fairOK, call)...); err != nil {
 		return lock.Grant{}, 0, err
 	}
 	var held bool
@@ -222,7 +266,7 @@ var myShared = func() sharedStmts {
 	q.load = `SELECT c.now, x.t, x.side, x.owner, x.n, x.token, x.expires_us, x.waiter, x.listens
 FROM (SELECT ` + myNowUs + ` AS now) c
 LEFT JOIN (
-	SELECT 'h' AS t, side, owner, holds AS n, token, expires_us, '' AS waiter, FALSE AS listens
+	SELECT 'h' AS t, side, owner, holds AS n, token, expires_us, call_id AS waiter, FALSE AS listens
 	FROM floodgate_shared_holders WHERE kind = ? AND name = ?
 	UNION ALL
 	SELECT 'q', side, owner, seq, 0, expires_us, waiter, listens

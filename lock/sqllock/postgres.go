@@ -25,8 +25,11 @@ var pgSchema = []string{
 	owner      text        NOT NULL DEFAULT '',
 	holds      integer     NOT NULL DEFAULT 0,
 	token      bigint      NOT NULL DEFAULT 0,
-	expires_at timestamptz NOT NULL
+	expires_at timestamptz NOT NULL,
+	call_id    text        NOT NULL DEFAULT ''
 )`,
+	// Tables made before call ids (issue 13) get the column.
+	`ALTER TABLE floodgate_locks ADD COLUMN IF NOT EXISTS call_id text NOT NULL DEFAULT ''`,
 	`CREATE TABLE IF NOT EXISTS floodgate_lock_waiters (
 	name       text        NOT NULL,
 	waiter     text        NOT NULL,
@@ -51,8 +54,10 @@ var pgSchema = []string{
 	holds      integer NOT NULL,
 	token      bigint  NOT NULL,
 	expires_us bigint  NOT NULL,
+	call_id    text    NOT NULL DEFAULT '',
 	PRIMARY KEY (kind, name, side, owner)
 )`,
+	`ALTER TABLE floodgate_shared_holders ADD COLUMN IF NOT EXISTS call_id text NOT NULL DEFAULT ''`,
 	`CREATE TABLE IF NOT EXISTS floodgate_shared_waiters (
 	kind       text    NOT NULL,
 	name       text    NOT NULL,
@@ -84,26 +89,29 @@ func pgMigrate(ctx context.Context, db *sql.DB) error {
 }
 
 // pgAcquire: $1 name, $2 owner, $3 ttl µs, $4 fair, $5 waiter ("" = do not
-// queue), $6 waiter lease µs.
+// queue), $6 waiter lease µs, $7 call id.
 // Reply: the token (NULL when not acquired); the holder's remaining lease in
 // µs before the statement (NULL when free or absent).
 //
 // R (re-entry): the row is held by this owner and unexpired: one more hold
-// level, same token, lease end = max(current, now + ttl).
+// level, same token, lease end = max(current, now + ttl). P (replay): R, and
+// the holding was made or last re-entered by this call ($7), whose earlier
+// attempt was applied but its reply lost: as R, without another level.
 // T (take-over): the row is free (owner ”) or expired, and, when fair, no
 // live waiter queued before this one: a new holding with the next token.
 // A failed waiting attempt joins the queue or refreshes its entry (q); a
 // successful one leaves it and drops expired entries (d).
 const pgAcquire = `WITH c AS (SELECT clock_timestamp() AS now),
 a AS (
-	INSERT INTO floodgate_locks AS l (name, owner, holds, token, expires_at)
-	SELECT $1, $2, 1, GREATEST(1, (extract(epoch FROM c.now) * 1000000)::bigint), c.now + $3::bigint * interval '1 microsecond'
+	INSERT INTO floodgate_locks AS l (name, owner, holds, token, expires_at, call_id)
+	SELECT $1, $2, 1, GREATEST(1, (extract(epoch FROM c.now) * 1000000)::bigint), c.now + $3::bigint * interval '1 microsecond', $7
 	FROM c
 	ON CONFLICT (name) DO UPDATE SET
 		token = CASE WHEN l.owner = EXCLUDED.owner AND l.expires_at > (SELECT now FROM c)
 			THEN l.token ELSE GREATEST(l.token + 1, EXCLUDED.token) END,
 		holds = CASE WHEN l.owner = EXCLUDED.owner AND l.expires_at > (SELECT now FROM c)
-			THEN l.holds + 1 ELSE 1 END,
+			THEN l.holds + CASE WHEN l.call_id = EXCLUDED.call_id THEN 0 ELSE 1 END ELSE 1 END,
+		call_id = EXCLUDED.call_id,
 		expires_at = CASE WHEN l.owner = EXCLUDED.owner AND l.expires_at > (SELECT now FROM c)
 			THEN GREATEST(l.expires_at, EXCLUDED.expires_at) ELSE EXCLUDED.expires_at END,
 		owner = EXCLUDED.owner
@@ -156,6 +164,35 @@ h AS (
 n AS (SELECT pg_notify($3, h.waiter) FROM h)
 SELECT (SELECT holds FROM r), (SELECT count(*) FROM n)`
 
+// pgTouch makes sure a lock's row exists, as a free row, before pgUndo:
+// an INSERT waits for a transaction that is inserting the same name, where
+// an UPDATE would not see that row, so that pgUndo runs after any
+// acquisition of the call that is still in flight has ended. $1 name.
+const pgTouch = `INSERT INTO floodgate_locks (name, owner, holds, token, expires_at)
+VALUES ($1, '', 0, 0, clock_timestamp()) ON CONFLICT (name) DO NOTHING`
+
+// pgUndo takes back the hold level that call $4 of owner $2 took, if it
+// did: it is pgRelease matched on the call id, which it clears, so that it
+// may be repeated. $1 name, $2 owner, $3 channel, $4 call id.
+const pgUndo = `WITH c AS (SELECT clock_timestamp() AS now),
+r AS (
+	UPDATE floodgate_locks l SET
+		holds = l.holds - 1,
+		owner = CASE WHEN l.holds > 1 THEN l.owner ELSE '' END,
+		expires_at = CASE WHEN l.holds > 1 THEN l.expires_at ELSE c.now END,
+		call_id = ''
+	FROM c
+	WHERE l.name = $1 AND l.owner = $2 AND l.call_id = $4 AND l.holds > 0 AND l.expires_at > c.now
+	RETURNING l.holds
+),
+h AS (
+	SELECT w.waiter FROM floodgate_lock_waiters w, c
+	WHERE w.name = $1 AND w.expires_at > c.now AND EXISTS (SELECT 1 FROM r WHERE r.holds = 0)
+	ORDER BY w.seq LIMIT 1
+),
+n AS (SELECT pg_notify($3, h.waiter) FROM h)
+SELECT (SELECT holds FROM r), (SELECT count(*) FROM n)`
+
 // pgLeave: $1 name, $2 waiter, $3 channel. The waiter leaves the queue;
 // when the lock is free, the next live waiter is notified in its place (it
 // may have consumed that waiter's wake-up).
@@ -175,12 +212,32 @@ SELECT count(*) FROM n`
 const pgExtend = `UPDATE floodgate_locks SET expires_at = clock_timestamp() + $3::bigint * interval '1 microsecond'
 WHERE name = $1 AND owner = $2 AND holds > 0 AND expires_at > clock_timestamp()`
 
-func (d *dbDriver) pgTry(ctx context.Context, owner string, ttl time.Duration, waiter string) (lock.Grant, time.Duration, error) {
+// pgTry makes one attempt of call, in a transaction of its own although it
+// is one statement: COMMIT is sent only once the statement's reply arrived,
+// so an attempt whose reply was lost either committed before the call
+// failed or never commits — the statement may still reach the server later
+// (held in a proxy or a socket buffer), but its transaction then ends with
+// the connection, uncommitted. That is what lets undo, which waits for the
+// row lock, remove whatever the call took. READ COMMITTED, whatever the
+// server's default, is what the statement was written for (see above).
+func (d *dbDriver) pgTry(ctx context.Context, owner string, ttl time.Duration, waiter, call string) (g lock.Grant, hint time.Duration, err error) {
+	tx, err := d.db.BeginTx(ctx, &sql.TxOptions{Isolation: sql.LevelReadCommitted})
+	if err != nil {
+		return lock.Grant{}, 0, err
+	}
+	defer func() {
+		if err != nil {
+			_ = tx.Rollback()
+		}
+	}()
 	var token, remaining sql.NullInt64
-	err := d.db.QueryRowContext(ctx, pgAcquire,
-		d.name, owner, ttl.Microseconds(), d.o.Fair, waiter, d.waiterLease().Microseconds(),
+	err = tx.QueryRowContext(ctx, pgAcquire,
+		d.name, owner, ttl.Microseconds(), d.o.Fair, waiter, d.waiterLease().Microseconds(), call,
 	).Scan(&token, &remaining)
 	if err != nil {
+		return lock.Grant{}, 0, err
+	}
+	if err = tx.Commit(); err != nil {
 		return lock.Grant{}, 0, err
 	}
 	if token.Valid {
@@ -192,14 +249,16 @@ func (d *dbDriver) pgTry(ctx context.Context, owner string, ttl time.Duration, w
 // Statements of the RWMutex and the Semaphore (see shared.go). Each $n
 // appears once, in order, so that the MySQL forms are the same text with ?.
 var sharedCommon = sharedStmts{
-	insertHolder: `INSERT INTO floodgate_shared_holders (kind, name, side, owner, holds, token, expires_us)
-VALUES ($1, $2, $3, $4, $5, $6, $7)`,
+	insertHolder: `INSERT INTO floodgate_shared_holders (kind, name, side, owner, holds, token, expires_us, call_id)
+VALUES ($1, $2, $3, $4, $5, $6, $7, $8)`,
 	// Holdings are changed relative to their current row (hold count,
 	// GREATEST), never set from what the operation read: Extend changes
 	// them outside the name's row lock.
-	reenterHolder: `UPDATE floodgate_shared_holders SET holds = holds + 1, expires_us = GREATEST(expires_us, $1)
-WHERE kind = $2 AND name = $3 AND side = $4 AND owner = $5`,
-	unholdHolder: `UPDATE floodgate_shared_holders SET holds = holds - 1
+	// The call id is that of the last acquisition (see dbDriver.undo); a
+	// release clears it, so that an undo cannot take a level twice.
+	reenterHolder: `UPDATE floodgate_shared_holders SET holds = holds + 1, expires_us = GREATEST(expires_us, $1), call_id = $2
+WHERE kind = $3 AND name = $4 AND side = $5 AND owner = $6`,
+	unholdHolder: `UPDATE floodgate_shared_holders SET holds = holds - 1, call_id = ''
 WHERE kind = $1 AND name = $2 AND side = $3 AND owner = $4`,
 	deleteHolder: `DELETE FROM floodgate_shared_holders WHERE kind = $1 AND name = $2 AND side = $3 AND owner = $4`,
 	expireHolder: `DELETE FROM floodgate_shared_holders
@@ -220,8 +279,8 @@ type sharedStmts struct {
 	// create makes a name's row if it does not exist.
 	create string
 	// load returns the database clock (µs since 1970) in every row, the
-	// holdings of a name (t 'h'; n the hold count) and its queue (t 'q';
-	// n the place), waiters by place; one row of NULLs but the clock when
+	// holdings of a name (t 'h'; n the hold count; waiter the call id)
+	// and its queue (t 'q'; n the place), waiters by place; one row of NULLs but the clock when
 	// there are neither. Run after lock, so the clock and the rows are
 	// read after the row lock is taken. Arguments: kind, name, kind, name.
 	load                                      string
@@ -237,7 +296,7 @@ var pgShared = func() sharedStmts {
 	q.load = `SELECT c.now, x.t, x.side, x.owner, x.n, x.token, x.expires_us, x.waiter, x.listens
 FROM (SELECT (extract(epoch FROM clock_timestamp()) * 1000000)::bigint AS now) c
 LEFT JOIN (
-	SELECT 'h' AS t, side, owner, holds::bigint AS n, token, expires_us, '' AS waiter, false AS listens
+	SELECT 'h' AS t, side, owner, holds::bigint AS n, token, expires_us, call_id AS waiter, false AS listens
 	FROM floodgate_shared_holders WHERE kind = $1 AND name = $2
 	UNION ALL
 	SELECT 'q', side, owner, seq, 0, expires_us, waiter, listens

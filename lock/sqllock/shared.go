@@ -8,6 +8,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/floodgate-dev/floodgate/backend"
 	"github.com/floodgate-dev/floodgate/lock"
 )
 
@@ -213,7 +214,8 @@ type holding struct {
 	side, owner string
 	holds       int64
 	token       int64
-	expires     int64 // µs, database clock
+	expires     int64  // µs, database clock
+	call        string // call id of the acquisition that made or last re-entered it
 }
 
 // queued is a row of SharedWaitersTable.
@@ -382,7 +384,7 @@ func (s *shared) load(ctx context.Context, tx *sql.Tx, waiter string) (*state, e
 		}
 		switch {
 		case t.String == "h" && expires.Int64 > st.now:
-			st.holders = append(st.holders, &holding{side.String, owner.String, n.Int64, token.Int64, expires.Int64})
+			st.holders = append(st.holders, &holding{side.String, owner.String, n.Int64, token.Int64, expires.Int64, waiterID.String})
 		case t.String == "h":
 			// Every expired holding the decision may rely on is deleted.
 			st.expire(&holding{side: side.String, owner: owner.String})
@@ -456,24 +458,30 @@ func (st *state) ahead(q *queued) bool {
 	return q != nil && q != st.me && (st.me == nil || q.seq < st.me.seq)
 }
 
-// take gives owner a new holding of side and returns its token: max(last
-// token + 1, database clock in µs), as for the mutex.
-func (st *state) take(side, owner string, ttl time.Duration) int64 {
+// take gives owner a new holding of side for call and returns its token:
+// max(last token + 1, database clock in µs), as for the mutex.
+func (st *state) take(side, owner, call string, ttl time.Duration) int64 {
 	token := max(st.fence+1, st.now)
 	st.fence, st.lockRow = token, true
-	h := &holding{side: side, owner: owner, holds: 1, token: token, expires: st.now + ttl.Microseconds()}
+	h := &holding{side: side, owner: owner, holds: 1, token: token, expires: st.now + ttl.Microseconds(), call: call}
 	st.holders = append(st.holders, h)
-	st.exec(st.s.q.insertHolder, st.s.kind, st.s.name, side, owner, h.holds, h.token, h.expires)
+	st.exec(st.s.q.insertHolder, st.s.kind, st.s.name, side, owner, h.holds, h.token, h.expires, call)
 	return token
 }
 
-// reenter adds a hold level to h; its lease ends no earlier than ttl from
-// now, so that the new Lease's local deadline is never later than the
-// database's.
-func (st *state) reenter(h *holding, ttl time.Duration) int64 {
+// reenter adds a hold level to h for call; its lease ends no earlier than
+// ttl from now, so that the new Lease's local deadline is never later than
+// the database's. When call made h or its last level, this is a replay of
+// an attempt that was applied but whose reply was lost: the token is
+// returned without another level.
+func (st *state) reenter(h *holding, call string, ttl time.Duration) int64 {
+	if h.call == call {
+		return h.token
+	}
 	h.holds++
 	h.expires = max(h.expires, st.now+ttl.Microseconds())
-	st.exec(st.s.q.reenterHolder, st.now+ttl.Microseconds(), st.s.kind, st.s.name, h.side, h.owner)
+	h.call = call
+	st.exec(st.s.q.reenterHolder, st.now+ttl.Microseconds(), call, st.s.kind, st.s.name, h.side, h.owner)
 	return h.token
 }
 
@@ -529,9 +537,9 @@ func (st *state) dropHolder(h *holding) {
 // tryRead is one attempt at the read side: admitted unless another owner
 // holds the write side or a writer waits ahead of the caller. The holding
 // owner re-enters; the writer may also read.
-func (st *state) tryRead(owner, waiter string, ttl time.Duration, g *lock.Grant, wait *time.Duration) error {
+func (st *state) tryRead(owner, waiter, call string, ttl time.Duration, g *lock.Grant, wait *time.Duration) error {
 	if h := st.holder(sideRead, owner); h != nil {
-		return st.done(st.reenter(h, ttl), g)
+		return st.done(st.reenter(h, call, ttl), g)
 	}
 	if w := st.writer(); w != nil {
 		if w.owner != owner {
@@ -540,17 +548,17 @@ func (st *state) tryRead(owner, waiter string, ttl time.Duration, g *lock.Grant,
 	} else if st.ahead(st.first(sideWrite)) {
 		return st.fail(sideRead, owner, waiter, 0, wait)
 	}
-	return st.done(st.take(sideRead, owner, ttl), g)
+	return st.done(st.take(sideRead, owner, call, ttl), g)
 }
 
 // tryWrite is one attempt at the write side: admitted when no other owner
 // holds either side and, with Fair, no waiter is ahead of the caller. The
 // holding owner re-enters; a reader may take the write side once no other
 // owner reads.
-func (st *state) tryWrite(owner, waiter string, ttl time.Duration, fair bool, g *lock.Grant, wait *time.Duration) error {
+func (st *state) tryWrite(owner, waiter, call string, ttl time.Duration, fair bool, g *lock.Grant, wait *time.Duration) error {
 	if w := st.writer(); w != nil {
 		if w.owner == owner {
-			return st.done(st.reenter(w, ttl), g)
+			return st.done(st.reenter(w, call, ttl), g)
 		}
 		return st.fail(sideWrite, owner, waiter, w.expires-st.now, wait)
 	}
@@ -569,15 +577,15 @@ func (st *state) tryWrite(owner, waiter string, ttl time.Duration, fair bool, g 
 	if fair && !reading && (st.ahead(st.first(sideRead)) || st.ahead(st.first(sideWrite))) {
 		return st.fail(sideWrite, owner, waiter, 0, wait)
 	}
-	return st.done(st.take(sideWrite, owner, ttl), g)
+	return st.done(st.take(sideWrite, owner, call, ttl), g)
 }
 
 // trySem is one attempt at a permit: admitted while fewer than permits
 // owners hold one and, with Fair, fewer waiters are ahead of the caller than
 // permits are free. The holding owner re-enters.
-func (st *state) trySem(owner, waiter string, ttl time.Duration, fair bool, g *lock.Grant, wait *time.Duration) error {
+func (st *state) trySem(owner, waiter, call string, ttl time.Duration, fair bool, g *lock.Grant, wait *time.Duration) error {
 	if h := st.holder(sideSem, owner); h != nil {
-		return st.done(st.reenter(h, ttl), g)
+		return st.done(st.reenter(h, call, ttl), g)
 	}
 	held := len(st.holders)
 	if held >= st.s.permits {
@@ -598,7 +606,7 @@ func (st *state) trySem(owner, waiter string, ttl time.Duration, fair bool, g *l
 			return st.fail(sideSem, owner, waiter, 0, wait)
 		}
 	}
-	return st.done(st.take(sideSem, owner, ttl), g)
+	return st.done(st.take(sideSem, owner, call, ttl), g)
 }
 
 // wakeUp records who can go now, to be notified: for an RWMutex, the
@@ -646,22 +654,21 @@ type sharedSide struct {
 	side string
 }
 
-// try makes one attempt for owner; waiter is as for dbDriver.try.
-func (d sharedSide) try(ctx context.Context, owner string, ttl time.Duration, waiter string) (lock.Grant, time.Duration, error) {
+// try makes one attempt of call for owner; waiter and call are as for
+// dbDriver.try: a replayed attempt finds the holding its call made.
+func (d sharedSide) try(ctx context.Context, owner string, ttl time.Duration, waiter, call string) (lock.Grant, time.Duration, error) {
 	s := d.s
 	var g lock.Grant
 	var hint time.Duration
-	// Acquiring twice re-enters: the lock may then stay held until its TTL,
-	// as it would if the error were returned.
 	err := s.run(ctx, true, waiter, func(st *state) error {
 		g, hint = lock.Grant{}, 0
 		switch d.side {
 		case sideRead:
-			return st.tryRead(owner, waiter, ttl, &g, &hint)
+			return st.tryRead(owner, waiter, call, ttl, &g, &hint)
 		case sideWrite:
-			return st.tryWrite(owner, waiter, ttl, s.o.Fair, &g, &hint)
+			return st.tryWrite(owner, waiter, call, ttl, s.o.Fair, &g, &hint)
 		}
-		return st.trySem(owner, waiter, ttl, s.o.Fair, &g, &hint)
+		return st.trySem(owner, waiter, call, ttl, s.o.Fair, &g, &hint)
 	})
 	if err != nil && !errors.Is(err, lock.ErrLocked) {
 		return lock.Grant{}, 0, fmt.Errorf("sqllock: acquire %q: %w", s.name, err)
@@ -670,16 +677,47 @@ func (d sharedSide) try(ctx context.Context, owner string, ttl time.Duration, wa
 }
 
 // Acquire implements lock.Driver. Every waiting call queues, so that a
-// waiting writer keeps new readers out.
-func (d sharedSide) Acquire(ctx context.Context, owner string, ttl time.Duration, wait bool) (lock.Grant, error) {
+// waiting writer keeps new readers out. As for the mutex, the attempts of a
+// call carry one call id, and a call that fails with an error other than
+// ErrLocked takes back what an attempt whose reply was lost took (undo).
+func (d sharedSide) Acquire(ctx context.Context, owner string, ttl time.Duration, wait bool) (g lock.Grant, err error) {
+	call := backend.NewCallID()
+	defer func() {
+		if err != nil && !errors.Is(err, lock.ErrLocked) {
+			undoInBackground(ctx, ttl, func(ctx context.Context) error { return d.undo(ctx, owner, call) })
+		}
+	}()
 	if !wait {
-		g, _, err := d.try(ctx, owner, ttl, "")
+		g, _, err := d.try(ctx, owner, ttl, "", call)
 		return g, err
 	}
 	w := waitSpec{ln: d.s.ln, channel: d.s.channel, waiter: lock.NewOwnerID(), maxPoll: d.s.o.MaxPoll}
 	return waitLoop(ctx, w,
-		func(waiter string) (lock.Grant, time.Duration, error) { return d.try(ctx, owner, ttl, waiter) },
+		func(waiter string) (lock.Grant, time.Duration, error) { return d.try(ctx, owner, ttl, waiter, call) },
 		d.leave)
+}
+
+// undo takes back the hold level that call took for owner, if an attempt of
+// it was applied: a Release matched on the call id. It runs under the
+// name's row lock, after any attempt of the call still in flight (every
+// attempt holds that lock until its transaction ends, and commits only once
+// all its replies arrived). A release clears the call id, so undo may be
+// repeated.
+func (d sharedSide) undo(ctx context.Context, owner, call string) error {
+	return d.s.run(ctx, true, "", func(st *state) error {
+		h := st.holder(d.side, owner)
+		if h == nil || h.call != call {
+			return nil
+		}
+		if h.holds--; h.holds > 0 {
+			st.exec(st.s.q.unholdHolder, st.s.kind, st.s.name, h.side, h.owner)
+			return nil
+		}
+		st.exec(st.s.q.deleteHolder, st.s.kind, st.s.name, h.side, h.owner)
+		st.dropHolder(h)
+		st.wakeUp()
+		return nil
+	})
 }
 
 // leave takes a waiter that gave up out of the queue and wakes whoever can

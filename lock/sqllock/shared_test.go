@@ -254,13 +254,19 @@ func testMigrateFrom(t *testing.T, s server, old []string) {
 			t.Fatalf("old schema: %v", err)
 		}
 	}
+	// A mutex held by the old version. This version needs Migrate before it
+	// takes a lock (the column call_id, issue 13), so the row is written as
+	// the old version wrote it.
+	until := "clock_timestamp() + interval '1 minute'"
+	if s.dialect == sqllock.MySQL {
+		until = "UTC_TIMESTAMP(6) + INTERVAL 1 MINUTE"
+	}
+	if _, err := db.ExecContext(ctx, "INSERT INTO floodgate_locks (name, owner, holds, token, expires_at) VALUES ('kept', 'old', 1, 1, "+until+")"); err != nil {
+		t.Fatalf("mutex on the old tables: %v", err)
+	}
 	mu, err := sqllock.New(db, s.dialect, "kept")
 	if err != nil {
 		t.Fatal(err)
-	}
-	held, err := mu.TryLock(ctx)
-	if err != nil {
-		t.Fatalf("mutex on the old tables: %v", err)
 	}
 	for range 2 {
 		if err := sqllock.Migrate(ctx, db, s.dialect); err != nil {
@@ -280,7 +286,7 @@ func testMigrateFrom(t *testing.T, s server, old []string) {
 	if err != nil {
 		t.Fatalf("Semaphore after Migrate: %v", err)
 	}
-	for _, l := range []*lock.Lease{held, r, p} {
+	for _, l := range []*lock.Lease{r, p} {
 		if err := l.Unlock(ctx); err != nil {
 			t.Fatal(err)
 		}

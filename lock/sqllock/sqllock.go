@@ -164,6 +164,7 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"github.com/floodgate-dev/floodgate/backend"
 	"github.com/floodgate-dev/floodgate/lock"
 )
 
@@ -321,21 +322,22 @@ type dbDriver struct {
 
 func (d *dbDriver) waiterLease() time.Duration { return max(3*d.o.MaxPoll, minWaiterLease) }
 
-// try makes one attempt for owner. waiter is "" for an attempt that must not
-// join the queue; otherwise a failed attempt joins it (or refreshes the
-// entry) and a successful one leaves it. On failure it returns ErrLocked and
-// the holder's remaining lease (0 when the lock is free but queued waiters
-// come first, or unknown).
-func (d *dbDriver) try(ctx context.Context, owner string, ttl time.Duration, waiter string) (lock.Grant, time.Duration, error) {
+// try makes one attempt of call for owner. waiter is "" for an attempt that
+// must not join the queue; otherwise a failed attempt joins it (or
+// refreshes the entry) and a successful one leaves it. On failure it returns
+// ErrLocked and the holder's remaining lease (0 when the lock is free but
+// queued waiters come first, or unknown). An attempt repeated after its
+// session was terminated is a replay of call: if the first was applied, the
+// second finds the holding call made and returns its token without another
+// hold level.
+func (d *dbDriver) try(ctx context.Context, owner string, ttl time.Duration, waiter, call string) (lock.Grant, time.Duration, error) {
 	var g lock.Grant
 	var hint time.Duration
-	// Acquiring twice re-enters: the lock may then stay held until its TTL,
-	// as it would if the error were returned.
 	err := retry(ctx, true, func() (err error) {
 		if d.dialect == Postgres {
-			g, hint, err = d.pgTry(ctx, owner, ttl, waiter)
+			g, hint, err = d.pgTry(ctx, owner, ttl, waiter, call)
 		} else {
-			g, hint, err = d.myTry(ctx, owner, ttl, waiter)
+			g, hint, err = d.myTry(ctx, owner, ttl, waiter, call)
 		}
 		return err
 	})
@@ -368,10 +370,19 @@ func retry(ctx context.Context, repeat bool, f func() error) error {
 	}
 }
 
-// Acquire implements lock.Driver.
-func (d *dbDriver) Acquire(ctx context.Context, owner string, ttl time.Duration, wait bool) (lock.Grant, error) {
+// Acquire implements lock.Driver. Every attempt of the call carries one call
+// id (see try); when the call fails with an error other than ErrLocked, an
+// attempt may have been applied without its reply arriving, and undo takes
+// back what the call took.
+func (d *dbDriver) Acquire(ctx context.Context, owner string, ttl time.Duration, wait bool) (g lock.Grant, err error) {
+	call := backend.NewCallID()
+	defer func() {
+		if err != nil && !errors.Is(err, lock.ErrLocked) {
+			undoInBackground(ctx, ttl, func(ctx context.Context) error { return d.undo(ctx, owner, call) })
+		}
+	}()
 	if !wait {
-		g, _, err := d.try(ctx, owner, ttl, "")
+		g, _, err := d.try(ctx, owner, ttl, "", call)
 		return g, err
 	}
 	waiter := ""
@@ -379,8 +390,66 @@ func (d *dbDriver) Acquire(ctx context.Context, owner string, ttl time.Duration,
 		waiter = lock.NewOwnerID() // this call's place in the queue
 	}
 	return waitLoop(ctx, waitSpec{ln: d.ln, channel: d.channel, waiter: waiter, maxPoll: d.o.MaxPoll},
-		func(waiter string) (lock.Grant, time.Duration, error) { return d.try(ctx, owner, ttl, waiter) },
+		func(waiter string) (lock.Grant, time.Duration, error) { return d.try(ctx, owner, ttl, waiter, call) },
 		d.leave)
+}
+
+// undo takes back the hold level that call took for owner, if an attempt
+// of it was applied: the holding is freed (or, after a re-entry, loses one
+// level) when its call id is still call. It first makes sure that the row
+// exists (see pgTouch), which waits for an attempt still in flight, so that
+// no attempt of the call commits after undo. It may be repeated.
+func (d *dbDriver) undo(ctx context.Context, owner, call string) error {
+	return retry(ctx, true, func() error {
+		if d.dialect == Postgres {
+			if _, err := d.db.ExecContext(ctx, pgTouch, d.name); err != nil {
+				return err
+			}
+			var holds sql.NullInt64
+			var notified int64
+			return d.db.QueryRowContext(ctx, pgUndo, d.name, owner, d.channel, call).Scan(&holds, &notified)
+		}
+		if _, err := d.db.ExecContext(ctx, myTouch, d.name); err != nil {
+			return err
+		}
+		_, err := d.db.ExecContext(ctx, myUndo, d.name, owner, call)
+		return err
+	})
+}
+
+// Pacing of undoInBackground.
+const (
+	undoAttemptTimeout = 5 * time.Second
+	undoMaxBackoff     = time.Second
+)
+
+// undoInBackground runs undo, the clean-up of an acquisition that failed,
+// in a goroutine, and retries it while it fails (the database may be
+// unreachable: that is often why the acquisition failed) until ttl has
+// passed. By then a holding the call may have taken has expired by itself:
+// an attempt that committed had its statement applied before the call
+// failed, so its lease ends within ttl of that.
+func undoInBackground(ctx context.Context, ttl time.Duration, undo func(context.Context) error) {
+	ctx = context.WithoutCancel(ctx)
+	end := time.Now().Add(ttl)
+	go func() {
+		backoff := 50 * time.Millisecond
+		for {
+			left := time.Until(end)
+			if left <= 0 {
+				return
+			}
+			actx, cancel := context.WithTimeout(ctx, min(left, undoAttemptTimeout))
+			err := undo(actx)
+			cancel()
+			if err == nil {
+				return
+			}
+			t := time.NewTimer(backoff)
+			<-t.C
+			backoff = min(2*backoff, undoMaxBackoff)
+		}
+	}()
 }
 
 // waitSpec says how a waiting Acquire waits.
