@@ -8,7 +8,8 @@ import (
 )
 
 // memDriver keeps keys and tokens in two tables of a Memory backend. A key's
-// entry holds a *memRecord; a token's entry holds its deadline in A. Times
+// entry holds a *memRecord; a token's entry holds its deadline in A, and once
+// consumed the consuming call's ID in Value. Times
 // are the backend's clock, in microseconds; entries expire at their
 // deadline, so the janitor removing one changes nothing.
 type memDriver struct {
@@ -21,8 +22,9 @@ type memDriver struct {
 // is taken over, so that waiters look again at once.
 type memRecord struct {
 	running  bool
-	owner    string
-	deadline int64 // µs: end of the lease while running, else end of the TTL
+	aborted  bool   // freed by its owner; kept until the lease deadline, so that a replayed abort is recognised
+	owner    string // the Do call's; kept when done, so that a replayed complete is recognised
+	deadline int64  // µs: end of the lease while running, else end of the TTL
 	fp       string
 	res      result
 	wake     chan struct{}
@@ -54,7 +56,7 @@ func (d *memDriver) begin(_ context.Context, key, owner, fp string, lease time.D
 	sh.Lock()
 	defer sh.Unlock()
 	now := d.keys.NowMicros()
-	if r := live(sh, key, now); r != nil {
+	if r := live(sh, key, now); r != nil && !r.aborted {
 		switch {
 		case r.fp != fp:
 			return outcome{state: mismatch}, nil
@@ -62,6 +64,8 @@ func (d *memDriver) begin(_ context.Context, key, owner, fp string, lease time.D
 			res := r.res
 			res.val = clone(res.val)
 			return outcome{state: done, res: res}, nil
+		case r.owner == owner:
+			return outcome{state: claimed}, nil // this call's claim, made before
 		}
 		return outcome{state: inFlight, hint: time.Duration(r.deadline-now) * time.Microsecond, wake: r.wake}, nil
 	}
@@ -104,13 +108,16 @@ func (d *memDriver) complete(_ context.Context, key, owner string, ttl time.Dura
 	sh.Lock()
 	defer sh.Unlock()
 	now := d.keys.NowMicros()
+	if r := live(sh, key, now); r != nil && !r.running && !r.aborted && r.owner == owner {
+		return true, nil // stored by this call already
+	}
 	r := held(sh, key, owner, now)
 	if r == nil {
 		return false, nil
 	}
 	close(r.wake)
 	res.val = clone(res.val)
-	nr := &memRecord{deadline: now + ttl.Microseconds(), fp: r.fp, res: res}
+	nr := &memRecord{owner: owner, deadline: now + ttl.Microseconds(), fp: r.fp, res: res}
 	sh.Put(key, &backend.Entry{Value: nr, Expires: nr.deadline})
 	return true, nil
 }
@@ -119,12 +126,16 @@ func (d *memDriver) abort(_ context.Context, key, owner string) (bool, error) {
 	sh := d.keys.Shard(key)
 	sh.Lock()
 	defer sh.Unlock()
-	r := held(sh, key, owner, d.keys.NowMicros())
+	now := d.keys.NowMicros()
+	if r := live(sh, key, now); r != nil && r.aborted && r.owner == owner {
+		return true, nil // aborted by this call already
+	}
+	r := held(sh, key, owner, now)
 	if r == nil {
 		return false, nil
 	}
 	close(r.wake)
-	sh.Delete(key)
+	sh.Put(key, &backend.Entry{Value: &memRecord{aborted: true, owner: owner, deadline: r.deadline, fp: r.fp}, Expires: r.deadline})
 	return true, nil
 }
 
@@ -134,20 +145,29 @@ func (d *memDriver) subscribe(context.Context, string) (<-chan string, func(), e
 	return nil, func() {}, nil
 }
 
+// A token's entry holds its deadline in A while it is live, and the call ID
+// that consumed it in Value after (until the token's deadline), as the
+// token's key does on Redis.
+
 func (d *memDriver) issue(_ context.Context, token string, ttl time.Duration) (bool, error) {
 	sh := d.tokens.Shard(token)
 	sh.Lock()
 	defer sh.Unlock()
 	now := d.tokens.NowMicros()
-	if e := sh.Get(token); e != nil && e.A > now {
-		return false, nil
+	if e := sh.Get(token); e != nil {
+		if e.Value != nil {
+			return false, nil // consumed
+		}
+		if e.A > now {
+			return true, nil // stored by this call already
+		}
 	}
 	deadline := now + ttl.Microseconds()
 	sh.Put(token, &backend.Entry{A: deadline, Expires: deadline})
 	return true, nil
 }
 
-func (d *memDriver) consume(_ context.Context, token string) (bool, error) {
+func (d *memDriver) consume(_ context.Context, token, call string) (bool, error) {
 	sh := d.tokens.Shard(token)
 	sh.Lock()
 	defer sh.Unlock()
@@ -155,8 +175,15 @@ func (d *memDriver) consume(_ context.Context, token string) (bool, error) {
 	if e == nil {
 		return false, nil
 	}
-	sh.Delete(token) // delete first; then judge
-	return e.A > d.tokens.NowMicros(), nil
+	if by, ok := e.Value.(string); ok {
+		return by == call, nil
+	}
+	if e.A <= d.tokens.NowMicros() {
+		sh.Delete(token)
+		return false, nil
+	}
+	sh.Put(token, &backend.Entry{Value: call, Expires: e.Expires})
+	return true, nil
 }
 
 // clone copies b; the copy is never nil, as a result read back from Redis.

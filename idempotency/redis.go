@@ -141,9 +141,17 @@ func (d *redisDriver) subscribe(ctx context.Context, key string) (<-chan string,
 }
 
 func (d *redisDriver) issue(ctx context.Context, token string, ttl time.Duration) (bool, error) {
-	return flag(d.r.Run(ctx, issueScript, d.tokenKey(token), []string{d.r.NowArg(), micros(ttl)}))
+	reply, err := d.r.Run(ctx, issueScript, d.tokenKey(token), []string{d.r.NowArg(), micros(ttl)})
+	if err != nil {
+		return false, err
+	}
+	n, ok := reply.(int64)
+	if !ok {
+		return false, fmt.Errorf("unexpected issue reply %T", reply)
+	}
+	return n >= 1, nil // 2: stored by an earlier run of this call
 }
 
-func (d *redisDriver) consume(ctx context.Context, token string) (bool, error) {
-	return flag(d.r.Run(ctx, consumeScript, d.tokenKey(token), []string{d.r.NowArg()}))
+func (d *redisDriver) consume(ctx context.Context, token, call string) (bool, error) {
+	return flag(d.r.Run(ctx, consumeScript, d.tokenKey(token), []string{d.r.NowArg(), call}))
 }

@@ -197,22 +197,34 @@ type driver interface {
 	// begin looks at key: claims it for owner (a new in-flight record with
 	// fingerprint fp and a lease), or reports it in flight, done or used
 	// with another fingerprint. waiting marks that a waiter wants a wake-up.
+	// owner is drawn once per Do call; begin finding owner's own live
+	// in-flight record (a replay of its claim) reports it claimed.
+	//
+	// Every method is safe to run twice with the same arguments, as a
+	// client does when it resends a call whose reply was lost: the second
+	// run changes nothing the first did not and answers the same (renew:
+	// with a later deadline).
 	begin(ctx context.Context, key, owner, fp string, lease time.Duration, waiting bool) (outcome, error)
 	// renew moves owner's lease to now + lease; false when owner no longer
 	// holds a live lease on key.
 	renew(ctx context.Context, key, owner string, lease time.Duration) (bool, error)
 	// complete replaces owner's live in-flight record by the result, kept
-	// for ttl, and wakes waiters; false when owner no longer holds it.
+	// for ttl, and wakes waiters; false when owner no longer holds it. True
+	// with no change when owner's result is stored already (a replay).
 	complete(ctx context.Context, key, owner string, ttl time.Duration, r result) (bool, error)
-	// abort removes owner's live in-flight record and wakes waiters.
+	// abort frees owner's live in-flight record and wakes waiters; true
+	// with no change when this owner freed it already (a replay).
 	abort(ctx context.Context, key, owner string) (bool, error)
 	// subscribe returns a channel of wake-ups for waiters on key, or a nil
 	// channel when wake-ups come through outcome.wake instead.
 	subscribe(ctx context.Context, key string) (<-chan string, func(), error)
-	// issue stores a token for ttl; false if it already exists.
+	// issue stores a token for ttl; true also when the live token exists
+	// (the token is drawn for one call: a replay), false if it was consumed.
 	issue(ctx context.Context, token string, ttl time.Duration) (bool, error)
-	// consume deletes token and reports whether it existed and was live.
-	consume(ctx context.Context, token string) (bool, error)
+	// consume consumes token for the call (an ID its replays share) and
+	// reports whether it existed and was live; a replay of the call that
+	// consumed it reports true again, any other call false.
+	consume(ctx context.Context, token, call string) (bool, error)
 }
 
 // state is what begin found.

@@ -5,6 +5,8 @@ import (
 	"crypto/rand"
 	"errors"
 	"fmt"
+
+	"github.com/floodgate-dev/floodgate/backend"
 )
 
 // TokenLen is the length of a token from IssueToken: 26 characters of the
@@ -53,7 +55,7 @@ func (s *Store) ConsumeToken(ctx context.Context, token string) (bool, error) {
 	if !validToken(token) {
 		return false, nil
 	}
-	ok, err := s.d.consume(ctx, token)
+	ok, err := s.d.consume(ctx, token, backend.NewCallID())
 	if err != nil {
 		return false, fmt.Errorf("idempotency: %w", err)
 	}

@@ -1,6 +1,8 @@
 -- renew.lua: move the end of a running record's lease, by its owner only; never claims.
 -- KEYS[1] record hash (see begin.lua); ARGV[1] now µs or ""; ARGV[2] owner; ARGV[3] lease µs
 -- reply: 1 renewed; 0 not held (done, taken over, expired or gone).
+-- Safe to run twice: a second run moves the deadline again, from its own now,
+-- and answers as the first (the runner counts its lease from before the first).
 local now = ARGV[1]
 if now == '' then
   local t = redis.call('TIME')
