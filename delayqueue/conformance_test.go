@@ -157,7 +157,7 @@ var tables = []table{
 		claimNone(5 * sec),
 		stats(5*sec, 0, 0, 6, 0),
 		ack(6*sec, "a", 1, true),
-		ack(6*sec, "a", 1, false), // acked already
+		ack(6*sec, "a", 1, true), // acked already by this delivery: the same answer
 		stats(6*sec, 0, 0, 5, 0),
 	}},
 	{"Cancel prevents delivery in every state", []delayqueue.Option{delayqueue.MaxAttempts(1)}, []step{

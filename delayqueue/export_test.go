@@ -44,7 +44,7 @@ func (q *Queue) Extend(ctx context.Context, d *Delivery) (bool, error) {
 
 // Ack acks the delivery; false when its lease is lost.
 func (q *Queue) Ack(ctx context.Context, d *Delivery) (bool, error) {
-	return q.d.ack(ctx, d.ID, d.Attempt)
+	return q.d.ack(ctx, d.ID, d.Attempt, d.call)
 }
 
 // Fail fails the delivery with cause, as a handler's error does.

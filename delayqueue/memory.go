@@ -7,6 +7,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/floodgate-dev/floodgate/backend"
 )
@@ -16,8 +17,11 @@ import (
 // whose mutex makes every method one atomic step, as a script is on Redis.
 // The methods mirror the scripts in lua/ line by line.
 type memDriver struct {
-	t *backend.Table
-	q *memQueue
+	t        *backend.Table
+	q        *memQueue
+	receipts *backend.Table // "<name>\x00<call ID>" -> receipt, as lua/claim.lua describes
+	name     string
+	window   int64 // µs: receipts' lifetime
 }
 
 // memQueue is the state of one queue; mu guards everything in it.
@@ -31,10 +35,11 @@ type memQueue struct {
 type memJob struct {
 	payload []byte
 	attempt int
-	due     int64 // µs
+	due     int64  // µs
+	call    string // the Enqueue's call ID when the caller chose the job's ID
 }
 
-func newMemDriver(m *backend.Memory, name string) *memDriver {
+func newMemDriver(m *backend.Memory, name string, window time.Duration) *memDriver {
 	t := m.Table("delayqueue")
 	sh := t.Shard(name)
 	sh.Lock()
@@ -51,7 +56,31 @@ func newMemDriver(m *backend.Memory, name string) *memDriver {
 		}}
 		sh.Put(name, e)
 	}
-	return &memDriver{t: t, q: e.Value.(*memQueue)}
+	return &memDriver{t: t, q: e.Value.(*memQueue), receipts: m.Table("delayqueue.receipts"),
+		name: name, window: window.Microseconds()}
+}
+
+// receipt returns the receipt of call, "" when there is none; q.mu must be
+// held.
+func (d *memDriver) receipt(call string) string {
+	k := d.name + "\x00" + call
+	sh := d.receipts.Shard(k)
+	sh.Lock()
+	defer sh.Unlock()
+	if e := sh.Get(k); e != nil && e.Expires > d.receipts.NowMicros() {
+		return e.Value.(string)
+	}
+	return ""
+}
+
+// setReceipt records what call did, for the replay window; q.mu must be
+// held.
+func (d *memDriver) setReceipt(call, r string) {
+	k := d.name + "\x00" + call
+	sh := d.receipts.Shard(k)
+	sh.Lock()
+	defer sh.Unlock()
+	sh.Put(k, &backend.Entry{Value: r, Expires: d.receipts.NowMicros() + d.window})
 }
 
 // schedule adds id to scheduled, due at due, and wakes the subscribers when
@@ -76,27 +105,33 @@ func (q *memQueue) publish(due int64) {
 	}
 }
 
-func (d *memDriver) enqueue(_ context.Context, id string, payload []byte, at, delay int64) (int64, bool, error) {
+func (d *memDriver) enqueue(_ context.Context, id string, payload []byte, at, delay int64, call string) (int64, bool, error) {
 	q := d.q
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	now := d.t.NowMicros()
-	if _, ok := q.jobs[id]; ok {
+	if j, ok := q.jobs[id]; ok {
+		if call == "" || j.call == call {
+			return j.due, false, nil // this call's job
+		}
 		return 0, true, nil
 	}
 	due := at
 	if at < 0 {
 		due = now + delay
 	}
-	q.jobs[id] = &memJob{payload: clone(payload), due: due}
+	q.jobs[id] = &memJob{payload: clone(payload), due: due, call: call}
 	q.schedule(id, due)
 	return due, false, nil
 }
 
-func (d *memDriver) cancel(_ context.Context, id string) (bool, error) {
+func (d *memDriver) cancel(_ context.Context, id, call string) (bool, error) {
 	q := d.q
 	q.mu.Lock()
 	defer q.mu.Unlock()
+	if d.receipt(call) == "x" {
+		return true, nil
+	}
 	if _, ok := q.jobs[id]; !ok {
 		return false, nil
 	}
@@ -105,6 +140,7 @@ func (d *memDriver) cancel(_ context.Context, id string) (bool, error) {
 	q.ready.Remove(id)
 	q.inflight.Remove(id)
 	q.dead.Remove(id)
+	d.setReceipt(call, "x")
 	return true, nil
 }
 
@@ -146,11 +182,26 @@ func (d *memDriver) pump(_ context.Context, maxAttempts int) (pumpResult, error)
 	return r, nil
 }
 
-func (d *memDriver) claim(_ context.Context, visibility int64) (*delivery, error) {
+func (d *memDriver) claim(_ context.Context, visibility int64, call string) (*delivery, error) {
 	q := d.q
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	now := d.t.NowMicros()
+	if r := d.receipt(call); strings.HasPrefix(r, "c") {
+		// A second run of this claim: the same delivery while it holds the lease.
+		a, id, _ := strings.Cut(r[1:], ":")
+		attempt, _ := strconv.Atoi(a)
+		j := q.jobs[id]
+		deadline, ok := q.inflight.Score(id)
+		if j == nil || !ok || j.attempt != attempt {
+			return nil, nil
+		}
+		return &delivery{
+			Job:      Job{ID: id, Payload: clone(j.payload), Attempt: j.attempt, DueAt: microTime(j.due)},
+			deadline: deadline,
+			call:     call,
+		}, nil
+	}
 	id, _, ok := q.ready.PopMin()
 	if !ok {
 		return nil, nil
@@ -159,9 +210,11 @@ func (d *memDriver) claim(_ context.Context, visibility int64) (*delivery, error
 	j.attempt++
 	deadline := now + visibility
 	q.inflight.Add(id, deadline)
+	d.setReceipt(call, "c"+strconv.Itoa(j.attempt)+":"+id)
 	return &delivery{
 		Job:      Job{ID: id, Payload: clone(j.payload), Attempt: j.attempt, DueAt: microTime(j.due)},
 		deadline: deadline,
+		call:     call,
 	}, nil
 }
 
@@ -184,22 +237,32 @@ func (d *memDriver) extend(_ context.Context, id string, attempt int, visibility
 	return deadline, nil
 }
 
-func (d *memDriver) ack(_ context.Context, id string, attempt int) (bool, error) {
+func (d *memDriver) ack(_ context.Context, id string, attempt int, call string) (bool, error) {
 	q := d.q
 	q.mu.Lock()
 	defer q.mu.Unlock()
+	if d.receipt(call) == "a" {
+		return true, nil
+	}
 	if !q.holds(id, attempt) {
 		return false, nil
 	}
 	q.inflight.Remove(id)
 	delete(q.jobs, id)
+	d.setReceipt(call, "a")
 	return true, nil
 }
 
-func (d *memDriver) retry(_ context.Context, id string, attempt int, backoff int64, maxAttempts int) (retryOutcome, error) {
+func (d *memDriver) retry(_ context.Context, id string, attempt int, backoff int64, maxAttempts int, call string) (retryOutcome, error) {
 	q := d.q
 	q.mu.Lock()
 	defer q.mu.Unlock()
+	switch d.receipt(call) {
+	case "r1":
+		return retried, nil
+	case "r2":
+		return killed, nil
+	}
 	if !q.holds(id, attempt) {
 		return leaseLost, nil
 	}
@@ -207,11 +270,13 @@ func (d *memDriver) retry(_ context.Context, id string, attempt int, backoff int
 	q.inflight.Remove(id)
 	if attempt >= maxAttempts {
 		q.dead.Add(id, now)
+		d.setReceipt(call, "r2")
 		return killed, nil
 	}
 	due := now + backoff
 	q.jobs[id].due = due
 	q.schedule(id, due)
+	d.setReceipt(call, "r1")
 	return retried, nil
 }
 
@@ -249,10 +314,13 @@ func (d *memDriver) listDead(_ context.Context, limit int) ([]DeadJob, error) {
 	return out, nil
 }
 
-func (d *memDriver) requeue(_ context.Context, id string) (bool, error) {
+func (d *memDriver) requeue(_ context.Context, id, call string) (bool, error) {
 	q := d.q
 	q.mu.Lock()
 	defer q.mu.Unlock()
+	if d.receipt(call) == "q" {
+		return true, nil
+	}
 	if !q.dead.Remove(id) {
 		return false, nil
 	}
@@ -260,6 +328,7 @@ func (d *memDriver) requeue(_ context.Context, id string) (bool, error) {
 	j := q.jobs[id]
 	j.attempt, j.due = 0, now
 	q.schedule(id, now)
+	d.setReceipt(call, "q")
 	return true, nil
 }
 

@@ -316,31 +316,42 @@ type Queue struct {
 
 // driver is the store side of a queue: every method is one atomic step in
 // the store, judged by the store's clock.
+//
+// Every method is safe to run twice with the same arguments, as a client
+// does when it resends a call whose reply was lost: the second run acts no
+// more and answers as the first (extend: with a later deadline; pump: with
+// what it finds). The methods that change a job take the ID of the logical
+// call (backend.NewCallID), which its resends share, and leave a receipt
+// for the replay window that a second run answers from; enqueue instead
+// knows its job by the random ID drawn for the call, or by the call ID kept
+// with a job whose ID the caller chose, for the life of the job.
 type driver interface {
 	// enqueue adds a job due at `at` µs, or `delay` µs after now when at < 0;
-	// dup reports an existing ID (nothing changed).
-	enqueue(ctx context.Context, id string, payload []byte, at, delay int64) (due int64, dup bool, err error)
+	// dup reports that another call's job has the ID (nothing changed). call
+	// is "" when id was drawn for this call, else the call's ID.
+	enqueue(ctx context.Context, id string, payload []byte, at, delay int64, call string) (due int64, dup bool, err error)
 	// cancel removes a job in any state; false when there is none.
-	cancel(ctx context.Context, id string) (bool, error)
+	cancel(ctx context.Context, id, call string) (bool, error)
 	// pump moves due jobs to ready and takes back expired leases, at most
 	// BatchSize of each.
 	pump(ctx context.Context, maxAttempts int) (pumpResult, error)
-	// claim leases the ready job due first; nil when none is ready.
-	claim(ctx context.Context, visibility int64) (*delivery, error)
+	// claim leases the ready job due first; nil when none is ready. The
+	// delivery keeps call: its ack or retry reuses it.
+	claim(ctx context.Context, visibility int64, call string) (*delivery, error)
 	// extend moves the lease deadline of the delivery holding attempt;
 	// 0 when it is lost, else the new deadline.
 	extend(ctx context.Context, id string, attempt int, visibility int64) (int64, error)
-	// ack deletes the job if the delivery holds its lease.
-	ack(ctx context.Context, id string, attempt int) (bool, error)
+	// ack deletes the job if the delivery (its claim's call) holds its lease.
+	ack(ctx context.Context, id string, attempt int, call string) (bool, error)
 	// retry schedules the job again at now + backoff, or kills it when
 	// attempt >= maxAttempts, if the delivery holds its lease.
-	retry(ctx context.Context, id string, attempt int, backoff int64, maxAttempts int) (retryOutcome, error)
+	retry(ctx context.Context, id string, attempt int, backoff int64, maxAttempts int, call string) (retryOutcome, error)
 	stats(ctx context.Context) (Stats, error)
 	// listDead returns up to limit dead jobs, first died first.
 	listDead(ctx context.Context, limit int) ([]DeadJob, error)
 	// requeue schedules a dead job again, due now, attempts reset; false
 	// when no dead job has the id.
-	requeue(ctx context.Context, id string) (bool, error)
+	requeue(ctx context.Context, id, call string) (bool, error)
 	// subscribe returns a channel of published due times (µs, decimal);
 	// nil when the store cannot publish.
 	subscribe(ctx context.Context) (<-chan string, func(), error)
@@ -360,7 +371,14 @@ type delivery struct {
 	Job
 	deadline int64     // µs, store clock
 	claimed  time.Time // local time the claim request was sent
+	call     string    // the claim's call ID, which its ack or retry reuses
 }
+
+// MinReplayWindow is the shortest time for which a call that changed a job
+// (claim, ack, retry, Cancel, Requeue) leaves a receipt, so that a client's
+// resend of it after a lost reply answers as the first run: the window is
+// the longer of Visibility and MinReplayWindow, by the store's clock.
+const MinReplayWindow = 30 * time.Second
 
 type retryOutcome int
 
@@ -406,11 +424,12 @@ func New(b backend.Backend, name string, opts ...Option) (*Queue, error) {
 		}
 	}
 	q := &Queue{name: name, cfg: cfg}
+	window := max(cfg.visibility, MinReplayWindow)
 	switch b := b.(type) {
 	case *backend.Memory:
-		q.d = newMemDriver(b, name)
+		q.d = newMemDriver(b, name, window)
 	case *backend.Redis:
-		q.d = newRedisDriver(b, name)
+		q.d = newRedisDriver(b, name, window)
 	default:
 		return nil, fmt.Errorf("delayqueue: unsupported backend %T", b)
 	}
@@ -491,7 +510,7 @@ func (q *Queue) Enqueue(ctx context.Context, payload []byte, opts ...EnqueueOpti
 			at++
 		}
 	}
-	id := c.id
+	id, call := c.id, ""
 	if c.hasID {
 		if id == "" {
 			return "", errors.New("delayqueue: ID is empty")
@@ -499,13 +518,14 @@ func (q *Queue) Enqueue(ctx context.Context, payload []byte, opts ...EnqueueOpti
 		if len(id) > MaxIDLen {
 			return "", fmt.Errorf("delayqueue: ID must be at most %d bytes, got %d", MaxIDLen, len(id))
 		}
+		call = backend.NewCallID()
 	} else {
-		id = newID()
+		id = newID() // drawn for this call: a job with it is this call's
 	}
 	if err := ctx.Err(); err != nil {
 		return "", err
 	}
-	_, dup, err := q.d.enqueue(ctx, id, payload, at, delay)
+	_, dup, err := q.d.enqueue(ctx, id, payload, at, delay, call)
 	if err != nil {
 		return "", err
 	}
@@ -531,7 +551,7 @@ func (q *Queue) Cancel(ctx context.Context, id string) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
-	ok, err := q.d.cancel(ctx, id)
+	ok, err := q.d.cancel(ctx, id, backend.NewCallID())
 	if err != nil {
 		return err
 	}
@@ -585,7 +605,7 @@ func (q *Queue) Requeue(ctx context.Context, id string) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
-	ok, err := q.d.requeue(ctx, id)
+	ok, err := q.d.requeue(ctx, id, backend.NewCallID())
 	if err != nil {
 		return err
 	}

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"time"
 
 	"github.com/floodgate-dev/floodgate/backend"
 )
@@ -44,29 +45,39 @@ var (
 	requeueScript  = backend.NewScript(luaRequeue)
 )
 
-// redisDriver keeps a queue in six keys that share the hash tag {name}:
+// redisDriver keeps a queue in seven keys that share the hash tag {name}:
 // dq:s scheduled, dq:r ready, dq:i inflight, dq:x dead (sorted sets of job
-// ids), dq:p payloads and dq:m "attempt:due" per job (hashes). Due times
-// and lease deadlines are µs by the Redis clock (or the injected one). The
-// channel dq:n carries published due times.
+// ids), dq:p payloads, dq:m "attempt:due" per job and dq:c the call ID of
+// the Enqueue of each job whose ID the caller chose (hashes). Due times and
+// lease deadlines are µs by the Redis clock (or the injected one). The
+// channel dq:n carries published due times. Calls that change a job leave a
+// receipt "dq:k:<call ID>" for the replay window (see lua/claim.lua).
 type redisDriver struct {
-	r                                           *backend.Redis
-	sched, ready, inflight, dead, payload, meta string
-	channel                                     string
+	r                                                  *backend.Redis
+	name                                               string
+	sched, ready, inflight, dead, payload, meta, calls string
+	channel                                            string
+	window                                             string // receipts' lifetime, µs
 }
 
-func newRedisDriver(r *backend.Redis, name string) *redisDriver {
+func newRedisDriver(r *backend.Redis, name string, window time.Duration) *redisDriver {
 	return &redisDriver{
 		r:        r,
+		name:     name,
 		sched:    r.Key(name, "dq:s"),
 		ready:    r.Key(name, "dq:r"),
 		inflight: r.Key(name, "dq:i"),
 		dead:     r.Key(name, "dq:x"),
 		payload:  r.Key(name, "dq:p"),
 		meta:     r.Key(name, "dq:m"),
+		calls:    r.Key(name, "dq:c"),
 		channel:  r.Key(name, "dq:n"),
+		window:   strconv.FormatInt(window.Microseconds(), 10),
 	}
 }
+
+// receipt is the key of a call's receipt.
+func (d *redisDriver) receipt(call string) string { return d.r.Key(d.name, "dq:k:"+call) }
 
 func itoa(n int64) string { return strconv.FormatInt(n, 10) }
 
@@ -78,13 +89,13 @@ func (d *redisDriver) run(ctx context.Context, s *backend.Script, keys []string,
 	return v, nil
 }
 
-func (d *redisDriver) enqueue(ctx context.Context, id string, payload []byte, at, delay int64) (int64, bool, error) {
+func (d *redisDriver) enqueue(ctx context.Context, id string, payload []byte, at, delay int64, call string) (int64, bool, error) {
 	mode, t := "a", at
 	if at < 0 {
 		mode, t = "d", delay
 	}
-	reply, err := d.run(ctx, enqueueScript, []string{d.sched, d.payload, d.meta},
-		d.r.NowArg(), id, string(payload), mode, itoa(t), d.channel)
+	reply, err := d.run(ctx, enqueueScript, []string{d.sched, d.payload, d.meta, d.calls},
+		d.r.NowArg(), id, string(payload), mode, itoa(t), d.channel, call)
 	if err != nil {
 		return 0, false, err
 	}
@@ -95,8 +106,10 @@ func (d *redisDriver) enqueue(ctx context.Context, id string, payload []byte, at
 	return v[1], v[0] == 0, nil
 }
 
-func (d *redisDriver) cancel(ctx context.Context, id string) (bool, error) {
-	reply, err := d.run(ctx, cancelScript, []string{d.sched, d.ready, d.inflight, d.dead, d.payload, d.meta}, id)
+func (d *redisDriver) cancel(ctx context.Context, id, call string) (bool, error) {
+	reply, err := d.run(ctx, cancelScript,
+		[]string{d.sched, d.ready, d.inflight, d.dead, d.payload, d.meta, d.calls, d.receipt(call)},
+		d.r.NowArg(), id, d.window)
 	if err != nil {
 		return false, err
 	}
@@ -118,9 +131,9 @@ func (d *redisDriver) pump(ctx context.Context, maxAttempts int) (pumpResult, er
 		NextDue: v[4], NextDeadline: v[5], Now: v[6]}, nil
 }
 
-func (d *redisDriver) claim(ctx context.Context, visibility int64) (*delivery, error) {
-	reply, err := d.run(ctx, claimScript, []string{d.ready, d.inflight, d.payload, d.meta},
-		d.r.NowArg(), itoa(visibility))
+func (d *redisDriver) claim(ctx context.Context, visibility int64, call string) (*delivery, error) {
+	reply, err := d.run(ctx, claimScript, []string{d.ready, d.inflight, d.payload, d.meta, d.receipt(call)},
+		d.r.NowArg(), itoa(visibility), d.window)
 	if err != nil {
 		return nil, err
 	}
@@ -143,6 +156,7 @@ func (d *redisDriver) claim(ctx context.Context, visibility int64) (*delivery, e
 	return &delivery{
 		Job:      Job{ID: id, Payload: []byte(payload), Attempt: int(nums[0]), DueAt: microTime(nums[1])},
 		deadline: nums[2],
+		call:     call,
 	}, nil
 }
 
@@ -156,8 +170,9 @@ func (d *redisDriver) extend(ctx context.Context, id string, attempt int, visibi
 	return n, nil
 }
 
-func (d *redisDriver) ack(ctx context.Context, id string, attempt int) (bool, error) {
-	reply, err := d.run(ctx, ackScript, []string{d.inflight, d.payload, d.meta}, id, strconv.Itoa(attempt))
+func (d *redisDriver) ack(ctx context.Context, id string, attempt int, call string) (bool, error) {
+	reply, err := d.run(ctx, ackScript, []string{d.inflight, d.payload, d.meta, d.calls, d.receipt(call)},
+		d.r.NowArg(), id, strconv.Itoa(attempt), d.window)
 	if err != nil {
 		return false, err
 	}
@@ -165,9 +180,9 @@ func (d *redisDriver) ack(ctx context.Context, id string, attempt int) (bool, er
 	return n == 1, nil
 }
 
-func (d *redisDriver) retry(ctx context.Context, id string, attempt int, backoff int64, maxAttempts int) (retryOutcome, error) {
-	reply, err := d.run(ctx, retryScript, []string{d.sched, d.inflight, d.dead, d.meta},
-		d.r.NowArg(), id, strconv.Itoa(attempt), itoa(backoff), strconv.Itoa(maxAttempts), d.channel)
+func (d *redisDriver) retry(ctx context.Context, id string, attempt int, backoff int64, maxAttempts int, call string) (retryOutcome, error) {
+	reply, err := d.run(ctx, retryScript, []string{d.sched, d.inflight, d.dead, d.meta, d.receipt(call)},
+		d.r.NowArg(), id, strconv.Itoa(attempt), itoa(backoff), strconv.Itoa(maxAttempts), d.channel, d.window)
 	if err != nil {
 		return leaseLost, err
 	}
@@ -215,8 +230,9 @@ func (d *redisDriver) listDead(ctx context.Context, limit int) ([]DeadJob, error
 	return out, nil
 }
 
-func (d *redisDriver) requeue(ctx context.Context, id string) (bool, error) {
-	reply, err := d.run(ctx, requeueScript, []string{d.sched, d.dead, d.meta}, d.r.NowArg(), id, d.channel)
+func (d *redisDriver) requeue(ctx context.Context, id, call string) (bool, error) {
+	reply, err := d.run(ctx, requeueScript, []string{d.sched, d.dead, d.meta, d.receipt(call)},
+		d.r.NowArg(), id, d.channel, d.window)
 	if err != nil {
 		return false, err
 	}

@@ -8,6 +8,8 @@ import (
 	"strconv"
 	"sync"
 	"time"
+
+	"github.com/floodgate-dev/floodgate/backend"
 )
 
 func microTime(us int64) time.Time { return time.UnixMicro(us) }
@@ -221,7 +223,7 @@ func (r *runner) handle(d *delivery) {
 	ctx, cancelOp := context.WithTimeout(r.hctx, q.cfg.visibility)
 	defer cancelOp()
 	if err == nil {
-		ok, aerr := q.d.ack(ctx, d.ID, d.Attempt)
+		ok, aerr := q.d.ack(ctx, d.ID, d.Attempt, d.call)
 		switch {
 		case aerr != nil:
 			q.cfg.onError(fmt.Errorf("delayqueue: job %q attempt %d: ack: %w", d.ID, d.Attempt, aerr))
@@ -301,7 +303,7 @@ func (q *Queue) pump(ctx context.Context) (pumpResult, error) {
 // claim leases the ready job due first, or returns nil.
 func (q *Queue) claim(ctx context.Context) (*delivery, error) {
 	start := time.Now()
-	d, err := q.d.claim(ctx, q.cfg.visibility.Microseconds())
+	d, err := q.d.claim(ctx, q.cfg.visibility.Microseconds(), backend.NewCallID())
 	if d != nil {
 		d.claimed = start
 	}
@@ -319,5 +321,5 @@ func (q *Queue) fail(ctx context.Context, d *delivery, cause error) (retryOutcom
 	if d.Attempt < maxAttempts {
 		backoff = ceilMicros(min(max(q.cfg.backoff(d.Attempt), 0), MaxDelay))
 	}
-	return q.d.retry(ctx, d.ID, d.Attempt, backoff, maxAttempts)
+	return q.d.retry(ctx, d.ID, d.Attempt, backoff, maxAttempts, d.call)
 }

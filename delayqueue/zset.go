@@ -51,6 +51,15 @@ func (z *zset) Has(member string) bool {
 	return ok
 }
 
+// Score returns the score of member, and whether it is in the set.
+func (z *zset) Score(member string) (int64, bool) {
+	it, ok := z.idx[member]
+	if !ok {
+		return 0, false
+	}
+	return it.score, true
+}
+
 // Min returns the first member and its score; ok is false when empty.
 func (z *zset) Min() (member string, score int64, ok bool) {
 	if len(z.h) == 0 {

@@ -5,6 +5,8 @@
 -- ARGV[1] now µs or "" for TIME; ARGV[2] id; ARGV[3] attempt; ARGV[4] visibility µs
 -- reply: the new deadline µs; 0 when the lease is lost (the job was taken
 -- back, delivered again, acked or cancelled).
+-- Safe to run twice: a second run moves the deadline again, from its own now,
+-- and answers as the first (a consumer counts its lease from before the first).
 local now = ARGV[1]
 if now == '' then
   local t = redis.call('TIME')

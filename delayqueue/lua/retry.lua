@@ -2,10 +2,13 @@
 -- move it to dead when this was attempt max_attempts (or later). Only the
 -- delivery that holds the lease may do so (same attempt, still in flight).
 -- KEYS[1] scheduled (zset: id -> due µs); KEYS[2] inflight (zset); KEYS[3] dead (zset: id -> µs of death);
--- KEYS[4] meta (hash: id -> "attempt:due_us")
+-- KEYS[4] meta (hash: id -> "attempt:due_us"); KEYS[5] the delivery's receipt (string, see claim.lua)
 -- ARGV[1] now µs or "" for TIME; ARGV[2] id; ARGV[3] attempt; ARGV[4] backoff µs;
--- ARGV[5] max attempts; ARGV[6] channel on which a new due time is published
+-- ARGV[5] max attempts; ARGV[6] channel on which a new due time is published;
+-- ARGV[7] receipt lifetime µs
 -- reply: {1, due_us} scheduled again; {2, 0} dead; {0, 0} the lease is lost, nothing changed.
+-- Safe to run twice: a retry sets the delivery's receipt to 'r' .. its reply;
+-- a second run returns that reply without acting.
 -- As in enqueue.lua, the due time is published only when it is the new head of scheduled.
 local now = ARGV[1]
 if now == '' then
@@ -14,6 +17,19 @@ if now == '' then
 else
   now = tonumber(now)
 end
+-- receipt returns what an earlier run of this call recorded under KEYS[5],
+-- while it lasts by the clock above; setReceipt records it for ARGV[7] µs.
+local function receipt()
+  local dl, body = string.match(redis.call('GET', KEYS[5]) or '', '^(%d+):(.*)$')
+  if dl and tonumber(dl) > now then return body end
+  return nil
+end
+local function setReceipt(body)
+  local w = tonumber(ARGV[7])
+  redis.call('SET', KEYS[5], string.format('%d:', now + w) .. body, 'PX', math.ceil(w / 1000) + 1000)
+end
+local code, d = string.match(receipt() or '', '^r(%d+):(%d+)$')
+if code then return {tonumber(code), tonumber(d)} end
 local id = ARGV[2]
 if not redis.call('ZSCORE', KEYS[2], id) then return {0, 0} end
 local attempt = string.match(redis.call('HGET', KEYS[4], id) or '', '^(%d+):')
@@ -21,6 +37,7 @@ if attempt ~= ARGV[3] then return {0, 0} end
 redis.call('ZREM', KEYS[2], id)
 if tonumber(attempt) >= tonumber(ARGV[5]) then
   redis.call('ZADD', KEYS[3], string.format('%d', now), id)
+  setReceipt('r2:0')
   return {2, 0}
 end
 local due = now + tonumber(ARGV[4])
@@ -29,4 +46,5 @@ local head = redis.call('ZRANGE', KEYS[1], 0, 0, 'WITHSCORES')
 redis.call('HSET', KEYS[4], id, attempt .. ':' .. sdue)
 redis.call('ZADD', KEYS[1], sdue, id)
 if not head[2] or due < tonumber(head[2]) then redis.call('PUBLISH', ARGV[6], sdue) end
+setReceipt('r1:' .. sdue)
 return {1, due}
