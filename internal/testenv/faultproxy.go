@@ -1,11 +1,13 @@
 package testenv
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
 	"io"
 	"net"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -22,14 +24,13 @@ import (
 // with the bytes before them: a lost reply closes the connection only once
 // the replies before it have been written to the client.
 //
-// Most tests want NewProxy and then LoseNextReplies, WaitLost and a look at
-// the server, to show what a command whose reply never came did:
+// Most tests want NewProxy and then LoseNextRepliesTo, WaitLost and a look
+// at the server, to show what a command whose reply never came did:
 //
 //	r := testenv.NewRedis(t)
 //	p := testenv.NewProxy(t, r.Addr)
 //	rdb := redis.NewClient(&redis.Options{Addr: p.Addr(), MaxRetries: -1})
-//	rdb.Ping(ctx)          // handshake replies count too: warm up first
-//	p.LoseNextReplies(1)
+//	p.LoseNextRepliesTo(1, "INCR")
 //	err := rdb.Incr(ctx, "n").Err() // EOF: INCR ran, its reply was lost
 //
 // There is no zero value: start one with StartProxy or NewProxy.
@@ -48,6 +49,7 @@ type Proxy struct {
 	resumed     chan struct{} // closed by Resume; replaced by Stall
 	refuse      bool
 	loseReplies int
+	loseTo      map[string]bool // commands whose replies LoseNextRepliesTo loses; nil: any
 	loseChunks  int
 	lost        int
 	lostChanged chan struct{} // closed and replaced whenever lost grows
@@ -155,10 +157,31 @@ func (p *Proxy) Resume() {
 // not speak RESP (SQL, ZooKeeper) no reply is ever found: use
 // LoseNextChunks.
 //
-// n replaces any count still pending; 0 cancels.
-func (p *Proxy) LoseNextReplies(n int) {
+// n replaces any count still pending (and any commands named by
+// LoseNextRepliesTo); 0 cancels.
+func (p *Proxy) LoseNextReplies(n int) { p.LoseNextRepliesTo(n) }
+
+// LoseNextRepliesTo is LoseNextReplies for the replies to the named commands
+// only (the first word, any case: "EVALSHA", "incr"); other replies pass.
+// With no names it is LoseNextReplies. It needs no warm-up: the handshake of
+// a client's new connection is not matched.
+//
+// The proxy pairs replies with commands by order, reading the commands as
+// the client sends them, as RESP arrays. That holds on command connections;
+// on a connection in pub/sub mode (RESP2), after CLIENT REPLY OFF or SKIP,
+// or under MONITOR, replies may be paired with the wrong command. n
+// replaces any count still pending; 0 cancels.
+func (p *Proxy) LoseNextRepliesTo(n int, commands ...string) {
+	var to map[string]bool
+	if len(commands) > 0 {
+		to = make(map[string]bool, len(commands))
+		for _, c := range commands {
+			to[strings.ToUpper(c)] = true
+		}
+	}
 	p.mu.Lock()
 	p.loseReplies = max(n, 0)
+	p.loseTo = to
 	p.mu.Unlock()
 }
 
@@ -281,14 +304,26 @@ func (p *Proxy) accept() {
 	}
 }
 
-// take uses up one of *count (a loseReplies or loseChunks) if any is left.
-func (p *Proxy) take(count *int) bool {
+// takeChunk uses up one of loseChunks if any is left.
+func (p *Proxy) takeChunk() bool {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if *count == 0 {
+	if p.loseChunks == 0 {
 		return false
 	}
-	*count--
+	p.loseChunks--
+	return true
+}
+
+// takeReply uses up one of loseReplies, if any is left and the reply, to the
+// command named cmd ("" if unknown), is one to lose.
+func (p *Proxy) takeReply(cmd string) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.loseReplies == 0 || (p.loseTo != nil && !p.loseTo[cmd]) {
+		return false
+	}
+	p.loseReplies--
 	return true
 }
 
@@ -309,6 +344,71 @@ type proxyConn struct {
 	done      chan struct{} // closed by close
 	closeOnce sync.Once
 	halves    atomic.Int32 // directions that ended with EOF passed on
+
+	cmdMu sync.Mutex
+	cmds  []string // names of the commands sent and not yet answered, oldest first
+}
+
+// maxPendingCommands caps proxyConn.cmds for a client that sends without
+// reading replies (CLIENT REPLY OFF); past it the oldest names are dropped.
+const maxPendingCommands = 4096
+
+// maxCommandPrefix is how much of a command is kept to find its name.
+const maxCommandPrefix = 64
+
+// sent records that the client sent the command name. Subscription commands
+// are not recorded: in RESP3 they are answered by pushes, not replies.
+func (c *proxyConn) sent(name string) {
+	switch name {
+	case "SUBSCRIBE", "PSUBSCRIBE", "SSUBSCRIBE", "UNSUBSCRIBE", "PUNSUBSCRIBE", "SUNSUBSCRIBE":
+		return
+	}
+	c.cmdMu.Lock()
+	if len(c.cmds) >= maxPendingCommands {
+		c.cmds = c.cmds[1:]
+	}
+	c.cmds = append(c.cmds, name)
+	c.cmdMu.Unlock()
+}
+
+// answered returns the name of the oldest command not yet answered and
+// forgets it, or "" if there is none.
+func (c *proxyConn) answered() string {
+	c.cmdMu.Lock()
+	defer c.cmdMu.Unlock()
+	if len(c.cmds) == 0 {
+		return ""
+	}
+	name := c.cmds[0]
+	c.cmds = c.cmds[1:]
+	return name
+}
+
+// commandName returns the upper-cased first word of a RESP command from the
+// start of its encoding ("*2\r\n$3\r\nGET\r\n..."), or "" if b does not
+// hold it whole.
+func commandName(b []byte) string {
+	line := func() ([]byte, bool) {
+		i := bytes.IndexByte(b, '\n')
+		if i < 0 {
+			return nil, false
+		}
+		l := bytes.TrimSuffix(b[:i], []byte("\r"))
+		b = b[i+1:]
+		return l, true
+	}
+	if h, ok := line(); !ok || len(h) == 0 || h[0] != '*' {
+		return ""
+	}
+	h, ok := line()
+	if !ok || len(h) == 0 || h[0] != '$' {
+		return ""
+	}
+	n, ok := atoiRESP(h[1:])
+	if !ok || n < 0 || len(b) < n {
+		return ""
+	}
+	return strings.ToUpper(string(b[:n]))
 }
 
 // chunk is what a reader hands its writer: data to write no earlier than at,
@@ -380,12 +480,36 @@ func (c *proxyConn) send(q chan<- chunk, ch chunk) bool {
 	}
 }
 
-// readUp copies client→server bytes into q.
+// readUp copies client→server bytes into q, recording the name of each
+// command before any of its bytes can reach the server.
 func (c *proxyConn) readUp(q chan<- chunk) {
 	defer c.p.wg.Done()
 	buf := make([]byte, proxyChunk)
+	var sc respScanner
+	var prefix []byte // the start of the current command, up to maxCommandPrefix bytes
+	inCommand := false
 	for {
 		n, err := c.client.Read(buf)
+		for pos := 0; pos < n && !sc.bad; {
+			k, ev := sc.step(buf[pos:n])
+			if inCommand {
+				prefix = append(prefix, buf[pos:pos+min(k, maxCommandPrefix-len(prefix))]...)
+			}
+			pos += k
+			switch ev {
+			case scanStart:
+				inCommand, prefix = true, prefix[:0]
+			case scanEnd:
+				if inCommand {
+					c.sent(commandName(prefix))
+					inCommand = false
+				}
+			}
+			if inCommand && len(prefix) == maxCommandPrefix {
+				c.sent(commandName(prefix))
+				inCommand = false
+			}
+		}
 		if n > 0 && !c.send(q, chunk{data: append([]byte(nil), buf[:n]...)}) {
 			return
 		}
@@ -423,7 +547,7 @@ func (c *proxyConn) readDown(q chan<- chunk) {
 			data := buf[:n]
 			var keep []byte
 			var cut bool
-			if !losing && p.take(&p.loseChunks) {
+			if !losing && p.takeChunk() {
 				cut = true
 			} else {
 				keep, losing, cut = c.splitReply(&sc, data, losing)
@@ -462,7 +586,10 @@ func (c *proxyConn) splitReply(sc *respScanner, data []byte, losing bool) (keep 
 		pos += k
 		switch ev {
 		case scanStart:
-			if !losing && data[pos] != '>' && c.p.take(&c.p.loseReplies) {
+			if losing || data[pos] == '>' || !isRESPType(data[pos]) {
+				break // a push is not a reply; not RESP is not a reply either
+			}
+			if c.p.takeReply(c.answered()) {
 				losing, keepN = true, pos
 			}
 		case scanEnd:

@@ -280,6 +280,74 @@ func TestProxyLostReplyRetryRunsTwice(t *testing.T) {
 	}
 }
 
+// LoseNextRepliesTo loses only the replies to the named commands, so it
+// needs no warm-up: a new connection's handshake and the other commands pass.
+func TestProxyLoseNextRepliesTo(t *testing.T) {
+	r := testenv.NewRedis(t)
+	p := testenv.NewProxy(t, r.Addr)
+	ctx := ctxTimeout(t, 10*time.Second)
+	direct := client(t, r)
+	incr := redis.NewScript(`return redis.call('INCR', KEYS[1])`)
+	if err := incr.Load(ctx, direct).Err(); err != nil {
+		t.Fatal(err)
+	}
+
+	c := proxied(t, p, -1) // no connection yet: HELLO goes first
+	p.LoseNextRepliesTo(1, "evalsha")
+	if err := c.Set(ctx, "proxy:to:other", "x", 0).Err(); err != nil {
+		t.Fatalf("SET (not named) lost: %v", err)
+	}
+	if n, err := incr.EvalSha(ctx, c, []string{"proxy:to:n"}).Int(); err == nil {
+		t.Fatalf("EVALSHA whose reply was lost returned %d, no error", n)
+	}
+	if !p.WaitLost(1, 5*time.Second) {
+		t.Fatalf("Lost = %d, want 1", p.Lost())
+	}
+	if got, err := direct.Get(ctx, "proxy:to:n").Int(); err != nil || got != 1 {
+		t.Fatalf("counter = %d, %v; want 1: the script ran", got, err)
+	}
+
+	// Pipelined: the reply before arrives, the named one and the rest are
+	// lost with the connection.
+	raw := dialRaw(t, p.Addr())
+	p.LoseNextRepliesTo(1, "INCR")
+	if _, err := io.WriteString(raw, command("SET", "proxy:to:k", "1")+command("INCR", "proxy:to:k")+command("GET", "proxy:to:k")); err != nil {
+		t.Fatal(err)
+	}
+	if got := readToEnd(t, raw); got != "+OK\r\n" {
+		t.Fatalf("pipeline read %q, want only +OK", got)
+	}
+	if !p.WaitLost(2, 5*time.Second) || p.Lost() != 2 {
+		t.Fatalf("Lost = %d, want 2", p.Lost())
+	}
+	if got, err := direct.Get(ctx, "proxy:to:k").Result(); err != nil || got != "2" {
+		t.Fatalf("proxy:to:k = %q, %v; want 2: INCR ran", got, err)
+	}
+}
+
+// A stream that is not RESP has no replies to lose: it passes whole.
+func TestProxyLoseRepliesNotRESP(t *testing.T) {
+	addr, accepted := fakeServer(t)
+	p := testenv.NewProxy(t, addr)
+	p.LoseNextReplies(1)
+	raw := dialRaw(t, p.Addr())
+	srv, ok := <-accepted
+	if !ok {
+		t.Fatal("fake server accepted nothing")
+	}
+	const msg = "\x00\x00\x00\x05hello*1\r\n+x\r\n"
+	if _, err := io.WriteString(srv, msg); err != nil {
+		t.Fatal(err)
+	}
+	_ = srv.Close()
+	if got := readToEnd(t, raw); got != msg {
+		t.Fatalf("read %q, want %q", got, msg)
+	}
+	if p.Lost() != 0 {
+		t.Fatalf("Lost = %d on a stream that is not RESP", p.Lost())
+	}
+}
+
 // A reply of many TCP chunks is lost whole: the client gets none of it.
 func TestProxyLoseLargeReply(t *testing.T) {
 	r := testenv.NewRedis(t)

@@ -69,10 +69,7 @@ func (s *respScanner) step(b []byte) (n int, ev int) {
 			}
 			s.inLine, s.typ, s.num = true, b[n], s.num[:0]
 			n++
-			switch s.typ {
-			case '+', '-', ':', '_', ',', '#', '(', // simple lines
-				'$', '!', '=', '*', '%', '~', '>', '|': // length headers
-			default:
+			if !isRESPType(s.typ) {
 				s.bad = true
 			}
 			continue
@@ -99,6 +96,15 @@ func (s *respScanner) step(b []byte) (n int, ev int) {
 		}
 	}
 	return n, scanNone
+}
+
+// isRESPType reports whether t can start a RESP value.
+func isRESPType(t byte) bool {
+	switch t {
+	case '+', '-', ':', '_', ',', '#', '(':
+		return true
+	}
+	return isLengthType(t)
 }
 
 func isLengthType(t byte) bool {

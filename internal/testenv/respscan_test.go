@@ -84,3 +84,21 @@ func TestProxyRESPScanner(t *testing.T) {
 		})
 	}
 }
+
+func TestProxyCommandName(t *testing.T) {
+	for _, tc := range []struct{ in, want string }{
+		{"*2\r\n$3\r\nget\r\n$1\r\nk\r\n", "GET"},
+		{"*1\r\n$4\r\nPING\r\n", "PING"},
+		{"*3\r\n$7\r\nEVALSHA\r\n$40\r\n", "EVALSHA"},
+		{"*2\r\n$7\r\nEVALS", ""},    // cut short
+		{"*1\r\n", ""},               // header only
+		{"+OK\r\n", ""},              // not a command
+		{"*1\r\n:1\r\n", ""},         // not a bulk string
+		{"*1\r\n$-1\r\n", ""},        // null
+		{"*1\n$5\nmulti\n", "MULTI"}, // LF only
+	} {
+		if got := commandName([]byte(tc.in)); got != tc.want {
+			t.Errorf("commandName(%q) = %q, want %q", tc.in, got, tc.want)
+		}
+	}
+}
