@@ -66,6 +66,12 @@ type goRedis struct {
 	guard bool // wait on ctx in a goroutine: the client ignores deadlines
 }
 
+// Cluster reports whether the client is a Cluster client.
+func (g goRedis) Cluster() bool {
+	_, ok := g.c.(*redis.ClusterClient)
+	return ok
+}
+
 func (g goRedis) EvalSha(ctx context.Context, sha string, keys []string, args []string) (any, error) {
 	return g.evalShaAny(ctx, sha, keys, strArgs(args))
 }

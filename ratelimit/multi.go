@@ -389,7 +389,7 @@ func allowAllSlots(ctx context.Context, r *backend.Redis, reqs []Request, result
 	var groups []*slotGroup
 	bySlot := map[int]*slotGroup{}
 	for i, q := range reqs {
-		s := hashSlot(r.Key(q.Key, ""))
+		s := r.Slot(q.Key)
 		g := bySlot[s]
 		if g == nil {
 			g = &slotGroup{slot: s}
@@ -445,33 +445,4 @@ func allowAllSlots(ctx context.Context, r *backend.Redis, reqs []Request, result
 		}
 	}
 	return true, nil
-}
-
-// hashSlot is Redis Cluster's slot of key: CRC16 of the hash tag (the part
-// between the first '{' and the next '}', when not empty) or else of the whole
-// key, modulo 16384.
-func hashSlot(key string) int {
-	if s := strings.IndexByte(key, '{'); s >= 0 {
-		if e := strings.IndexByte(key[s+1:], '}'); e > 0 {
-			key = key[s+1 : s+1+e]
-		}
-	}
-	return int(crc16(key) & 16383)
-}
-
-// crc16 is CRC-16/XMODEM (polynomial 0x1021, initial value 0), the checksum
-// of Redis Cluster's key slots.
-func crc16(s string) uint16 {
-	var crc uint16
-	for i := 0; i < len(s); i++ {
-		crc ^= uint16(s[i]) << 8
-		for range 8 {
-			if crc&0x8000 != 0 {
-				crc = crc<<1 ^ 0x1021
-			} else {
-				crc <<= 1
-			}
-		}
-	}
-	return crc
 }

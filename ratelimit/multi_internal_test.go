@@ -14,14 +14,7 @@ import (
 	"github.com/floodgate-dev/floodgate/internal/testenv"
 )
 
-func TestCRC16(t *testing.T) {
-	// The check value of CRC-16/XMODEM, as in Redis's crc16.c.
-	if got := crc16("123456789"); got != 0x31c3 {
-		t.Errorf("crc16(123456789) = %#x, want 0x31c3", got)
-	}
-}
-
-// TestHashSlot compares hashSlot with the Cluster's CLUSTER KEYSLOT, on the
+// TestHashSlot compares backend.KeySlot and backend.Redis.Slot with the Cluster's CLUSTER KEYSLOT, on the
 // keys floodgate builds (escaped braces included) and on raw keys with every
 // hash-tag corner.
 func TestHashSlot(t *testing.T) {
@@ -44,14 +37,20 @@ func TestHashSlot(t *testing.T) {
 	}
 	for _, tag := range tags {
 		raw = append(raw, b.Key(tag, "d1234"))
+		if got, want := b.Slot(tag), backend.KeySlot(b.Key(tag, "")); got != want {
+			t.Errorf("Slot(%q) = %d, KeySlot of its key %d", tag, got, want)
+		}
+	}
+	if !b.Cluster() {
+		t.Error("a backend on a go-redis ClusterClient does not report Cluster()")
 	}
 	for _, k := range raw {
 		want, err := cc.ClusterKeySlot(ctx, k).Result()
 		if err != nil {
 			t.Fatal(err)
 		}
-		if got := hashSlot(k); int64(got) != want {
-			t.Errorf("hashSlot(%q) = %d, CLUSTER KEYSLOT says %d", k, got, want)
+		if got := backend.KeySlot(k); int64(got) != want {
+			t.Errorf("KeySlot(%q) = %d, CLUSTER KEYSLOT says %d", k, got, want)
 		}
 	}
 }

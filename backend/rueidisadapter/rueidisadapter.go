@@ -53,6 +53,9 @@ func New(c rueidis.Client, opts ...backend.Option) (*backend.Redis, error) {
 // scripter implements backend.Scripter over a rueidis.Client.
 type scripter struct{ c rueidis.Client }
 
+// Cluster reports whether the client is a Cluster client.
+func (s scripter) Cluster() bool { return s.c.Mode() == rueidis.ClientModeCluster }
+
 var _ backend.Scripter = scripter{}
 
 // EvalSha sends EVALSHA sha numkeys keys... args... through Do, so that it is
