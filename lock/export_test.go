@@ -7,3 +7,7 @@ import "github.com/floodgate-dev/floodgate/backend"
 func DropMemory(m *backend.Memory, name string) {
 	(&memDriver{t: m.Table("lock"), name: name}).drop()
 }
+
+// WaitCancels waits until the background cancels and queue departures of
+// failed acquires have ended.
+func WaitCancels() { cancels.Wait() }

@@ -110,7 +110,9 @@ func (m *rwMem) try(side byte, owner string, ttl time.Duration, w *waiter) (Gran
 	rh := st.readers[owner]
 	if side == sideRead {
 		if rh != nil {
-			rh.count++
+			if m.o.Owner != "" { // re-entry only with Owner, as in rw_acquire.lua
+				rh.count++
+			}
 			return done(rh.token)
 		}
 		if wlive {
@@ -126,7 +128,9 @@ func (m *rwMem) try(side byte, owner string, ttl time.Duration, w *waiter) (Gran
 	}
 	if wlive {
 		if st.writer == owner {
-			st.wcount++
+			if m.o.Owner != "" {
+				st.wcount++
+			}
 			return done(st.wtoken)
 		}
 		return fail(st.wdeadline - now)

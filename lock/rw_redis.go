@@ -18,11 +18,14 @@ var (
 	luaRWExtend string
 	//go:embed lua/rw_leave.lua
 	luaRWLeave string
+	//go:embed lua/rw_cancel.lua
+	luaRWCancel string
 
 	rwAcquireScript = backend.NewScript(luaRWAcquire)
 	rwReleaseScript = backend.NewScript(luaRWRelease)
 	rwExtendScript  = backend.NewScript(luaRWExtend)
 	rwLeaveScript   = backend.NewScript(luaRWLeave)
+	rwCancelScript  = backend.NewScript(luaRWCancel)
 )
 
 // rwRedis is an RWMutex on Redis. Every key of a name shares the hash tag
@@ -34,14 +37,16 @@ var (
 type rwRedis struct {
 	r       *backend.Redis
 	o       Options
+	name    string
 	keys    []string // writer, fence, readers, reader holds, waiting readers, waiting writers, waiter deadlines
 	channel string
 }
 
 func newRWRedis(r *backend.Redis, name string, o Options) *rwRedis {
 	return &rwRedis{
-		r: r,
-		o: o,
+		r:    r,
+		o:    o,
+		name: name,
 		keys: []string{
 			r.Key(name, "rwl"),
 			r.Key(name, "rwf"),
@@ -65,19 +70,31 @@ type rwRedisSide struct {
 
 func (s rwRedisSide) Acquire(ctx context.Context, owner string, ttl time.Duration, wait bool) (Grant, error) {
 	d := s.d
-	try := func(ctx context.Context, waiting bool) (Grant, time.Duration, int64, error) {
-		reply, err := d.r.Run(ctx, rwAcquireScript, d.keys, []string{
+	reentrant := boolArg(d.o.Owner != "")
+	keys := func(call string) []string {
+		return append(d.keys[:len(d.keys):len(d.keys)], tombKey(d.r, d.name, "rwx", call))
+	}
+	try := func(ctx context.Context, waiting bool, call string) (Grant, time.Duration, int64, error) {
+		reply, err := d.r.Run(ctx, rwAcquireScript, keys(call), []string{
 			d.r.NowArg(), s.side, owner, micros(ttl), boolArg(d.o.Fair), boolArg(waiting), micros(3 * d.o.MaxPoll),
+			call, reentrant,
 		})
 		if err != nil {
 			return Grant{}, 0, 0, fmt.Errorf("lock: %w", err)
 		}
 		return parseAttempt(reply, d.o.MaxPoll)
 	}
-	leave := func(ctx context.Context) {
-		_, _ = d.r.Run(ctx, rwLeaveScript, d.keys, []string{d.r.NowArg(), s.side, owner, d.channel})
+	leave := func(ctx context.Context) error {
+		_, err := d.r.Run(ctx, rwLeaveScript, d.keys, []string{d.r.NowArg(), s.side, owner, d.channel})
+		return err
 	}
-	return redisWait(ctx, d.r, d.channel, s.side[0], wait, try, leave)
+	cancel := func(ctx context.Context, call string) error {
+		_, err := d.r.Run(ctx, rwCancelScript, keys(call), []string{
+			d.r.NowArg(), s.side, owner, d.channel, call, micros(ttl), reentrant,
+		})
+		return err
+	}
+	return redisWait(ctx, d.r, d.channel, s.side[0], wait, ttl, d.o.MaxPoll, try, leave, cancel)
 }
 
 func (s rwRedisSide) Extend(ctx context.Context, owner string, ttl time.Duration) error {
@@ -92,7 +109,7 @@ func (s rwRedisSide) Extend(ctx context.Context, owner string, ttl time.Duration
 }
 
 func (s rwRedisSide) Release(ctx context.Context, owner string) error {
-	reply, err := s.d.r.Run(ctx, rwReleaseScript, s.d.keys, []string{s.d.r.NowArg(), s.side, owner, s.d.channel})
+	reply, err := s.d.r.Run(ctx, rwReleaseScript, s.d.keys, []string{s.d.r.NowArg(), s.side, owner, s.d.channel, backend.NewCallID()})
 	if err != nil {
 		return fmt.Errorf("lock: %w", err)
 	}

@@ -61,7 +61,9 @@ func (d *semMem) try(owner string, ttl time.Duration, w *waiter) (Grant, time.Du
 	now := d.t.NowMicros()
 	st := d.state(sh, now)
 	if h := st.holders[owner]; h != nil {
-		h.count++
+		if d.o.Owner != "" { // re-entry only with Owner, as in sem_acquire.lua
+			h.count++
+		}
 		st.queue = queueRemove(st.queue, w)
 		return Grant{Token: h.token}, 0, nil
 	}

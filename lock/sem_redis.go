@@ -19,11 +19,14 @@ var (
 	luaSemExtend string
 	//go:embed lua/sem_leave.lua
 	luaSemLeave string
+	//go:embed lua/sem_cancel.lua
+	luaSemCancel string
 
 	semAcquireScript = backend.NewScript(luaSemAcquire)
 	semReleaseScript = backend.NewScript(luaSemRelease)
 	semExtendScript  = backend.NewScript(luaSemExtend)
 	semLeaveScript   = backend.NewScript(luaSemLeave)
+	semCancelScript  = backend.NewScript(luaSemCancel)
 )
 
 // semRedis is a Semaphore on Redis. Every key of a name shares the hash tag
@@ -35,6 +38,7 @@ var (
 type semRedis struct {
 	r       *backend.Redis
 	o       Options
+	name    string
 	permits string
 	keys    []string // holders, holds, fence, waiters, waiter deadlines
 	channel string
@@ -44,6 +48,7 @@ func newSemRedis(r *backend.Redis, name string, permits int, o Options) *semRedi
 	return &semRedis{
 		r:       r,
 		o:       o,
+		name:    name,
 		permits: strconv.Itoa(permits),
 		keys: []string{
 			r.Key(name, "smh"),
@@ -57,19 +62,31 @@ func newSemRedis(r *backend.Redis, name string, permits int, o Options) *semRedi
 }
 
 func (d *semRedis) Acquire(ctx context.Context, owner string, ttl time.Duration, wait bool) (Grant, error) {
-	try := func(ctx context.Context, waiting bool) (Grant, time.Duration, int64, error) {
-		reply, err := d.r.Run(ctx, semAcquireScript, d.keys, []string{
+	reentrant := boolArg(d.o.Owner != "")
+	keys := func(call string) []string {
+		return append(d.keys[:len(d.keys):len(d.keys)], tombKey(d.r, d.name, "smx", call))
+	}
+	try := func(ctx context.Context, waiting bool, call string) (Grant, time.Duration, int64, error) {
+		reply, err := d.r.Run(ctx, semAcquireScript, keys(call), []string{
 			d.r.NowArg(), owner, micros(ttl), d.permits, boolArg(d.o.Fair), boolArg(waiting), micros(3 * d.o.MaxPoll),
+			call, reentrant,
 		})
 		if err != nil {
 			return Grant{}, 0, 0, fmt.Errorf("lock: %w", err)
 		}
 		return parseAttempt(reply, d.o.MaxPoll)
 	}
-	leave := func(ctx context.Context) {
-		_, _ = d.r.Run(ctx, semLeaveScript, d.keys, []string{d.r.NowArg(), owner, d.permits, d.channel})
+	leave := func(ctx context.Context) error {
+		_, err := d.r.Run(ctx, semLeaveScript, d.keys, []string{d.r.NowArg(), owner, d.permits, d.channel})
+		return err
 	}
-	return redisWait(ctx, d.r, d.channel, sideSem, wait, try, leave)
+	cancel := func(ctx context.Context, call string) error {
+		_, err := d.r.Run(ctx, semCancelScript, keys(call), []string{
+			d.r.NowArg(), owner, d.permits, d.channel, call, micros(ttl), reentrant,
+		})
+		return err
+	}
+	return redisWait(ctx, d.r, d.channel, sideSem, wait, ttl, d.o.MaxPoll, try, leave, cancel)
 }
 
 func (d *semRedis) Extend(ctx context.Context, owner string, ttl time.Duration) error {
@@ -84,7 +101,7 @@ func (d *semRedis) Extend(ctx context.Context, owner string, ttl time.Duration) 
 }
 
 func (d *semRedis) Release(ctx context.Context, owner string) error {
-	reply, err := d.r.Run(ctx, semReleaseScript, d.keys, []string{d.r.NowArg(), owner, d.permits, d.channel})
+	reply, err := d.r.Run(ctx, semReleaseScript, d.keys, []string{d.r.NowArg(), owner, d.permits, d.channel, backend.NewCallID()})
 	if err != nil {
 		return fmt.Errorf("lock: %w", err)
 	}

@@ -115,10 +115,10 @@ func queueRemove(q []*waiter, w *waiter) []*waiter {
 	return q
 }
 
-// redisAttempt makes one acquire attempt on Redis; waiting means join or
-// stay in the queue on failure. On failure it returns ErrLocked, how long to
-// wait at most and the waiter's place.
-type redisAttempt func(ctx context.Context, waiting bool) (g Grant, retry time.Duration, place int64, err error)
+// redisAttempt makes one acquire attempt on Redis, the call named call;
+// waiting means join or stay in the queue on failure. On failure it returns
+// ErrLocked, how long to wait at most and the waiter's place.
+type redisAttempt func(ctx context.Context, waiting bool, call string) (g Grant, retry time.Duration, place int64, err error)
 
 // parseAttempt reads the reply of rw_acquire.lua and sem_acquire.lua:
 // {1, token, 0} or {0, wait_hint_us, place}.
@@ -138,13 +138,24 @@ func parseAttempt(reply any, maxPoll time.Duration) (Grant, time.Duration, int64
 // release between an attempt and the wait is not missed, and retries when a
 // message names its side and place, when the blocking lease should have
 // ended, and at least every MaxPoll (for holders that die without releasing
-// and for lost messages; without pub/sub, only then). When it gives up it
-// calls leave, which takes the waiter out of the queue and wakes whoever can
-// go instead.
-func redisWait(ctx context.Context, r *backend.Redis, channel string, side byte, wait bool,
-	try redisAttempt, leave func(context.Context)) (Grant, error) {
+// and for lost messages; without pub/sub, only then). When it gives up
+// between attempts it calls leave, which takes the waiter out of the queue
+// and wakes whoever can go instead; when it gives up during an attempt (an
+// error other than ErrLocked: the attempt may land later, or have landed),
+// it gives that call up with cancel in the background (see abandon), which
+// also leaves the queue. ttl bounds the cancel and maxPoll the leave.
+func redisWait(ctx context.Context, r *backend.Redis, channel string, side byte, wait bool, ttl, maxPoll time.Duration,
+	try redisAttempt, leave func(context.Context) error, cancel func(ctx context.Context, call string) error) (Grant, error) {
+	attempt := func(waiting bool) (Grant, time.Duration, int64, error) {
+		call := backend.NewCallID()
+		g, retry, place, err := try(ctx, waiting, call)
+		if err != nil && !errors.Is(err, ErrLocked) {
+			abandon(ttl, func(ctx context.Context) error { return cancel(ctx, call) })
+		}
+		return g, retry, place, err
+	}
 	if !wait {
-		g, _, _, err := try(ctx, false)
+		g, _, _, err := attempt(false)
 		return g, err
 	}
 	var wake <-chan string
@@ -157,23 +168,22 @@ func redisWait(ctx context.Context, r *backend.Redis, channel string, side byte,
 		}
 		return Grant{}, fmt.Errorf("lock: %w", err)
 	}
-	// Leave on every way out but success: an attempt whose reply was lost
-	// (ctx ended during the call) may have queued us.
+	// Leave when giving up between attempts; an attempt whose answer never
+	// came is cancelled instead, which leaves the queue too.
 	queued := true
 	defer func() {
 		if queued {
-			ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Second)
-			defer cancel()
-			leave(ctx)
+			leaveQueue(ctx, maxPoll, leave)
 		}
 	}()
 	for {
-		g, retry, place, err := try(ctx, true)
+		g, retry, place, err := attempt(true)
 		if err == nil {
 			queued = false
 			return g, nil
 		}
 		if !errors.Is(err, ErrLocked) {
+			queued = false
 			return Grant{}, err
 		}
 		t := time.NewTimer(retry)

@@ -1,19 +1,30 @@
 -- rw_acquire.lua: one attempt to take the read or the write side of an RWMutex.
--- KEYS[1] writer (hash: o owner, c hold count, t token, d lease deadline µs)
+-- KEYS[1] writer (hash: o owner, c hold count, t token, d lease deadline µs,
+--         k call log of the write side)
 -- KEYS[2] fence: the last token handed out, to readers and writers alike (no
 --         TTL: it outlives the lock)
 -- KEYS[3] readers (zset: owner scored by lease deadline µs)
--- KEYS[4] reader holds (hash: 'c'..owner hold count, 't'..owner token)
+-- KEYS[4] reader holds (hash: 'c'..owner hold count, 't'..owner token,
+--         'k'..owner call log of that holding, 'k' call log of ended holdings)
 -- KEYS[5] waiting readers (zset: owner scored by place in the queue)
 -- KEYS[6] waiting writers (zset: owner scored by place in the queue)
 -- KEYS[7] waiter deadlines (hash: side..owner -> µs; a waiter that stops
 --         retrying drops out)
+-- KEYS[8] this call's tombstone (set by rw_cancel.lua when the caller gave up)
 -- ARGV[1] now µs or "" for TIME; ARGV[2] side 'r' or 'w'; ARGV[3] owner;
 -- ARGV[4] ttl µs; ARGV[5] fair (1/0); ARGV[6] waiting (1: join or stay in the
--- queue on failure); ARGV[7] waiter lease µs
+-- queue on failure); ARGV[7] waiter lease µs; ARGV[8] call id (the same in
+-- every resend of this call); ARGV[9] reentrant (1/0: the owner was given
+-- with Owner)
 -- reply: {1, token, 0} acquired; {0, wait_hint_us, place} not acquired, where
--- wait_hint_us is when the blocking lease ends (0: wait for a wake-up) and
--- place the caller's place in the queue (0 when not waiting).
+-- wait_hint_us is when the blocking lease ends (0: wait for a wake-up; -1:
+-- refused, the caller gave up on this call) and place the caller's place in
+-- the queue (0 when not waiting).
+--
+-- Safe to run twice, as acquire.lua: the call logs record the token each
+-- acquiring call got, so a resend of a call whose holding is live gets the
+-- same token and adds no level; without Owner a live holding by owner can
+-- only come from an earlier run of this call. A tombstone refuses the call.
 --
 -- Rules. A reader is admitted unless another owner holds the write side or a
 -- writer waits ahead of it (a newcomer is behind every waiter): once a writer
@@ -24,6 +35,7 @@
 -- the lock. Places are unique and increasing (the largest place queued + 1),
 -- so FIFO does not depend on clock resolution. Times are µs, exact in Lua's
 -- doubles (below 2^53) and passed to Redis through '%d'.
+if redis.call('EXISTS', KEYS[8]) == 1 then return {0, -1, 0} end
 local now = ARGV[1]
 if now == '' then
   local t = redis.call('TIME')
@@ -33,7 +45,23 @@ else
 end
 local side, owner, ttl = ARGV[2], ARGV[3], tonumber(ARGV[4])
 local lease = tonumber(ARGV[7])
+local call, reentrant = ARGV[8], ARGV[9] == '1'
 local function int(x) return string.format('%d', x) end
+
+-- logged: the value the call log records for call id, or nil.
+local function logged(log, id)
+  if not log then return nil end
+  local _, e = string.find(log, ';' .. id .. '=', 1, true)
+  if not e then return nil end
+  return tonumber(string.match(log, '^-?%d+', e + 1))
+end
+-- record: the log with ";id=v" appended, keeping the last 8 entries.
+local function record(log, id, v)
+  log = (log or '') .. ';' .. id .. '=' .. string.format('%d', v)
+  local _, n = string.gsub(log, ';', '')
+  if n > 8 then log = string.sub(log, (string.find(log, ';', 2, true))) end
+  return log
+end
 
 -- keep: make key live at least ms milliseconds (TTLs only collect garbage).
 local function keep(key, ms)
@@ -46,7 +74,7 @@ end
 local gone = redis.call('ZRANGEBYSCORE', KEYS[3], '-inf', int(now), 'LIMIT', 0, 100)
 for _, o in ipairs(gone) do
   redis.call('ZREM', KEYS[3], o)
-  redis.call('HDEL', KEYS[4], 'c' .. o, 't' .. o)
+  redis.call('HDEL', KEYS[4], 'c' .. o, 't' .. o, 'k' .. o)
 end
 
 local myq = KEYS[5]
@@ -115,15 +143,19 @@ local function newToken()
   return token
 end
 
-local w = redis.call('HMGET', KEYS[1], 'o', 'c', 't', 'd')
+local w = redis.call('HMGET', KEYS[1], 'o', 'c', 't', 'd', 'k')
 local wlive = w[1] and tonumber(w[4]) > now
 local reading = tonumber(redis.call('ZSCORE', KEYS[3], owner) or '0') > now
 local ms = math.ceil(ttl / 1000)
 
 if side == 'r' then
   if reading then
+    local r = redis.call('HMGET', KEYS[4], 't' .. owner, 'k' .. owner)
+    local token = tonumber(r[1] or '0')
+    if not reentrant or logged(r[2], call) == token then return done(token) end
     redis.call('HINCRBY', KEYS[4], 'c' .. owner, 1)
-    return done(tonumber(redis.call('HGET', KEYS[4], 't' .. owner) or '0'))
+    redis.call('HSET', KEYS[4], 'k' .. owner, record(r[2], call, token))
+    return done(token)
   end
   if wlive then
     if w[1] ~= owner then return fail(tonumber(w[4]) - now) end
@@ -132,7 +164,7 @@ if side == 'r' then
   end
   local token = newToken()
   redis.call('ZADD', KEYS[3], int(now + ttl), owner)
-  redis.call('HSET', KEYS[4], 'c' .. owner, 1, 't' .. owner, int(token))
+  redis.call('HSET', KEYS[4], 'c' .. owner, 1, 't' .. owner, int(token), 'k' .. owner, record(nil, call, token))
   keep(KEYS[3], ms)
   keep(KEYS[4], ms)
   return done(token)
@@ -140,8 +172,11 @@ end
 
 if wlive then
   if w[1] == owner then
+    local token = tonumber(w[3])
+    if not reentrant or logged(w[5], call) == token then return done(token) end
     redis.call('HINCRBY', KEYS[1], 'c', 1)
-    return done(tonumber(w[3]))
+    redis.call('HSET', KEYS[1], 'k', record(w[5], call, token))
+    return done(token)
   end
   return fail(tonumber(w[4]) - now)
 end
@@ -155,6 +190,6 @@ if ARGV[5] == '1' and not reading and (ahead(first(KEYS[5], 'r')) or ahead(first
   return fail(0)
 end
 local token = newToken()
-redis.call('HSET', KEYS[1], 'o', owner, 'c', 1, 't', int(token), 'd', int(now + ttl))
+redis.call('HSET', KEYS[1], 'o', owner, 'c', 1, 't', int(token), 'd', int(now + ttl), 'k', record(w[5], call, token))
 redis.call('PEXPIRE', KEYS[1], ms)
 return done(token)

@@ -2,8 +2,14 @@
 -- holder only, and wake whoever can go next when the holding ends.
 -- KEYS as rw_acquire.lua (KEYS[2] unused)
 -- ARGV[1] now µs or "" for TIME; ARGV[2] side 'r' or 'w'; ARGV[3] owner;
--- ARGV[4] channel to wake waiters on
+-- ARGV[4] channel to wake waiters on; ARGV[5] call id (the same in every
+-- resend of this call)
 -- reply: -1 not held (expired, taken over or gone); else the hold count left.
+--
+-- Safe to run twice: the call logs (see rw_acquire.lua) record the count each
+-- release left, so a resend gets the same answer and releases nothing more.
+-- A writer's last release keeps the write side's log in KEYS[1] (until its
+-- TTL); a reader's moves to the log of ended holdings, KEYS[4] 'k'.
 --
 -- Wake-up messages name who may retry, so that only they do: 'r'..p the
 -- waiting readers up to place p (those queued before the first waiting
@@ -17,8 +23,23 @@ if now == '' then
 else
   now = tonumber(now)
 end
-local owner, channel = ARGV[3], ARGV[4]
+local owner, channel, call = ARGV[3], ARGV[4], ARGV[5]
 local function int(x) return string.format('%d', x) end
+
+-- logged: the value the call log records for call id, or nil.
+local function logged(log, id)
+  if not log then return nil end
+  local _, e = string.find(log, ';' .. id .. '=', 1, true)
+  if not e then return nil end
+  return tonumber(string.match(log, '^-?%d+', e + 1))
+end
+-- record: the log with ";id=v" appended, keeping the last 8 entries.
+local function record(log, id, v)
+  log = (log or '') .. ';' .. id .. '=' .. string.format('%d', v)
+  local _, n = string.gsub(log, ';', '')
+  if n > 8 then log = string.sub(log, (string.find(log, ';', 2, true))) end
+  return log
+end
 
 -- first: the place and owner of the longest live waiter of queue q (side s),
 -- dropping dead ones from its head, at most 100 per call; past those, the
@@ -60,20 +81,30 @@ local function wake()
 end
 
 if ARGV[2] == 'w' then
-  local h = redis.call('HMGET', KEYS[1], 'o', 'c', 'd')
+  local h = redis.call('HMGET', KEYS[1], 'o', 'c', 'd', 'k')
+  local done = logged(h[4], call)
+  if done then return done end
   if h[1] ~= owner or tonumber(h[3]) <= now then return -1 end
   local c = tonumber(h[2])
   if c > 1 then
-    redis.call('HSET', KEYS[1], 'c', c - 1)
+    redis.call('HSET', KEYS[1], 'c', c - 1, 'k', record(h[4], call, c - 1))
     return c - 1
   end
-  redis.call('DEL', KEYS[1])
+  redis.call('HDEL', KEYS[1], 'o', 'c', 't', 'd')
+  redis.call('HSET', KEYS[1], 'k', record(h[4], call, 0))
 else
+  local r = redis.call('HMGET', KEYS[4], 'k' .. owner, 'k')
+  local done = logged(r[1], call) or logged(r[2], call)
+  if done then return done end
   if tonumber(redis.call('ZSCORE', KEYS[3], owner) or '0') <= now then return -1 end
   local c = redis.call('HINCRBY', KEYS[4], 'c' .. owner, -1)
-  if c > 0 then return c end
+  if c > 0 then
+    redis.call('HSET', KEYS[4], 'k' .. owner, record(r[1], call, c))
+    return c
+  end
   redis.call('ZREM', KEYS[3], owner)
-  redis.call('HDEL', KEYS[4], 'c' .. owner, 't' .. owner)
+  redis.call('HDEL', KEYS[4], 'c' .. owner, 't' .. owner, 'k' .. owner)
+  redis.call('HSET', KEYS[4], 'k', record(r[2], call, 0))
 end
 wake()
 return 0

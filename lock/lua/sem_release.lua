@@ -2,8 +2,14 @@
 -- only; when the holding ends, wake the waiters the free permits can admit.
 -- KEYS as sem_acquire.lua (KEYS[3] unused)
 -- ARGV[1] now µs or "" for TIME; ARGV[2] owner; ARGV[3] permits;
--- ARGV[4] channel to wake waiters on
+-- ARGV[4] channel to wake waiters on; ARGV[5] call id (the same in every
+-- resend of this call)
 -- reply: -1 not held (expired or gone); else the hold count left.
+--
+-- Safe to run twice: the call logs (see sem_acquire.lua) record the count
+-- each release left, so a resend gets the same answer and releases nothing
+-- more; the last release of a holding moves to the log of ended holdings,
+-- KEYS[2] 'k'.
 --
 -- The wake-up message 's'..p lets the waiters up to place p retry: with f
 -- permits free, the first f live waiters, so that no more wake than can go.
@@ -14,14 +20,36 @@ if now == '' then
 else
   now = tonumber(now)
 end
-local owner, permits, channel = ARGV[2], tonumber(ARGV[3]), ARGV[4]
+local owner, permits, channel, call = ARGV[2], tonumber(ARGV[3]), ARGV[4], ARGV[5]
 local function int(x) return string.format('%d', x) end
 
+-- logged: the value the call log records for call id, or nil.
+local function logged(log, id)
+  if not log then return nil end
+  local _, e = string.find(log, ';' .. id .. '=', 1, true)
+  if not e then return nil end
+  return tonumber(string.match(log, '^-?%d+', e + 1))
+end
+-- record: the log with ";id=v" appended, keeping the last 8 entries.
+local function record(log, id, v)
+  log = (log or '') .. ';' .. id .. '=' .. string.format('%d', v)
+  local _, n = string.gsub(log, ';', '')
+  if n > 8 then log = string.sub(log, (string.find(log, ';', 2, true))) end
+  return log
+end
+
+local r = redis.call('HMGET', KEYS[2], 'k' .. owner, 'k')
+local done = logged(r[1], call) or logged(r[2], call)
+if done then return done end
 if tonumber(redis.call('ZSCORE', KEYS[1], owner) or '0') <= now then return -1 end
 local c = redis.call('HINCRBY', KEYS[2], 'c' .. owner, -1)
-if c > 0 then return c end
+if c > 0 then
+  redis.call('HSET', KEYS[2], 'k' .. owner, record(r[1], call, c))
+  return c
+end
 redis.call('ZREM', KEYS[1], owner)
-redis.call('HDEL', KEYS[2], 'c' .. owner, 't' .. owner)
+redis.call('HDEL', KEYS[2], 'c' .. owner, 't' .. owner, 'k' .. owner)
+redis.call('HSET', KEYS[2], 'k', record(r[2], call, 0))
 
 local free = permits - redis.call('ZCOUNT', KEYS[1], '(' .. int(now), '+inf')
 if free <= 0 then return 0 end
