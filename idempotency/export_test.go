@@ -45,3 +45,9 @@ func Complete(ctx context.Context, s *Store, key, owner, val string, failed bool
 func Abort(ctx context.Context, s *Store, key, owner string) (bool, error) {
 	return s.d.abort(ctx, key, owner)
 }
+
+// ConsumeTokenCall is ConsumeToken as the call with the given ID, so that a
+// test can run one call twice.
+func ConsumeTokenCall(ctx context.Context, s *Store, token, call string) (bool, error) {
+	return s.d.consume(ctx, token, call)
+}

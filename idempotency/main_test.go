@@ -22,11 +22,13 @@ func TestMain(m *testing.M) {
 var t0 = time.Unix(1_700_000_000, 0)
 
 // The backends every behaviour test runs on, from internal/backendtest:
-// memory, a standalone Redis through go-redis and through rueidis, and a
-// 3-master Redis Cluster. clk == nil means real time (Redis TIME, time.Now).
+// memory, a standalone Redis through go-redis and through rueidis, a
+// 3-master Redis Cluster, and a standalone Redis on which every script runs
+// twice (what a client's resend after a lost reply does; see replay_test.go).
+// clk == nil means real time (Redis TIME, time.Now).
 type kindOfBackend = backendtest.Kind
 
-func allBackends() []kindOfBackend { return backendtest.All() }
+func allBackends() []kindOfBackend { return append(backendtest.All(), replaying) }
 
 // coreBackends is allBackends without the second standalone client, for the
 // slower real-time tests.

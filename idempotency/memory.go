@@ -145,22 +145,19 @@ func (d *memDriver) subscribe(context.Context, string) (<-chan string, func(), e
 	return nil, func() {}, nil
 }
 
-// A token's entry holds its deadline in A while it is live, and the call ID
-// that consumed it in Value after (until the token's deadline), as the
-// token's key does on Redis.
+// A token's entry holds its deadline in A, and once consumed the ID of the
+// call that consumed it in Value, as the token's key does on Redis.
 
 func (d *memDriver) issue(_ context.Context, token string, ttl time.Duration) (bool, error) {
 	sh := d.tokens.Shard(token)
 	sh.Lock()
 	defer sh.Unlock()
 	now := d.tokens.NowMicros()
-	if e := sh.Get(token); e != nil {
+	if e := sh.Get(token); e != nil && e.A > now {
 		if e.Value != nil {
 			return false, nil // consumed
 		}
-		if e.A > now {
-			return true, nil // stored by this call already
-		}
+		return true, nil // stored by this call already
 	}
 	deadline := now + ttl.Microseconds()
 	sh.Put(token, &backend.Entry{A: deadline, Expires: deadline})
@@ -175,14 +172,15 @@ func (d *memDriver) consume(_ context.Context, token, call string) (bool, error)
 	if e == nil {
 		return false, nil
 	}
+	live := e.A > d.tokens.NowMicros()
 	if by, ok := e.Value.(string); ok {
-		return by == call, nil
+		return live && by == call, nil
 	}
-	if e.A <= d.tokens.NowMicros() {
+	if !live {
 		sh.Delete(token)
 		return false, nil
 	}
-	sh.Put(token, &backend.Entry{Value: call, Expires: e.Expires})
+	sh.Put(token, &backend.Entry{A: e.A, Value: call, Expires: e.Expires})
 	return true, nil
 }
 

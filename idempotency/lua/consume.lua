@@ -1,10 +1,11 @@
 -- consume.lua: delete-first consumption of a one-time token, by one call.
 -- KEYS[1] token key (see issue.lua); ARGV[1] now µs or ""; ARGV[2] call ID
 -- reply: 1 the token existed and was live, and this call consumed it; 0 otherwise.
--- A live token is consumed by replacing its deadline with 'c' .. call ID,
--- keeping its expiry, so that a second run of the same call (a client's resend
--- after a lost reply) answers 1 again while any other call gets 0. The marker
--- lives no longer than the token would have; an expired token is deleted.
+-- A live token is consumed by replacing its deadline with
+-- 'c<deadline>:<call ID>', keeping its expiry, so that a second run of the same
+-- call (a client's resend after a lost reply) answers 1 again while any other
+-- call gets 0. The marker lives no longer than the token would have (judged by
+-- its deadline, as the token is); an expired token is deleted.
 local now = ARGV[1]
 if now == '' then
   local t = redis.call('TIME')
@@ -14,13 +15,13 @@ else
 end
 local v = redis.call('GET', KEYS[1])
 if not v then return 0 end
-local deadline = tonumber(v)
-if not deadline then
-  if v == 'c' .. ARGV[2] then return 1 end
+local cdl, by = string.match(v, '^c(%d+):(.*)$')
+if cdl then
+  if tonumber(cdl) > now and by == ARGV[2] then return 1 end
   return 0
 end
-if deadline > now then
-  redis.call('SET', KEYS[1], 'c' .. ARGV[2], 'KEEPTTL')
+if tonumber(v) > now then
+  redis.call('SET', KEYS[1], 'c' .. v .. ':' .. ARGV[2], 'KEEPTTL')
   return 1
 end
 redis.call('DEL', KEYS[1])

@@ -1,6 +1,6 @@
 -- issue.lua: store a one-time token.
--- KEYS[1] token key: its deadline µs as a string, or 'c' .. call ID once
---   consumed (see consume.lua); ARGV[1] now µs or ""; ARGV[2] ttl µs
+-- KEYS[1] token key: its deadline µs as a string, or 'c<deadline>:<call ID>'
+--   once consumed (see consume.lua); ARGV[1] now µs or ""; ARGV[2] ttl µs
 -- reply: 1 stored; 2 a live token with this value exists already; 0 the token
 --   was consumed (nothing changed).
 -- Safe to run twice: a token is 128 random bits drawn for one IssueToken call,
@@ -14,9 +14,9 @@ else
 end
 local v = redis.call('GET', KEYS[1])
 if v then
-  local deadline = tonumber(v)
-  if not deadline then return 0 end
-  if deadline > now then return 2 end
+  local cdl = string.match(v, '^c(%d+):')
+  if cdl and tonumber(cdl) > now then return 0 end
+  if not cdl and tonumber(v) > now then return 2 end
 end
 local ttl = tonumber(ARGV[2])
 redis.call('SET', KEYS[1], string.format('%d', now + ttl), 'PX', math.ceil(ttl / 1000) + 1000)
