@@ -150,8 +150,9 @@ func (p *Proxy) Resume() {
 //
 // A reply is one complete RESP2 or RESP3 value, found by scanning the
 // server→client stream. Every reply counts, including those to a client's
-// connection handshake (HELLO, AUTH, SELECT, CLIENT SETINFO): run a command
-// such as PING on the connection first, so the reply lost is the one meant.
+// connection handshake (HELLO, AUTH, SELECT, CLIENT SETINFO), and a client
+// pool may open a new connection for any command: prefer LoseNextRepliesTo,
+// or run a command such as PING on the connection first.
 // RESP3 push messages ('>') are never lost on their own; in RESP2 a pub/sub
 // message is an ordinary array and counts as a reply. For a server that does
 // not speak RESP (SQL, ZooKeeper) no reply is ever found: use

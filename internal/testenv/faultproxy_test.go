@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+	"github.com/redis/rueidis"
 
 	"github.com/floodgate-dev/floodgate/internal/testenv"
 )
@@ -322,6 +323,61 @@ func TestProxyLoseNextRepliesTo(t *testing.T) {
 	}
 	if got, err := direct.Get(ctx, "proxy:to:k").Result(); err != nil || got != "2" {
 		t.Fatalf("proxy:to:k = %q, %v; want 2: INCR ran", got, err)
+	}
+}
+
+// The same through rueidis (RESP3, client-side caching on, pipelined
+// handshake): an invalidation push is not a reply, and a lost INCR reply is
+// an error while the INCR ran; rueidis does not retry it.
+func TestProxyLoseReplyRueidis(t *testing.T) {
+	r := testenv.NewRedis(t)
+	p := testenv.NewProxy(t, r.Addr)
+	ctx := ctxTimeout(t, 10*time.Second)
+	invalidated := make(chan struct{}, 1)
+	c, err := rueidis.NewClient(rueidis.ClientOption{
+		InitAddress:           []string{p.Addr()},
+		DisableAutoPipelining: true,
+		OnInvalidations: func([]rueidis.RedisMessage) {
+			select {
+			case invalidated <- struct{}{}:
+			default:
+			}
+		},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	// Cache a key, then change it: the server pushes an invalidation,
+	// which must not take the loss meant for the next reply.
+	if err := c.DoCache(ctx, c.B().Get().Key("proxy:rue:c").Cache(), time.Minute).Error(); !rueidis.IsRedisNil(err) {
+		t.Fatalf("cached GET: %v", err)
+	}
+	p.LoseNextReplies(1)
+	if err := client(t, r).Set(ctx, "proxy:rue:c", "1", 0).Err(); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-invalidated:
+	case <-ctx.Done():
+		t.Fatalf("no invalidation push arrived (lost %d)", p.Lost())
+	}
+	if p.Lost() != 0 {
+		t.Fatalf("Lost = %d: a push was taken for a reply", p.Lost())
+	}
+	// Do may open a connection of its own, whose handshake is not to be lost.
+	p.LoseNextRepliesTo(1, "INCR")
+	if n, err := c.Do(ctx, c.B().Incr().Key("proxy:rue:n").Build()).AsInt64(); err == nil {
+		t.Fatalf("INCR whose reply was lost returned %d, no error", n)
+	}
+	if !p.WaitLost(1, 5*time.Second) {
+		t.Fatalf("Lost = %d, want 1", p.Lost())
+	}
+	if got, err := client(t, r).Get(ctx, "proxy:rue:n").Int(); err != nil || got != 1 {
+		t.Fatalf("counter = %d, %v; want 1", got, err)
+	}
+	if n, err := c.Do(ctx, c.B().Incr().Key("proxy:rue:n").Build()).AsInt64(); err != nil || n != 2 {
+		t.Fatalf("next INCR = %d, %v; want 2 after reconnecting", n, err)
 	}
 }
 
