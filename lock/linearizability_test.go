@@ -87,6 +87,9 @@ type history struct {
 	mu  sync.Mutex
 	ops []porcupine.Operation
 	won int64
+	// liveRefused counts operations the register refused while the holder's
+	// lease was not yet known lost: with a correct lock, none.
+	liveRefused int
 }
 
 func (h *history) add(client int, call, ret time.Time, out incOutput) {
@@ -100,7 +103,8 @@ func (h *history) add(client int, call, ret time.Time, out incOutput) {
 
 // runClients has clients take the lock and increment the register; a client
 // sometimes stalls inside the critical section for pause (0: never).
-func runClients(t *testing.T, mk func() lock.Locker, reg fencedRegister, clients, ops int, pause time.Duration) *history {
+// Each Lock may wait lockTimeout.
+func runClients(t *testing.T, mk func() lock.Locker, reg fencedRegister, clients, ops int, pause, lockTimeout time.Duration) *history {
 	h := &history{}
 	var wg sync.WaitGroup
 	for c := range clients {
@@ -110,12 +114,13 @@ func runClients(t *testing.T, mk func() lock.Locker, reg fencedRegister, clients
 			defer wg.Done()
 			rng := rand.New(rand.NewPCG(uint64(c), 9))
 			for range ops {
-				ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-				lease, err := mu.Lock(ctx)
+				lctx, lcancel := context.WithTimeout(context.Background(), lockTimeout)
+				lease, err := mu.Lock(lctx)
+				lcancel()
 				if err != nil {
-					cancel()
 					continue // the store is down: no operation
 				}
+				ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 				call := time.Now()
 				var out incOutput
 				out.read, out.readOK = reg.read(ctx, lease.Token())
@@ -126,6 +131,15 @@ func runClients(t *testing.T, mk func() lock.Locker, reg fencedRegister, clients
 					out.wrote = reg.write(ctx, lease.Token(), out.read+1)
 				}
 				h.add(c, call, time.Now(), out)
+				if !out.readOK || !out.wrote {
+					select {
+					case <-lease.Lost():
+					default:
+						h.mu.Lock()
+						h.liveRefused++
+						h.mu.Unlock()
+					}
+				}
 				_ = lease.Unlock(ctx)
 				cancel()
 			}
@@ -161,8 +175,24 @@ func TestLinearizableUnderFaults(t *testing.T) {
 		name  string
 		pause time.Duration
 		fault func(*testenv.Redis)
+		// lossy: clients reach Redis through a proxy that loses replies
+		// (go-redis resends: MaxRetries 1) and stalls past the clients'
+		// short Lock timeouts, and no holder may be overtaken while its
+		// lease is live.
+		lossy func(*testenv.Proxy)
 	}{
-		{"holders paused past their TTL", 3 * ttl, nil},
+		{"holders paused past their TTL", 3 * ttl, nil, nil},
+		{"replies lost and resent, Locks failing mid-call", 0, nil, func(p *testenv.Proxy) {
+			for i := range 30 {
+				time.Sleep(20 * time.Millisecond)
+				p.LoseNextReplies(1)
+				if i%10 == 9 {
+					p.Stall()
+					time.Sleep(150 * time.Millisecond)
+					p.Resume()
+				}
+			}
+		}},
 		{"Redis paused with SIGSTOP", 0, func(s *testenv.Redis) {
 			for range 2 {
 				time.Sleep(300 * time.Millisecond)
@@ -170,19 +200,25 @@ func TestLinearizableUnderFaults(t *testing.T) {
 				time.Sleep(2 * ttl)
 				_ = s.Resume()
 			}
-		}},
+		}, nil},
 		{"Redis restarted without persistence", ttl, func(s *testenv.Redis) {
 			time.Sleep(400 * time.Millisecond)
 			if err := s.Restart(); err != nil {
 				t.Errorf("restart: %v", err)
 			}
-		}},
+		}, nil},
 	}
 	for i, sc := range scenarios {
 		t.Run(sc.name, func(t *testing.T) {
 			srv := testenv.NewRedis(t)
+			addr, retries, lockTimeout := srv.Addr, -1, 10*time.Second
+			var p *testenv.Proxy
+			if sc.lossy != nil {
+				p = testenv.NewProxy(t, srv.Addr)
+				addr, retries, lockTimeout = p.Addr(), 1, 100*time.Millisecond
+			}
 			mk := func() lock.Locker {
-				c := redis.NewClient(&redis.Options{Addr: srv.Addr, ContextTimeoutEnabled: true, MaxRetries: -1, DialTimeout: 200 * time.Millisecond})
+				c := redis.NewClient(&redis.Options{Addr: addr, ContextTimeoutEnabled: true, MaxRetries: retries, DialTimeout: 200 * time.Millisecond})
 				t.Cleanup(func() { c.Close() })
 				mu, err := lock.NewMutex(backend.NewRedis(c), "register", lock.TTL(ttl), lock.MaxPoll(50*time.Millisecond))
 				if err != nil {
@@ -190,16 +226,25 @@ func TestLinearizableUnderFaults(t *testing.T) {
 				}
 				return mu
 			}
-			reg := fencedRegister{c: rc, key: fmt.Sprintf("register:%d", i), fence: true}
+			reg := fencedRegister{c: rc, key: fmt.Sprintf("register:%d:%s", i, lock.NewOwnerID()), fence: true}
 			done := make(chan struct{})
-			if sc.fault != nil {
+			switch {
+			case sc.fault != nil:
 				go func() { defer close(done); sc.fault(srv) }()
-			} else {
+			case sc.lossy != nil:
+				go func() { defer close(done); sc.lossy(p) }()
+			default:
 				close(done)
 			}
-			h := runClients(t, mk, reg, 4, 12, sc.pause)
+			h := runClients(t, mk, reg, 4, 12, sc.pause, lockTimeout)
 			<-done
 			checkHistory(t, h, reg)
+			if sc.lossy != nil {
+				t.Logf("%d replies lost", p.Lost())
+				if h.liveRefused > 0 {
+					t.Fatalf("the register refused %d holders whose lease was live: holders overlapped", h.liveRefused)
+				}
+			}
 		})
 	}
 }
