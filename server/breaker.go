@@ -4,6 +4,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/floodgate-dev/floodgate/backend"
 )
 
 // BreakerOptions configure the circuit breaker in front of a remote store.
@@ -102,3 +104,84 @@ func (b *breaker) release() {
 
 // isOpen reports whether calls are being failed fast.
 func (b *breaker) isOpen() bool { return b.failures >= 0 && b.open.Load() }
+
+// slotRanges is how many circuit breakers a Redis Cluster store gets: one
+// per equal range of hash slots. A Cluster's masters own contiguous ranges,
+// so a dead master opens the breakers of its ranges (with 3 masters, about
+// 21 of 64) and keys in the others keep their real answers. A range that
+// straddles two masters sees both failures and successes, so its breaker
+// rarely opens: its dead keys pay the store timeout, as without a breaker.
+const slotRanges = 64
+
+// breakerSet is the circuit breakers of a store: one per slot range on a
+// Redis Cluster, a single one otherwise. Safe for concurrent use.
+type breakerSet struct {
+	b    []*breaker
+	slot func(tag string) int // nil: a single breaker
+}
+
+func newBreakerSet(o BreakerOptions, slot func(string) int) *breakerSet {
+	n := 1
+	if slot != nil {
+		n = slotRanges
+	}
+	s := &breakerSet{b: make([]*breaker, n), slot: slot}
+	for i := range s.b {
+		s.b[i] = newBreaker(o)
+	}
+	return s
+}
+
+// of returns the index of the breaker of a state key.
+func (s *breakerSet) of(key string) int {
+	if s.slot == nil {
+		return 0
+	}
+	return s.slot(key) * len(s.b) / backend.Slots
+}
+
+// allow reports whether a call touching the breakers idx may go to the
+// store. When one of them refuses, the probes the others granted are
+// handed back.
+func (s *breakerSet) allow(idx []int) bool {
+	for i, j := range idx {
+		if !s.b[j].allow() {
+			for _, k := range idx[:i] {
+				s.b[k].release()
+			}
+			return false
+		}
+	}
+	return true
+}
+
+// record reports the outcome of a call that allow let through to each of
+// its breakers.
+func (s *breakerSet) record(idx []int, err error) {
+	for _, j := range idx {
+		s.b[j].record(err)
+	}
+}
+
+// release ends a call allow let through without an outcome.
+func (s *breakerSet) release(idx []int) {
+	for _, j := range idx {
+		s.b[j].release()
+	}
+}
+
+// open returns how many breakers are open, of how many.
+func (s *breakerSet) open() (open, total int) {
+	for _, b := range s.b {
+		if b.isOpen() {
+			open++
+		}
+	}
+	return open, len(s.b)
+}
+
+// allOpen reports whether every breaker is open: the whole store is failing.
+func (s *breakerSet) allOpen() bool {
+	n, total := s.open()
+	return n == total
+}

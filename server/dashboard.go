@@ -99,7 +99,7 @@ func (d *dashboard) tick(now time.Time) {
 		}
 		return math.Max(0, v-d.prev[key]) / dt
 	}
-	snap := Snapshot{Time: now, BackendP50MS: -1, BackendP99MS: -1, BreakerOpen: d.s.breaker.isOpen()}
+	snap := Snapshot{Time: now, BackendP50MS: -1, BackendP99MS: -1, BreakerOpen: d.s.breakerOpen()}
 	rules := map[[2]string]*RuleRate{}
 	var lat []bucketCount
 	for _, f := range fams {

@@ -72,7 +72,7 @@ func TestFailureModes(t *testing.T) {
 					}
 				}
 			}
-			if !s.breaker.isOpen() || s.Ready() {
+			if !s.breakers.allOpen() || s.Ready() {
 				t.Fatal("breaker still closed after repeated failures")
 			}
 			if err := r.Resume(); err != nil {
@@ -187,7 +187,7 @@ func TestCallerDeadlineShorterThanTimeout(t *testing.T) {
 			t.Fatalf("stalled call %d: err %v, want the caller's DeadlineExceeded (got %+v, logs %s)", i, err, got, logs.String())
 		}
 	}
-	if !s.breaker.isOpen() || s.Ready() {
+	if !s.breakers.allOpen() || s.Ready() {
 		t.Fatal("breaker still closed after three stalled calls ended by the caller's deadline")
 	}
 	rec := httptest.NewRecorder()
@@ -233,7 +233,7 @@ func TestCallerCancelIsNotAStoreFailure(t *testing.T) {
 			t.Fatalf("cancelled call %d: %v", i, err)
 		}
 	}
-	if s.breaker.isOpen() {
+	if s.breakers.allOpen() {
 		t.Fatal("cancelled callers opened the breaker")
 	}
 }

@@ -36,7 +36,7 @@ type HTTPOptions struct {
 //	POST /json      Envoy's RateLimitRequest as protojson → RateLimitResponse; 200 OK, 429 OVER_LIMIT
 //	POST /v1/check  {"domain": "d", "descriptors": [{"key": "value", ...}], "cost": 1} → decision; 200 or 429
 //	GET  /healthz   200 while the process serves
-//	GET  /readyz    200 when a configuration is loaded and the store is not failing; else 503
+//	GET  /readyz    200 when a configuration is loaded and the store is not failing as a whole; else 503
 //	GET  /metrics   Prometheus metrics (when s has Metrics)
 //
 // Malformed requests get 400 with a message naming the problem, bodies over
@@ -62,6 +62,11 @@ func NewHTTPHandler(s *Service, o HTTPOptions) http.Handler {
 	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, _ *http.Request) {
 		if !s.Ready() {
 			http.Error(w, "not ready: "+s.notReadyReason(), http.StatusServiceUnavailable)
+			return
+		}
+		if open, total := s.StoreHealth(); open > 0 {
+			// A partial outage: the other keys are decided as usual.
+			fmt.Fprintf(w, "ok; the store is partly failing: %d of %d slot ranges are answered by the failure mode\n", open, total)
 			return
 		}
 		io.WriteString(w, "ok\n")

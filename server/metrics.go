@@ -24,7 +24,7 @@ import (
 //	floodgate_backend_duration_seconds                     store call latency (remote stores)
 //	floodgate_backend_errors_total{reason}                 error, timeout, breaker_open
 //	floodgate_failure_mode_total{mode}                     requests answered by the failure mode
-//	floodgate_breaker_open                                 1 while the circuit breaker fails calls fast
+//	floodgate_breaker_open                                 share of circuit breakers failing calls fast (0 to 1; per slot range on a Cluster)
 //	floodgate_config_reloads_total{result}                 success, failure
 //	floodgate_config_info{version}                         1 for the configuration being served
 //	floodgate_config_loaded_timestamp_seconds              when it was loaded
@@ -116,18 +116,16 @@ func (m *Metrics) Handler() http.Handler {
 	return promhttp.HandlerFor(m.Registry, promhttp.HandlerOpts{})
 }
 
-// watchBreaker exports b's state.
-func (m *Metrics) watchBreaker(b *breaker) {
+// watchBreaker exports the share of the breakers of bs that are open.
+func (m *Metrics) watchBreaker(bs *breakerSet) {
 	if m.breakerOpen != nil {
 		return
 	}
 	m.breakerOpen = prometheus.NewGaugeFunc(prometheus.GaugeOpts{
-		Name: "floodgate_breaker_open", Help: "1 while the circuit breaker fails store calls fast.",
+		Name: "floodgate_breaker_open", Help: "Share of the store's circuit breakers failing calls fast: 1 while a standalone or Sentinel store is failing; on a Redis Cluster, the share of hash-slot ranges.",
 	}, func() float64 {
-		if b.isOpen() {
-			return 1
-		}
-		return 0
+		open, total := bs.open()
+		return float64(open) / float64(total)
 	})
 	m.Registry.MustRegister(m.breakerOpen)
 	m.own.MustRegister(m.breakerOpen)

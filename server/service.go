@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"log/slog"
 	"math"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -184,7 +185,7 @@ type Service struct {
 	b       backend.Backend
 	opts    Options
 	remote  bool // the store is across a network: calls get a timeout
-	breaker *breaker
+	breakers *breakerSet // one per slot range on a Redis Cluster, else one
 	log     *slog.Logger
 	failLog *logLimiter // store failures, at most one line a second per reason
 	rules   atomic.Pointer[ruleset]
@@ -236,12 +237,16 @@ func NewService(b backend.Backend, opts Options) (*Service, error) {
 	if opts.Logger == nil {
 		opts.Logger = slog.New(slog.DiscardHandler)
 	}
-	_, remote := b.(*backend.Redis)
+	rb, remote := b.(*backend.Redis)
 	s := &Service{b: b, opts: opts, remote: remote, log: opts.Logger}
 	s.failLog = newLogLimiter(opts.Logger, time.Second)
-	s.breaker = newBreaker(opts.Breaker)
+	var slot func(string) int
+	if remote && rb.Cluster() {
+		slot = rb.Slot
+	}
+	s.breakers = newBreakerSet(opts.Breaker, slot)
 	if opts.Metrics != nil {
-		opts.Metrics.watchBreaker(s.breaker)
+		opts.Metrics.watchBreaker(s.breakers)
 		if mem, ok := b.(*backend.Memory); ok {
 			opts.Metrics.watchMemory(mem)
 		}
@@ -298,10 +303,25 @@ func (s *Service) Config() (cfg *config.Config, version string, loaded time.Time
 }
 
 // Ready reports whether the service has a configuration and its store is not
-// known to be down (the circuit breaker is closed).
+// known to be down: on a Redis Cluster, unless the breakers of every slot
+// range are open; a partial outage (one master down) leaves it ready, since
+// the keys of the other masters are decided as usual (StoreHealth says how
+// much is failing).
 func (s *Service) Ready() bool {
-	return s.rules.Load() != nil && !s.breaker.isOpen()
+	return s.rules.Load() != nil && !s.breakers.allOpen()
 }
+
+// breakerOpen reports whether any circuit breaker is open.
+func (s *Service) breakerOpen() bool {
+	n, _ := s.breakers.open()
+	return n > 0
+}
+
+// StoreHealth returns how many of the store's circuit breakers are open
+// (failing calls fast), of how many: one in all for a standalone or Sentinel
+// Redis and for the memory backend, one per range of hash slots on a Redis
+// Cluster.
+func (s *Service) StoreHealth() (open, total int) { return s.breakers.open() }
 
 // Decide decides req. Errors: *InputError for a malformed request, and
 // ErrUnavailable in the FailError mode when the store cannot decide; in the
@@ -531,7 +551,14 @@ func (s *Service) allow(ctx context.Context, reqs []ratelimit.Request, results [
 	if ctx.Err() != nil {
 		return false, ctx.Err() // over before the store was asked
 	}
-	if !s.breaker.allow() {
+	var idxBuf [8]int
+	idx := idxBuf[:0]
+	for _, q := range reqs {
+		if j := s.breakers.of(q.Key); !slices.Contains(idx, j) {
+			idx = append(idx, j)
+		}
+	}
+	if !s.breakers.allow(idx) {
 		return false, errBreakerOpen
 	}
 	start := time.Now()
@@ -549,13 +576,13 @@ func (s *Service) allow(ctx context.Context, reqs []ratelimit.Request, results [
 		// comparing them, not by ctx.Err().
 		switch cerr := ctx.Err(); {
 		case cerr != nil && !errors.Is(cerr, context.DeadlineExceeded):
-			s.breaker.release()
+			s.breakers.release(idx)
 			return false, &callerGoneError{err: cerr}
 		case cerr != nil || errors.Is(err, context.DeadlineExceeded):
 			err = &storeTimeoutError{waited: time.Since(start), caller: callerFirst}
 		}
 	}
-	s.breaker.record(err)
+	s.breakers.record(idx, err)
 	return ok, err
 }
 
@@ -618,7 +645,9 @@ func (s *Service) fail(ctx context.Context, domain string, resp *Response, err e
 		return nil, context.DeadlineExceeded // the caller's, about to fire
 	}
 	if s.opts.FailureMode == FailError {
-		return nil, fmt.Errorf("%w: %v", ErrUnavailable, err)
+		// The store's error (in the log above) names internal addresses:
+		// callers get the reason only.
+		return nil, fmt.Errorf("%w for this request's keys (%s)", ErrUnavailable, strings.ReplaceAll(reason, "_", " "))
 	}
 	resp.Failed = true
 	resp.Code = CodeOK
@@ -639,7 +668,7 @@ func (s *Service) notReadyReason() string {
 	if s.rules.Load() == nil {
 		return "no configuration loaded"
 	}
-	if s.breaker.isOpen() {
+	if s.breakers.allOpen() {
 		return "the store is failing (circuit breaker open)"
 	}
 	return "ready"
