@@ -39,9 +39,10 @@
 //
 // # Atomicity
 //
-// On PostgreSQL an acquisition is one statement: INSERT ... ON CONFLICT (name)
-// DO UPDATE ... WHERE the row is free, expired or held by the same owner,
-// which also joins or leaves the waiter queue. On MySQL it is one INSERT ...
+// On PostgreSQL an acquisition is one statement, in a transaction of its
+// own (see Lost replies): INSERT ... ON CONFLICT (name) DO UPDATE ... WHERE
+// the row is free, expired or held by the same owner, which also joins or
+// leaves the waiter queue. On MySQL it is one INSERT ...
 // ON DUPLICATE KEY UPDATE whose IF() expressions take a free or expired row,
 // read back (SELECT ... FOR UPDATE) in the same transaction. Release and
 // Extend are one UPDATE each that matches only the owner's unexpired row, so
@@ -50,10 +51,46 @@
 // A statement that failed with a deadlock or serialization failure is
 // retried (at most 3 attempts in all), and so are acquisitions and renewals
 // whose PostgreSQL session was terminated (SQLSTATE 57P01, 57P02: the pool
-// gives another connection); a release is not, as applying it twice could
-// drop another hold level. Other errors are returned. A statement that fails
-// may still have been committed when the reply was lost: a Lock that returns
-// an error may have taken the lock, which then frees itself at its TTL.
+// gives another connection), as replays of their call; a release is not, as
+// applying it twice could drop another hold level. Other errors are returned.
+//
+// # Lost replies
+//
+// A statement whose reply is lost (the connection drops, the context ends)
+// may still have been applied. Every acquisition therefore carries a call id,
+// one per Lock or TryLock call and the same for all its attempts, stored with
+// the holding it makes (column call_id):
+//
+//   - An attempt repeated after a terminated session is a replay: it finds
+//     the holding its call made and returns the same lease (same token, no
+//     further hold level). Re-entry, a new hold level, comes only from
+//     another call of the same explicit lock.Owner.
+//   - A call that returns an error other than lock.ErrLocked holds nothing:
+//     before returning it starts an undo, in the background, that takes back
+//     the holding (or the hold level) carrying its call id, retried while the
+//     database is unreachable until the lease's TTL has passed; an undo
+//     after the lock passed to someone else changes nothing.
+//   - An acquisition is a transaction whose COMMIT is sent only after the
+//     replies of its statements arrived, so a statement that reaches the
+//     server after its call gave up (held in a proxy or a socket buffer)
+//     cannot commit: its transaction ends, rolled back, with its connection.
+//     Undo waits for the lock's row (and, by an INSERT, for a row still being
+//     inserted), so it runs after any attempt in flight: a failed call holds
+//     nothing by construction, not because a timer ran out. A lease the call
+//     did commit ends, at the latest, at its TTL counted from before the call
+//     failed; that is when undo stops trying.
+//
+// With an explicit Owner, if the same owner re-enters in another call after
+// a failed call's attempt committed and before its undo ran, the undo cannot
+// tell the levels apart and takes back none: the extra level then ends with
+// the owner's last Unlock or at the TTL.
+//
+// database/sql retries a statement by itself only when the driver returns
+// driver.ErrBadConn, and pgx (stdlib) and go-sql-driver/mysql return it only
+// when nothing was sent on the connection (pgconn.SafeToRetry; the MySQL
+// driver's errBadConnNoWrite, or an error reply the server refused the
+// statement with): those retries cannot apply a statement twice. The
+// package's own retries are the ones described above.
 //
 // # Fencing
 //

@@ -16,9 +16,20 @@
 // context ends deletes its node.
 //
 // Node names carry a protection id, "_c_<guid>-lock-<sequence>" (the form of
-// Curator and of go-zookeeper's zk.Lock): when the connection drops before the
-// reply of a create arrives, the client finds the node by its GUID instead of
-// creating a second one that would block the queue while the session lives.
+// Curator and of go-zookeeper's zk.Lock), one GUID per Lock or TryLock call:
+// when the connection drops before the reply of a create arrives, the client,
+// once reconnected in the same session, lists the lock path and takes the
+// node carrying the call's GUID, and creates again only if there is none, so
+// a call never has two nodes. ZooKeeper makes that listing conclusive: a
+// session's requests are applied in order, and a reconnection closes the
+// session's old connection, so a create sent before cannot land after it.
+// A call that returns an error holds nothing: it deletes its node, or, when
+// it does not know whether its create was applied (the reply was lost, or
+// its context ended first), waits for the outcome or looks for the node by
+// its GUID, in the background, and deletes it, so that the node never
+// becomes a holder nobody knows of. These clean-ups retry for about a
+// minute while the client is disconnected; a session that ends meanwhile
+// takes its nodes with it.
 // A node's data is "<hold count> <owner id>": with lock.Owner, the same owner
 // re-enters at once (the count goes up) and each Unlock releases one level,
 // deleting the node at the last one.
