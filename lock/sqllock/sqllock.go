@@ -18,6 +18,7 @@
 //	holds       the hold count of a reentrant owner, 0 when free
 //	token       the fencing token of the current or last holding
 //	expires_at  end of the lease (PostgreSQL timestamptz; MySQL DATETIME(6) in UTC)
+//	call_id     the call that made the holding or its last level (see Lost replies)
 //
 // Waiters that need a place in a queue stand in floodgate_lock_waiters
 // (name, waiter, seq, expires_at). Rows of floodgate_locks are never
@@ -142,7 +143,8 @@
 //	floodgate_shared_locks    one row per name: token, the last fencing token
 //	                          handed out; place, the last queue place
 //	floodgate_shared_holders  one row per holding: side ('r' reader, 'w' writer,
-//	                          's' permit), owner, holds, token, expires_us
+//	                          's' permit), owner, holds, token, expires_us,
+//	                          call_id
 //	floodgate_shared_waiters  the queue: waiter (one per waiting Lock call),
 //	                          side, owner, seq, listens, expires_us
 //
@@ -246,11 +248,13 @@ const (
 
 // Migrate creates the tables LocksTable and WaitersTable (the Mutex) and
 // SharedLocksTable, SharedHoldersTable and SharedWaitersTable (the RWMutex
-// and the Semaphore) in db if they do not exist. It only ever adds tables:
-// it is idempotent, keeps the rows of tables made by earlier versions, and
-// is safe to run from several processes at once (on PostgreSQL concurrent
-// runs are serialized by an advisory lock). It needs the privilege to
-// create tables; run it once at deployment, or at start-up, before New.
+// and the Semaphore) in db if they do not exist, and adds the column call_id
+// (see Lost replies) to tables made by earlier versions, which this version
+// needs before it takes a lock. It only ever adds tables and columns: it is
+// idempotent, keeps the rows of tables made by earlier versions, and is
+// safe to run from several processes at once (on PostgreSQL concurrent runs
+// are serialized by an advisory lock). It needs the privilege to create and
+// alter tables; run it once at deployment, or at start-up, before New.
 func Migrate(ctx context.Context, db *sql.DB, d Dialect) error {
 	if db == nil {
 		return errors.New("sqllock: db is nil")
