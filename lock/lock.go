@@ -45,10 +45,13 @@ type Locker interface {
 	// Lock waits until the lock is held or ctx ends. Waiters are woken by the
 	// release of the lock (with a bounded fallback poll for holders that die
 	// without releasing), not by a fast poll. When ctx ends first, Lock
-	// returns ctx's error and holds nothing.
+	// returns ctx's error and holds nothing. On Memory and Redis any error
+	// means Lock holds nothing, even when its request reached the store or
+	// runs there later: such a call is cancelled in the background (see
+	// docs/locks.md, "When replies are lost").
 	Lock(ctx context.Context) (*Lease, error)
 	// TryLock makes one attempt and returns ErrLocked at once when another
-	// owner holds the lock.
+	// owner holds the lock. Like Lock, it holds nothing when it fails.
 	TryLock(ctx context.Context) (*Lease, error)
 }
 
@@ -80,7 +83,9 @@ func AutoRenew() Option { return func(o *Options) { o.AutoRenew = true } }
 
 // Owner makes the Locker reentrant for the owner id: Lock by the same owner
 // while it holds the lock succeeds at once and increases a hold count; each
-// Unlock releases one level. Without Owner, every Lock call is a new owner.
+// Unlock releases one level. Without Owner, every Lock call is a new owner
+// and nothing re-enters: a resend of the same acquire (a client retrying
+// after a lost reply) gets the same lease back, not a second level.
 func Owner(id string) Option { return func(o *Options) { o.Owner = id } }
 
 // Fair makes waiters acquire in the order they started waiting. Without it, a
