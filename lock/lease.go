@@ -15,9 +15,9 @@ type Driver interface {
 	// store's clock. The holding owner acquires again at once, with the same
 	// token: one more hold level when Options.Owner was set; without it the
 	// owner id is one Lock call's own, and the Memory and Redis drivers treat
-	// a second acquire as a resend of that call, adding no level. An
-	// Acquire that returns an error other than ErrLocked must leave nothing
-	// held, even if its request runs in the store later. When wait is false Acquire makes one attempt
+	// a second acquire as a resend of that call, adding no level. Their
+	// Acquire leaves nothing held when it returns an error, even if its
+	// request runs in the store later. When wait is false Acquire makes one attempt
 	// and returns ErrLocked if another owner holds the lock; when wait is true
 	// it blocks until acquired or ctx ends, and then returns ctx's error.
 	Acquire(ctx context.Context, owner string, ttl time.Duration, wait bool) (Grant, error)
