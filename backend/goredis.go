@@ -3,6 +3,10 @@ package backend
 import (
 	"context"
 	"errors"
+	"io"
+	"net"
+	"strings"
+	"syscall"
 
 	"github.com/redis/go-redis/v9"
 )
@@ -84,16 +88,52 @@ func (g goRedis) Eval(ctx context.Context, src string, keys []string, args []str
 // Redis.RunArgs passes pre-built arguments without converting them.
 func (g goRedis) evalShaAny(ctx context.Context, sha string, keys []string, args []any) (any, error) {
 	if !g.guard || ctx.Done() == nil {
-		return normal(g.c.EvalSha(ctx, sha, keys, args...).Result())
+		return g.followTopology(normal(g.c.EvalSha(ctx, sha, keys, args...).Result()))
 	}
-	return g.guarded(ctx, func() (any, error) { return g.c.EvalSha(ctx, sha, keys, args...).Result() })
+	return g.followTopology(g.guarded(ctx, func() (any, error) { return g.c.EvalSha(ctx, sha, keys, args...).Result() }))
 }
 
 func (g goRedis) evalAny(ctx context.Context, src string, keys []string, args []any) (any, error) {
 	if !g.guard || ctx.Done() == nil {
-		return normal(g.c.Eval(ctx, src, keys, args...).Result())
+		return g.followTopology(normal(g.c.Eval(ctx, src, keys, args...).Result()))
 	}
-	return g.guarded(ctx, func() (any, error) { return g.c.Eval(ctx, src, keys, args...).Result() })
+	return g.followTopology(g.guarded(ctx, func() (any, error) { return g.c.Eval(ctx, src, keys, args...).Result() }))
+}
+
+// followTopology asks a Cluster client to reload its slot map when a call
+// failed in a way a topology change explains: the node refused or dropped
+// the connection, timed out, or answered CLUSTERDOWN or TRYAGAIN. go-redis
+// reloads on MOVED by itself but, on its own, only every
+// ClusterStateReloadInterval (60 s by default) after a master dies, so its
+// slots would stay on the dead node for up to a minute after a replica took
+// them over. ReloadState is lazy and coalesced by go-redis (one reload at a
+// time, at least 200 ms apart), so a burst of failures costs one CLUSTER
+// SLOTS every 200 ms at most, while the failure lasts.
+func (g goRedis) followTopology(v any, err error) (any, error) {
+	if err == nil {
+		return v, nil
+	}
+	cc, ok := g.c.(*redis.ClusterClient)
+	if !ok || !topologyError(err) {
+		return v, err
+	}
+	cc.ReloadState(context.Background())
+	return v, err
+}
+
+// topologyError reports whether err may mean that the key's node changed:
+// a network error or a Cluster state error, not a script's own error.
+func topologyError(err error) bool {
+	if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
+		return false // the caller's context: says nothing of the node
+	}
+	var ne net.Error
+	if errors.As(err, &ne) || errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, syscall.ECONNREFUSED) || errors.Is(err, syscall.ECONNRESET) {
+		return true
+	}
+	msg := err.Error()
+	return strings.HasPrefix(msg, "CLUSTERDOWN") || strings.HasPrefix(msg, "TRYAGAIN") ||
+		strings.Contains(msg, "connection refused") || strings.Contains(msg, "connection reset")
 }
 
 type reply struct {
