@@ -54,3 +54,28 @@ func (q *Queue) Fail(ctx context.Context, d *Delivery, cause error) (Outcome, er
 
 // Lease returns the Visibility option's value.
 func (q *Queue) Lease() time.Duration { return q.cfg.visibility }
+
+// The changing steps as one given call, so that a test can run a call twice
+// as a client's resend does.
+
+// EnqueueCall enqueues payload due now as the call; call "" means that id was
+// drawn for this call (Enqueue without the ID option). dup is ErrDuplicate.
+func (q *Queue) EnqueueCall(ctx context.Context, id, payload, call string) (dup bool, err error) {
+	_, dup, err = q.d.enqueue(ctx, id, []byte(payload), -1, 0, call)
+	return dup, err
+}
+
+// ClaimCall is Claim as the call.
+func (q *Queue) ClaimCall(ctx context.Context, call string) (*Delivery, error) {
+	return q.d.claim(ctx, q.cfg.visibility.Microseconds(), call)
+}
+
+// CancelCall is Cancel as the call; false is ErrNotFound.
+func (q *Queue) CancelCall(ctx context.Context, id, call string) (bool, error) {
+	return q.d.cancel(ctx, id, call)
+}
+
+// RequeueCall is Requeue as the call; false is ErrNotFound.
+func (q *Queue) RequeueCall(ctx context.Context, id, call string) (bool, error) {
+	return q.d.requeue(ctx, id, call)
+}

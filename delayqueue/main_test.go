@@ -1,9 +1,7 @@
 package delayqueue_test
 
 import (
-	"fmt"
 	"os"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -13,6 +11,7 @@ import (
 	"github.com/floodgate-dev/floodgate/backend"
 	"github.com/floodgate-dev/floodgate/backend/rueidisadapter"
 	"github.com/floodgate-dev/floodgate/clock"
+	"github.com/floodgate-dev/floodgate/internal/backendtest"
 	"github.com/floodgate-dev/floodgate/internal/testenv"
 )
 
@@ -26,13 +25,10 @@ func TestMain(m *testing.M) {
 // t0 is the start of every fake clock.
 var t0 = time.Unix(1_700_000_000, 0)
 
-// prefixSeq makes every test's Redis keys unique, so tests on shared servers
-// never see each other's state.
-var prefixSeq atomic.Int64
-
-func uniquePrefix() string {
-	return fmt.Sprintf("t%d_%d", os.Getpid(), prefixSeq.Add(1))
-}
+// uniquePrefix makes every test's Redis keys unique, so tests on shared
+// servers never see each other's state. It shares its sequence with the
+// backends of internal/backendtest (such as backendtest.Replaying).
+func uniquePrefix() string { return backendtest.UniquePrefix() }
 
 type kindOfBackend struct {
 	name string
