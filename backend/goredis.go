@@ -29,7 +29,11 @@ func NewRedis(c redis.UniversalClient, opts ...Option) *Redis {
 // Deadlines: go-redis honours a context's deadline on the network only when
 // the client is built with ContextTimeoutEnabled: true; otherwise a call to a
 // hung server lasts its ReadTimeout (5s by default in go-redis v9.23). Set
-// it: it costs nothing.
+// it: it costs nothing. For clients without it (a *redis.Client,
+// *redis.ClusterClient or *redis.Ring whose options say so), every call with
+// a cancellable context waits on the context in a helper goroutine, so the
+// caller still gets an error when ctx ends; the command itself finishes in
+// the background.
 //
 // Retries: go-redis resends a command whose reply did not arrive (a read
 // timeout, a connection reset) up to MaxRetries times (3 by default), and the
@@ -42,10 +46,19 @@ func NewRedis(c redis.UniversalClient, opts ...Option) *Redis {
 // so it may spend a second time; that can only deny more, never admit more
 // than the rule allows (package ratelimit). With ContextTimeoutEnabled, the
 // caller's deadline also ends the retries.
-// For clients without it (a *redis.Client, *redis.ClusterClient or
-// *redis.Ring whose options say so), every call with a cancellable context
-// waits on the context in a helper goroutine, so the caller still gets an
-// error when ctx ends; the command itself finishes in the background.
+//
+// Failover: on a *redis.ClusterClient, a call that fails with a network
+// error, CLUSTERDOWN or TRYAGAIN makes the client reload its slot map
+// (ClusterClient.ReloadState; go-redis runs at most one reload every 200 ms),
+// so the slots of a dead master move to its promoted replica about when the
+// Cluster promotes it, instead of at the next ClusterStateReloadInterval
+// (60 s by default; leave it). During Redis's own failover window (about
+// cluster-node-timeout) calls on that master's keys fail; keys on other
+// masters are unaffected. A Sentinel failover client (redis.NewFailoverClient)
+// follows Sentinel's switch-master messages by itself. Settings that matter:
+// ContextTimeoutEnabled (true), MaxRetries (the default 3 is fine: see
+// Retries), DialTimeout and ReadTimeout (how long a dead or hung node holds a
+// call when the context has no deadline).
 func NewRedisE(c redis.UniversalClient, opts ...Option) (*Redis, error) {
 	if c == nil {
 		return nil, errors.New("backend: Redis client is nil")
