@@ -243,8 +243,8 @@ func TestLogLimiter(t *testing.T) {
 	now := time.Unix(0, 0)
 	l := newLogLimiter(slog.New(slog.NewTextHandler(&buf, nil)), time.Second)
 	l.now = func() time.Time { return now }
-	for range 5 {
-		l.warn("timeout", "store failed")
+	for i := range 5 {
+		l.warn("timeout", "store failed", "error", fmt.Sprint("e", i))
 	}
 	l.warn("error", "store failed")
 	now = now.Add(time.Second)
@@ -253,8 +253,8 @@ func TestLogLimiter(t *testing.T) {
 	if len(lines) != 3 {
 		t.Fatalf("%d lines, want 3:\n%s", len(lines), buf.String())
 	}
-	if !strings.Contains(lines[2], "suppressed=4") {
-		t.Fatalf("the line after the interval does not count the 4 left out: %s", lines[2])
+	if !strings.Contains(lines[2], "suppressed=4") || !strings.Contains(lines[2], "last_suppressed_error=e4") {
+		t.Fatalf("the line after the interval does not count the 4 left out, with the last error: %s", lines[2])
 	}
 }
 

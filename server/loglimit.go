@@ -7,9 +7,9 @@ import (
 )
 
 // logLimiter writes at most one line per key and interval; the next line
-// written for that key says how many were left out in between, so a flood of
-// identical failures (one per request while the store is down) costs one
-// line a second, and nothing is hidden without a count.
+// written for that key says how many were left out in between and the last
+// of their errors, so a flood of failures (one per request while the store
+// is down) costs one line a second, and nothing is hidden without a count.
 type logLimiter struct {
 	log   *slog.Logger
 	every time.Duration
@@ -22,6 +22,7 @@ type logLimiter struct {
 type logState struct {
 	last       time.Time
 	suppressed int64
+	lastErr    any // the "error" argument of the last line left out
 }
 
 func newLogLimiter(log *slog.Logger, every time.Duration) *logLimiter {
@@ -40,14 +41,22 @@ func (l *logLimiter) warn(key, msg string, args ...any) {
 	}
 	if !st.last.IsZero() && now.Sub(st.last) < l.every {
 		st.suppressed++
+		for i := 0; i+1 < len(args); i += 2 {
+			if args[i] == "error" {
+				st.lastErr = args[i+1]
+			}
+		}
 		l.mu.Unlock()
 		return
 	}
-	n := st.suppressed
-	st.last, st.suppressed = now, 0
+	n, lastErr := st.suppressed, st.lastErr
+	st.last, st.suppressed, st.lastErr = now, 0, nil
 	l.mu.Unlock()
 	if n > 0 {
 		args = append(args, "suppressed", n)
+		if lastErr != nil {
+			args = append(args, "last_suppressed_error", lastErr)
+		}
 	}
 	l.log.Warn(msg, args...)
 }
