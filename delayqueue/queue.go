@@ -76,6 +76,39 @@
 // On Redis, durability is Redis's: with AOF and appendfsync always an
 // acknowledged Enqueue survives a restart; without persistence a restart
 // loses the queue.
+//
+// # Lost replies and resends
+//
+// A script whose reply is lost (a connection cut, a read timeout while Redis
+// stalls) has still run, and go-redis resends it (MaxRetries, 3 by default),
+// so any script may run twice. Every script that changes the queue tells a
+// second run of the same call from a new call and answers it as the first
+// run did, without acting again:
+//
+//   - Enqueue without ID draws the job's ID before the script runs, so a job
+//     with it is this call's: success, one job. With ID, the call's ID
+//     (backend.NewCallID) is kept beside the job, for the job's life: a
+//     resend of this call succeeds; another Enqueue with the ID gets
+//     ErrDuplicate.
+//   - A claim, an ack, a retry, Cancel and Requeue leave a receipt under
+//     their call ID, read by the scripts' clock and kept for the longer of
+//     Visibility and MinReplayWindow (30s): a resent claim returns the same
+//     delivery (it does not lease a second job), a resent ack answers
+//     acked, a resent retry its outcome, a resent Cancel or Requeue nil,
+//     even if the job was enqueued again with its ID since. A delivery's ack
+//     and retry share its claim's receipt, so one receipt per delivery
+//     lives at a time (about 190 bytes on Redis, kept the window after
+//     the ack).
+//   - A resent extension moves the deadline again, from its own now, and
+//     answers as the first; a resent pump does the next part of the same
+//     work (moves the next due jobs, if any).
+//
+// A resend that arrives after the receipt ended is judged as a new call: an
+// ack or retry then reports ErrLeaseLost to OnError and changes nothing; a
+// Cancel returns ErrNotFound. When the client gives up (every resend failed)
+// the call returns the store's error and may or may not have taken effect;
+// a new call is a new call: Enqueue again without ID may add a second job,
+// with ID it gets ErrDuplicate if the first one landed.
 package delayqueue
 
 import (
@@ -109,8 +142,10 @@ const (
 // Sentinel errors.
 var (
 	// ErrDuplicate is returned by Enqueue, together with the job's ID, when
-	// a job with the ID given by the ID option is already in the queue
-	// (scheduled, ready, in flight or dead). Nothing is changed.
+	// another Enqueue call added a job with the ID given by the ID option and
+	// it is still in the queue (scheduled, ready, in flight or dead). Nothing
+	// is changed. A resend of the same call after a lost reply is not a
+	// duplicate, and a random ID never gets it.
 	ErrDuplicate = errors.New("delayqueue: a job with this ID is already in the queue")
 	// ErrNotFound is returned by Cancel when no job has the ID, and by
 	// Requeue when no dead job has it.
@@ -481,10 +516,12 @@ func ID(id string) EnqueueOption {
 // random 32-character hex ID.
 //
 // Errors: an error naming the option and value for a bad option;
-// ErrDuplicate (with the ID) when the ID option names a job already in the
-// queue; the context's error; store errors (wrapped). When Enqueue returns a
-// store error the job may or may not have been added (Redis may have run the
-// script before the reply was lost); enqueue with ID to retry safely.
+// ErrDuplicate (with the ID) when the ID option names a job that another
+// Enqueue call added and that is still in the queue; the context's error;
+// store errors (wrapped). The client's resends of this call after a lost
+// reply are safe (see "Lost replies and resends"). When Enqueue returns a
+// store error the job may or may not have been added; to retry safely,
+// enqueue with ID and take ErrDuplicate as "already there".
 func (q *Queue) Enqueue(ctx context.Context, payload []byte, opts ...EnqueueOption) (string, error) {
 	var c enqueueConfig
 	for _, o := range opts {

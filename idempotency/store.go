@@ -29,6 +29,34 @@
 // user key (Cluster-safe), time comes from the Redis server, and waiters are
 // woken through pub/sub. Records carry their own deadlines, so correctness
 // does not depend on when Redis expires keys.
+//
+// # Lost replies and resends
+//
+// A script whose reply is lost (a connection cut, a read timeout while Redis
+// stalls) has still run, and go-redis resends it (MaxRetries, 3 by default),
+// so any script may run twice. Each one knows a second run of the same call
+// and answers it as the first did, without acting again:
+//
+//   - Do draws an owner per call. A resent claim finds the call's own
+//     in-flight marker and claims (not ErrInFlight); a resent renewal renews
+//     again; a resent store of the result finds the result stored by this
+//     owner (the record keeps it, for the TTL) and succeeds, so ErrLeaseLost
+//     means the result is not stored; a resent removal of the marker after
+//     an error finds it freed by this owner (an aborted marker, kept until
+//     the lease would have ended) and changes nothing.
+//   - IssueToken draws the token before the script runs, so a live token
+//     with its value is this call's: success, one token.
+//   - ConsumeToken carries a call ID (backend.NewCallID); the token is not
+//     deleted but marked consumed by that call until its own deadline, so a
+//     resend answers true again while any other call gets false.
+//
+// Nothing is kept longer than the record it belongs to: about 30 bytes more
+// per stored result (its owner), and a consumed token stays, marked, until
+// it would have expired (about 100 bytes on Redis, as a live one). When the
+// client gives up (every resend failed) the call returns the store's error:
+// Do returns fn's result with it, and the key becomes retryable when the
+// lease ends unless the result was stored; ConsumeToken's token is then in
+// an unknown state.
 package idempotency
 
 import (
@@ -53,7 +81,9 @@ var (
 	// ErrLeaseLost is returned by Do when fn ran but its result could not be
 	// stored because the runner's lease had ended: the runner was paused, or
 	// cut off from the store, for longer than the lease, and another caller
-	// may have run fn since. The result fn returned is still returned. It is
+	// may have run fn since. The result fn returned is still returned. It
+	// means the result is not stored: a resend of the store after a lost
+	// reply that finds this call's result is a success. It is
 	// also the cause (context.Cause) of the cancellation of fn's context when
 	// the lease may have passed to another caller.
 	ErrLeaseLost = errors.New("idempotency: lease lost before the result was stored")

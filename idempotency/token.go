@@ -42,6 +42,10 @@ func (s *Store) IssueToken(ctx context.Context) (string, error) {
 // in one atomic step (delete first, then judge), so there is no window
 // between checking and consuming. An expired token is deleted too.
 //
+// The call is safe to resend after a lost reply: the token is marked
+// consumed by this call (until it would have expired), so a second run of
+// the call returns true again, while any other call returns false.
+//
 // A string that cannot be a token (wrong length or alphabet) returns false,
 // as tokens come from clients; an empty token is an error naming it. Store
 // errors are returned wrapped; the token is then in an unknown state.
