@@ -10,11 +10,13 @@
 //
 // # How it works
 //
-// A queue is four sorted sets and two hashes, all under the hash tag {name}
-// on Redis (so a queue lives on one Cluster slot): scheduled (job id scored
-// by due time), ready (due jobs, by due time), inflight (delivered jobs, by
-// lease deadline) and dead (jobs that used up their attempts), plus the
-// payloads and each job's attempt count and due time. Every change of state
+// A queue is four sorted sets and three hashes, all under the hash tag
+// {name} on Redis (so a queue lives on one Cluster slot): scheduled (job id
+// scored by due time), ready (due jobs, by due time), inflight (delivered
+// jobs, by lease deadline) and dead (jobs that used up their attempts), plus
+// the payloads, each job's attempt count and due time, and the Enqueue call
+// of each job whose ID the caller chose; and short-lived receipts of recent
+// calls (see "Lost replies and resends"). Every change of state
 // is one script call, and the scripts are the only place where state
 // changes, so any number of consumers in any number of processes may share a
 // queue:
