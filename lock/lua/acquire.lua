@@ -1,5 +1,6 @@
 -- acquire.lua: one attempt to take a mutex.
--- KEYS[1] lock hash {o owner, c hold count, t token, d deadline µs, k call log}
+-- KEYS[1] lock hash {o owner, c hold count, t token, d deadline µs, k call log
+--         (with Owner), r the call that last ended a holding}
 -- KEYS[2] fence: the last token handed out (no TTL: it outlives the lock)
 -- KEYS[3] waiter queue (zset: owner scored by arrival µs)
 -- KEYS[4] waiter deadlines (hash: owner -> µs; a waiter that stops retrying drops out)
@@ -11,13 +12,14 @@
 -- reply: {1, token} acquired; {0, wait_hint_us} not acquired (0: free but not
 -- this waiter's turn; -1: refused, the caller gave up on this call).
 --
--- Safe to run twice. The call log k ("<;id=value>...", the last 8 calls that
--- changed the lock, across holdings) records the token each acquiring call
--- got: a resend of a call whose holding is still live gets the same token
--- and adds no hold level. Without Owner the owner id is this Lock call's own,
--- so a live holding by owner can only come from an earlier run of this call:
--- it is answered the same way. A tombstone means cancel.lua already ran for
--- this call: refused, nothing changes (no token is burnt).
+-- Safe to run twice. Without Owner the owner id is this Lock call's own, so
+-- a live holding by owner can only come from an earlier run of this call: it
+-- gets the same token, and no hold level is added. With Owner, the call log k
+-- (";id=value" entries, the last 8 calls that changed the lock, kept across
+-- that owner's holdings) records the token each acquiring call got: a resend
+-- of a logged call whose holding is live gets the same token and adds no
+-- level. A tombstone means cancel.lua already ran for this call: refused,
+-- nothing changes (no token is burnt).
 if redis.call('EXISTS', KEYS[5]) == 1 then return {0, -1} end
 local now = ARGV[1]
 if now == '' then
@@ -39,7 +41,7 @@ end
 local function record(log, id, v)
   log = (log or '') .. ';' .. id .. '=' .. string.format('%d', v)
   local _, n = string.gsub(log, ';', '')
-  if n > 8 then log = string.sub(log, string.find(log, ';', 2, true)) end
+  if n > 8 then log = string.sub(log, (string.find(log, ';', 2, true))) end
   return log
 end
 
@@ -89,8 +91,10 @@ end
 local token = tonumber(redis.call('GET', KEYS[2]) or '0') + 1
 if token < now then token = now end
 redis.call('SET', KEYS[2], string.format('%d', token))
+local log = ''
+if ARGV[8] == '1' then log = record(h[5], call, token) end
 redis.call('HSET', KEYS[1], 'o', owner, 'c', 1, 't', string.format('%d', token), 'd', string.format('%d', now + ttl),
-  'k', record(h[5], call, token))
+  'k', log)
 redis.call('PEXPIRE', KEYS[1], math.ceil(ttl / 1000))
 redis.call('ZREM', KEYS[3], owner)
 redis.call('HDEL', KEYS[4], owner)

@@ -34,7 +34,7 @@ end
 local function record(log, id, v)
   log = (log or '') .. ';' .. id .. '=' .. string.format('%d', v)
   local _, n = string.gsub(log, ';', '')
-  if n > 8 then log = string.sub(log, string.find(log, ';', 2, true)) end
+  if n > 8 then log = string.sub(log, (string.find(log, ';', 2, true))) end
   return log
 end
 
@@ -51,7 +51,7 @@ if undo then
     return 1
   end
   redis.call('HDEL', KEYS[1], 'o', 'c', 't', 'd')
-  redis.call('HSET', KEYS[1], 'k', record(h[5], '~' .. call, 0))
+  if ARGV[6] == '1' then redis.call('HSET', KEYS[1], 'k', record(h[5], '~' .. call, 0)) end
 elseif h[1] and tonumber(h[4]) > now then
   return 0
 end

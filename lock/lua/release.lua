@@ -6,11 +6,11 @@
 -- On the last level it ends the holding and publishes the longest live waiter's
 -- owner id (or "" when none), so only that waiter retries: no thundering herd.
 --
--- Safe to run twice: the call log k (see acquire.lua) records the count each
--- release left, and a resend of a logged call gets that answer again without
--- releasing another level. The last level's release removes the holding's
--- fields but keeps the log, which lives until the hash's TTL (the end of the
--- released lease) and across the next holdings while it has room.
+-- Safe to run twice. The release that ends a holding leaves its call id in
+-- r, which stays in the hash until the hash's TTL (the end of the released
+-- lease) or the next such release: a resend answers 0 again. With Owner, the
+-- call log k (see acquire.lua) records the count each release left, and a
+-- resend of a logged call gets that answer without releasing another level.
 local now = ARGV[1]
 if now == '' then
   local t = redis.call('TIME')
@@ -30,11 +30,12 @@ end
 local function record(log, id, v)
   log = (log or '') .. ';' .. id .. '=' .. string.format('%d', v)
   local _, n = string.gsub(log, ';', '')
-  if n > 8 then log = string.sub(log, string.find(log, ';', 2, true)) end
+  if n > 8 then log = string.sub(log, (string.find(log, ';', 2, true))) end
   return log
 end
 
-local h = redis.call('HMGET', KEYS[1], 'o', 'c', 'd', 'k')
+local h = redis.call('HMGET', KEYS[1], 'o', 'c', 'd', 'k', 'r')
+if h[5] == call then return 0 end
 local done = logged(h[4], call)
 if done then return done end
 if not h[1] or h[1] ~= ARGV[2] or tonumber(h[3]) <= now then return -1 end
@@ -44,7 +45,7 @@ if c > 1 then
   return c - 1
 end
 redis.call('HDEL', KEYS[1], 'o', 'c', 't', 'd')
-redis.call('HSET', KEYS[1], 'k', record(h[4], call, 0))
+redis.call('HSET', KEYS[1], 'r', call)
 local next = ''
 local head = redis.call('ZRANGE', KEYS[3], 0, 99)
 for _, w in ipairs(head) do

@@ -1,11 +1,13 @@
 -- rw_acquire.lua: one attempt to take the read or the write side of an RWMutex.
 -- KEYS[1] writer (hash: o owner, c hold count, t token, d lease deadline µs,
---         k call log of the write side)
+--         k call log of the write side (with Owner), r the call that last
+--         ended a write holding)
 -- KEYS[2] fence: the last token handed out, to readers and writers alike (no
 --         TTL: it outlives the lock)
 -- KEYS[3] readers (zset: owner scored by lease deadline µs)
 -- KEYS[4] reader holds (hash: 'c'..owner hold count, 't'..owner token,
---         'k'..owner call log of that holding, 'k' call log of ended holdings)
+--         'k'..owner call log of that holding (with Owner), 'r' the call
+--         that last ended a read holding)
 -- KEYS[5] waiting readers (zset: owner scored by place in the queue)
 -- KEYS[6] waiting writers (zset: owner scored by place in the queue)
 -- KEYS[7] waiter deadlines (hash: side..owner -> µs; a waiter that stops
@@ -21,10 +23,11 @@
 -- refused, the caller gave up on this call) and place the caller's place in
 -- the queue (0 when not waiting).
 --
--- Safe to run twice, as acquire.lua: the call logs record the token each
--- acquiring call got, so a resend of a call whose holding is live gets the
--- same token and adds no level; without Owner a live holding by owner can
--- only come from an earlier run of this call. A tombstone refuses the call.
+-- Safe to run twice, as acquire.lua: without Owner a live holding by owner
+-- can only come from an earlier run of this call, and gets the same token;
+-- with Owner the call logs record the token each acquiring call got, so a
+-- resend of a logged call whose holding is live gets the same token and adds
+-- no level. A tombstone refuses the call.
 --
 -- Rules. A reader is admitted unless another owner holds the write side or a
 -- writer waits ahead of it (a newcomer is behind every waiter): once a writer
@@ -164,7 +167,8 @@ if side == 'r' then
   end
   local token = newToken()
   redis.call('ZADD', KEYS[3], int(now + ttl), owner)
-  redis.call('HSET', KEYS[4], 'c' .. owner, 1, 't' .. owner, int(token), 'k' .. owner, record(nil, call, token))
+  redis.call('HSET', KEYS[4], 'c' .. owner, 1, 't' .. owner, int(token))
+  if reentrant then redis.call('HSET', KEYS[4], 'k' .. owner, record(nil, call, token)) end
   keep(KEYS[3], ms)
   keep(KEYS[4], ms)
   return done(token)
@@ -190,6 +194,8 @@ if ARGV[5] == '1' and not reading and (ahead(first(KEYS[5], 'r')) or ahead(first
   return fail(0)
 end
 local token = newToken()
-redis.call('HSET', KEYS[1], 'o', owner, 'c', 1, 't', int(token), 'd', int(now + ttl), 'k', record(w[5], call, token))
+local log = ''
+if reentrant then log = record(w[5], call, token) end
+redis.call('HSET', KEYS[1], 'o', owner, 'c', 1, 't', int(token), 'd', int(now + ttl), 'k', log)
 redis.call('PEXPIRE', KEYS[1], ms)
 return done(token)

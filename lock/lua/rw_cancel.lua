@@ -59,7 +59,7 @@ if side == 'w' then
       return 1
     end
     redis.call('HDEL', KEYS[1], 'o', 'c', 't', 'd')
-    redis.call('HSET', KEYS[1], 'k', record(h[5], '~' .. call, 0))
+    if reentrant then redis.call('HSET', KEYS[1], 'k', record(h[5], '~' .. call, 0)) end
   end
 elseif tonumber(redis.call('ZSCORE', KEYS[3], owner) or '0') > now then
   local r = redis.call('HMGET', KEYS[4], 'c' .. owner, 't' .. owner, 'k' .. owner)

@@ -6,10 +6,11 @@
 -- resend of this call)
 -- reply: -1 not held (expired, taken over or gone); else the hold count left.
 --
--- Safe to run twice: the call logs (see rw_acquire.lua) record the count each
--- release left, so a resend gets the same answer and releases nothing more.
--- A writer's last release keeps the write side's log in KEYS[1] (until its
--- TTL); a reader's moves to the log of ended holdings, KEYS[4] 'k'.
+-- Safe to run twice. The release that ends a holding leaves its call id in
+-- 'r' (KEYS[1] for the writer, KEYS[4] for readers) until the next such
+-- release or the key's TTL: a resend answers 0 again. With Owner, the call
+-- logs (see rw_acquire.lua) record the count each release left, so a resend
+-- gets the same answer and releases nothing more.
 --
 -- Wake-up messages name who may retry, so that only they do: 'r'..p the
 -- waiting readers up to place p (those queued before the first waiting
@@ -81,7 +82,8 @@ local function wake()
 end
 
 if ARGV[2] == 'w' then
-  local h = redis.call('HMGET', KEYS[1], 'o', 'c', 'd', 'k')
+  local h = redis.call('HMGET', KEYS[1], 'o', 'c', 'd', 'k', 'r')
+  if h[5] == call then return 0 end
   local done = logged(h[4], call)
   if done then return done end
   if h[1] ~= owner or tonumber(h[3]) <= now then return -1 end
@@ -91,10 +93,11 @@ if ARGV[2] == 'w' then
     return c - 1
   end
   redis.call('HDEL', KEYS[1], 'o', 'c', 't', 'd')
-  redis.call('HSET', KEYS[1], 'k', record(h[4], call, 0))
+  redis.call('HSET', KEYS[1], 'r', call)
 else
-  local r = redis.call('HMGET', KEYS[4], 'k' .. owner, 'k')
-  local done = logged(r[1], call) or logged(r[2], call)
+  local r = redis.call('HMGET', KEYS[4], 'k' .. owner, 'r')
+  if r[2] == call then return 0 end
+  local done = logged(r[1], call)
   if done then return done end
   if tonumber(redis.call('ZSCORE', KEYS[3], owner) or '0') <= now then return -1 end
   local c = redis.call('HINCRBY', KEYS[4], 'c' .. owner, -1)
@@ -104,7 +107,7 @@ else
   end
   redis.call('ZREM', KEYS[3], owner)
   redis.call('HDEL', KEYS[4], 'c' .. owner, 't' .. owner, 'k' .. owner)
-  redis.call('HSET', KEYS[4], 'k', record(r[2], call, 0))
+  redis.call('HSET', KEYS[4], 'r', call)
 end
 wake()
 return 0

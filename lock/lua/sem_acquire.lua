@@ -1,7 +1,8 @@
 -- sem_acquire.lua: one attempt to take a permit of a Semaphore.
 -- KEYS[1] holders (zset: owner scored by lease deadline µs)
 -- KEYS[2] holds (hash: 'c'..owner hold count, 't'..owner token, 'k'..owner
---         call log of that holding, 'k' call log of ended holdings)
+--         call log of that holding (with Owner), 'r' the call that last
+--         ended a holding)
 -- KEYS[3] fence: the last token handed out (no TTL: it outlives the permits)
 -- KEYS[4] waiters (zset: owner scored by place in the queue)
 -- KEYS[5] waiter deadlines (hash: owner -> µs; a waiter that stops retrying
@@ -16,11 +17,11 @@
 -- -1: refused, the caller gave up on this call) and place the caller's place
 -- in the queue (0 when not waiting).
 --
--- Safe to run twice, as acquire.lua: the call log of a holding records the
--- token each acquiring call got, so a resend of a call whose holding is live
--- gets the same token and adds no level; without Owner a live holding by
--- owner can only come from an earlier run of this call. A tombstone refuses
--- the call.
+-- Safe to run twice, as acquire.lua: without Owner a live holding by owner
+-- can only come from an earlier run of this call, and gets the same token;
+-- with Owner the call log of a holding records the token each acquiring call
+-- got, so a resend of a logged call whose holding is live gets the same
+-- token and adds no level. A tombstone refuses the call.
 --
 -- Rules. A holder re-enters at once, keeping its one permit. Otherwise a
 -- caller is admitted while fewer than permits owners hold one and, with fair,
@@ -136,7 +137,8 @@ local token = tonumber(redis.call('GET', KEYS[3]) or '0') + 1
 if token < now then token = now end
 redis.call('SET', KEYS[3], int(token))
 redis.call('ZADD', KEYS[1], int(now + ttl), owner)
-redis.call('HSET', KEYS[2], 'c' .. owner, 1, 't' .. owner, int(token), 'k' .. owner, record(nil, call, token))
+redis.call('HSET', KEYS[2], 'c' .. owner, 1, 't' .. owner, int(token))
+if reentrant then redis.call('HSET', KEYS[2], 'k' .. owner, record(nil, call, token)) end
 keep(KEYS[1], math.ceil(ttl / 1000))
 keep(KEYS[2], math.ceil(ttl / 1000))
 return done(token)

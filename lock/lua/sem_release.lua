@@ -6,10 +6,11 @@
 -- resend of this call)
 -- reply: -1 not held (expired or gone); else the hold count left.
 --
--- Safe to run twice: the call logs (see sem_acquire.lua) record the count
--- each release left, so a resend gets the same answer and releases nothing
--- more; the last release of a holding moves to the log of ended holdings,
--- KEYS[2] 'k'.
+-- Safe to run twice. The release that ends a holding leaves its call id in
+-- KEYS[2] 'r' until the next such release or the key's TTL: a resend answers
+-- 0 again. With Owner, the call log of a holding (see sem_acquire.lua)
+-- records the count each release left, so a resend gets the same answer and
+-- releases nothing more.
 --
 -- The wake-up message 's'..p lets the waiters up to place p retry: with f
 -- permits free, the first f live waiters, so that no more wake than can go.
@@ -38,8 +39,9 @@ local function record(log, id, v)
   return log
 end
 
-local r = redis.call('HMGET', KEYS[2], 'k' .. owner, 'k')
-local done = logged(r[1], call) or logged(r[2], call)
+local r = redis.call('HMGET', KEYS[2], 'k' .. owner, 'r')
+if r[2] == call then return 0 end
+local done = logged(r[1], call)
 if done then return done end
 if tonumber(redis.call('ZSCORE', KEYS[1], owner) or '0') <= now then return -1 end
 local c = redis.call('HINCRBY', KEYS[2], 'c' .. owner, -1)
@@ -49,7 +51,7 @@ if c > 0 then
 end
 redis.call('ZREM', KEYS[1], owner)
 redis.call('HDEL', KEYS[2], 'c' .. owner, 't' .. owner, 'k' .. owner)
-redis.call('HSET', KEYS[2], 'k', record(r[2], call, 0))
+redis.call('HSET', KEYS[2], 'r', call)
 
 local free = permits - redis.call('ZCOUNT', KEYS[1], '(' .. int(now), '+inf')
 if free <= 0 then return 0 end
