@@ -43,12 +43,25 @@ type failoverDecision struct {
 // server: a Service (rueidis store, failure mode deny, default breaker) on a
 // three-master, three-replica Cluster decides users spread over all 64
 // slot ranges while the master of a known slot is SIGKILLed. Users on the
-// healthy masters keep real answers except during Redis's own CLUSTERDOWN
-// window (fewer than 10% of their decisions fail, all between the kill and
-// one breaker cooldown after the promotion); users on the dead master get
-// real answers again within failoverRecovery of its replica's promotion.
+// dead master get real answers again within failoverRecovery of its
+// replica's promotion. Users on the healthy masters keep real answers:
+//
+//   - with Redis's default cluster-require-full-coverage yes, except while
+//     every node refuses every key (CLUSTERDOWN, from when the dead master
+//     is marked failed until its replica is promoted) and for at most one
+//     breaker cooldown after;
+//   - with cluster-require-full-coverage no, throughout.
 func TestClusterFailover(t *testing.T) {
-	c := testenv.NewClusterWith(t, testenv.WithReplicas(1), testenv.WithNodeTimeout(failoverNodeTimeout))
+	t.Run("full coverage", func(t *testing.T) { testClusterFailover(t, true) })
+	t.Run("partial coverage", func(t *testing.T) { testClusterFailover(t, false) })
+}
+
+func testClusterFailover(t *testing.T, fullCoverage bool) {
+	opts := []testenv.ClusterOption{testenv.WithReplicas(1), testenv.WithNodeTimeout(failoverNodeTimeout)}
+	if !fullCoverage {
+		opts = append(opts, testenv.WithNodeArgs("--cluster-require-full-coverage", "no"))
+	}
+	c := testenv.NewClusterWith(t, opts...)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	b, closer, err := OpenStore("redis://"+strings.Join(c.Addrs, ","), backendtest.UniquePrefix(), time.Second)
@@ -238,12 +251,24 @@ func TestClusterFailover(t *testing.T) {
 		t.Errorf("only %d real answers for the dead master's users after their last failure", okAfter)
 	}
 
+	healthyTotal := healthyFail + healthyOK
+	if !fullCoverage {
+		if !downFrom.IsZero() {
+			t.Errorf("healthy master %s reported the cluster down %v after SIGKILL despite cluster-require-full-coverage no", probe.Addr, downFrom.Sub(killed))
+		}
+		if healthyFail > 0 {
+			t.Errorf("healthy users: %d of %d decisions after the kill failed, from %v to %v after SIGKILL; want none with cluster-require-full-coverage no",
+				healthyFail, healthyTotal, healthyFirst.Sub(killed).Round(time.Millisecond), healthyLast.Sub(killed).Round(time.Millisecond))
+		} else {
+			t.Logf("healthy users: none of %d decisions after the kill failed", healthyTotal)
+		}
+		return
+	}
 	if downFrom.IsZero() || downTo.IsZero() {
 		t.Fatalf("healthy master %s never reported the cluster down and up again (from %v to %v)", probe.Addr, downFrom, downTo)
 	}
 	t.Logf("Redis's CLUSTERDOWN window on healthy master %s: %v to %v after SIGKILL (%v)", probe.Addr,
 		downFrom.Sub(killed).Round(time.Millisecond), downTo.Sub(killed).Round(time.Millisecond), downTo.Sub(downFrom).Round(time.Millisecond))
-	healthyTotal := healthyFail + healthyOK
 	if healthyFail == 0 {
 		t.Logf("healthy users: none of %d decisions failed", healthyTotal)
 		return

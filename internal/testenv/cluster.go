@@ -40,6 +40,7 @@ type ClusterOption func(*clusterConfig)
 type clusterConfig struct {
 	replicas    int           // per master
 	nodeTimeout time.Duration // cluster-node-timeout
+	args        []string      // more redis-server flags for every node
 }
 
 // WithReplicas gives each of the three masters n replicas (0 by default:
@@ -63,6 +64,15 @@ func WithNodeTimeout(d time.Duration) ClusterOption {
 			c.nodeTimeout = d
 		}
 	}
+}
+
+// WithNodeArgs appends redis-server flags to every node's command line,
+// after the cluster's own (none by default), for example
+// WithNodeArgs("--cluster-require-full-coverage", "no"), under which the
+// masters that are up keep serving their slots while a dead master's slots
+// have no owner, instead of all refusing every key with CLUSTERDOWN.
+func WithNodeArgs(args ...string) ClusterOption {
+	return func(c *clusterConfig) { c.args = append(c.args, args...) }
 }
 
 // Cluster is a private Redis Cluster of three masters on 127.0.0.1, with
@@ -135,7 +145,7 @@ func startCluster(cli string, cfg clusterConfig) (*Cluster, error) {
 			"--cluster-announce-ip", "127.0.0.1",
 			// A replica's first sync starts at once instead of after 5s.
 			"--repl-diskless-sync-delay", "0",
-		))
+		), WithArgs(cfg.args...))
 		if err != nil {
 			_ = c.Close()
 			return nil, err
