@@ -4,8 +4,6 @@ import (
 	"context"
 	"sync"
 	"time"
-
-	"github.com/floodgate-dev/floodgate/backend"
 )
 
 // This file holds what the Redis drivers do with a call whose answer never
@@ -60,10 +58,4 @@ func retry(bound time.Duration, f func(context.Context) error) {
 			pause = min(2*pause, 500*time.Millisecond)
 		}
 	}()
-}
-
-// tombKey is the key of call's tombstone: "<prefix>:{name}:<kind>:<call>",
-// in the lock's hash slot.
-func tombKey(r *backend.Redis, name, kind, call string) string {
-	return r.Key(name, kind+":"+call)
 }

@@ -39,7 +39,7 @@ var (
 type redisDriver struct {
 	r       *backend.Redis
 	o       Options
-	name    string
+	tomb    string   // key prefix of tombstones: + call id
 	keys    []string // lock, fence, queue, waiter deadlines
 	channel string
 }
@@ -48,7 +48,7 @@ func newRedisDriver(r *backend.Redis, name string, o Options) *redisDriver {
 	return &redisDriver{
 		r:    r,
 		o:    o,
-		name: name,
+		tomb: r.Key(name, "lx:"),
 		keys: []string{
 			r.Key(name, "lk"),
 			r.Key(name, "lf"),
@@ -70,7 +70,7 @@ func boolArg(b bool) string {
 
 // callKeys returns the lock's keys followed by the tombstone key of call.
 func (d *redisDriver) callKeys(call string) []string {
-	return append(d.keys[:len(d.keys):len(d.keys)], tombKey(d.r, d.name, "lx", call))
+	return append(d.keys[:len(d.keys):len(d.keys)], d.tomb+call)
 }
 
 // try makes one attempt, a call of its own. When its answer does not come

@@ -37,7 +37,7 @@ var (
 type rwRedis struct {
 	r       *backend.Redis
 	o       Options
-	name    string
+	tomb    string   // key prefix of tombstones: + call id
 	keys    []string // writer, fence, readers, reader holds, waiting readers, waiting writers, waiter deadlines
 	channel string
 }
@@ -46,7 +46,7 @@ func newRWRedis(r *backend.Redis, name string, o Options) *rwRedis {
 	return &rwRedis{
 		r:    r,
 		o:    o,
-		name: name,
+		tomb: r.Key(name, "rwx:"),
 		keys: []string{
 			r.Key(name, "rwl"),
 			r.Key(name, "rwf"),
@@ -72,7 +72,7 @@ func (s rwRedisSide) Acquire(ctx context.Context, owner string, ttl time.Duratio
 	d := s.d
 	reentrant := boolArg(d.o.Owner != "")
 	keys := func(call string) []string {
-		return append(d.keys[:len(d.keys):len(d.keys)], tombKey(d.r, d.name, "rwx", call))
+		return append(d.keys[:len(d.keys):len(d.keys)], d.tomb+call)
 	}
 	try := func(ctx context.Context, waiting bool, call string) (Grant, time.Duration, int64, error) {
 		reply, err := d.r.Run(ctx, rwAcquireScript, keys(call), []string{

@@ -38,7 +38,7 @@ var (
 type semRedis struct {
 	r       *backend.Redis
 	o       Options
-	name    string
+	tomb    string // key prefix of tombstones: + call id
 	permits string
 	keys    []string // holders, holds, fence, waiters, waiter deadlines
 	channel string
@@ -48,7 +48,7 @@ func newSemRedis(r *backend.Redis, name string, permits int, o Options) *semRedi
 	return &semRedis{
 		r:       r,
 		o:       o,
-		name:    name,
+		tomb:    r.Key(name, "smx:"),
 		permits: strconv.Itoa(permits),
 		keys: []string{
 			r.Key(name, "smh"),
@@ -64,7 +64,7 @@ func newSemRedis(r *backend.Redis, name string, permits int, o Options) *semRedi
 func (d *semRedis) Acquire(ctx context.Context, owner string, ttl time.Duration, wait bool) (Grant, error) {
 	reentrant := boolArg(d.o.Owner != "")
 	keys := func(call string) []string {
-		return append(d.keys[:len(d.keys):len(d.keys)], tombKey(d.r, d.name, "smx", call))
+		return append(d.keys[:len(d.keys):len(d.keys)], d.tomb+call)
 	}
 	try := func(ctx context.Context, waiting bool, call string) (Grant, time.Duration, int64, error) {
 		reply, err := d.r.Run(ctx, semAcquireScript, keys(call), []string{
