@@ -373,12 +373,13 @@ func TestRunLostReplies(t *testing.T) {
 
 // TestEnqueueAcrossStall is defect 4 as reported (a 6s stall, go-redis's
 // 5s ReadTimeout), scaled down: Redis (here the proxy in front of it) stalls
-// for 600ms, longer than the client's 400ms read timeout; go-redis resends
+// for 1.3s, longer than the client's 1s read timeout (the resend's connection
+// handshake must end within its own 1s); go-redis resends
 // Enqueue on a new connection, and when the stall ends both copies run.
 // Enqueue without ID must return its ID and no error, with one job.
 func TestEnqueueAcrossStall(t *testing.T) {
 	p := testenv.NewProxy(t, testenv.SharedRedis(t).Addr)
-	rdb := redis.NewClient(&redis.Options{Addr: p.Addr(), ReadTimeout: 400 * time.Millisecond, MaxRetries: 3})
+	rdb := redis.NewClient(&redis.Options{Addr: p.Addr(), ReadTimeout: time.Second, MaxRetries: 3})
 	t.Cleanup(func() { rdb.Close() })
 	q, err := delayqueue.New(backend.NewRedis(rdb, backend.WithPrefix(uniquePrefix())), "q")
 	if err != nil {
@@ -389,13 +390,13 @@ func TestEnqueueAcrossStall(t *testing.T) {
 		t.Fatal(err)
 	}
 	p.Stall()
-	time.AfterFunc(600*time.Millisecond, p.Resume)
+	time.AfterFunc(1300*time.Millisecond, p.Resume)
 	start := time.Now()
 	id, err := q.Enqueue(ctx, []byte("mail"))
 	if err != nil || id == "" {
 		t.Fatalf("Enqueue across a stall: %q %v; want its ID and no error", id, err)
 	}
-	if time.Since(start) < 400*time.Millisecond {
+	if time.Since(start) < time.Second {
 		t.Fatalf("Enqueue returned after %v: the stall did not hold it", time.Since(start))
 	}
 	if s, err := q.Stats(ctx); err != nil || s != (delayqueue.Stats{Scheduled: 2}) {

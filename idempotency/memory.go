@@ -146,7 +146,8 @@ func (d *memDriver) subscribe(context.Context, string) (<-chan string, func(), e
 }
 
 // A token's entry holds its deadline in A, and once consumed the ID of the
-// call that consumed it in Value, as the token's key does on Redis.
+// call that consumed it in Value, with the deadline of that record (at most
+// ReplayWindow) in A, as the token's key does on Redis.
 
 func (d *memDriver) issue(_ context.Context, token string, ttl time.Duration) (bool, error) {
 	sh := d.tokens.Shard(token)
@@ -180,7 +181,8 @@ func (d *memDriver) consume(_ context.Context, token, call string) (bool, error)
 		sh.Delete(token)
 		return false, nil
 	}
-	sh.Put(token, &backend.Entry{A: e.A, Value: call, Expires: e.Expires})
+	deadline := min(e.A, d.tokens.NowMicros()+ReplayWindow.Microseconds())
+	sh.Put(token, &backend.Entry{A: deadline, Value: call, Expires: deadline})
 	return true, nil
 }
 

@@ -153,5 +153,5 @@ func (d *redisDriver) issue(ctx context.Context, token string, ttl time.Duration
 }
 
 func (d *redisDriver) consume(ctx context.Context, token, call string) (bool, error) {
-	return flag(d.r.Run(ctx, consumeScript, d.tokenKey(token), []string{d.r.NowArg(), call}))
+	return flag(d.r.Run(ctx, consumeScript, d.tokenKey(token), []string{d.r.NowArg(), call, micros(ReplayWindow)}))
 }

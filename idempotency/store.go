@@ -47,16 +47,16 @@
 //   - IssueToken draws the token before the script runs, so a live token
 //     with its value is this call's: success, one token.
 //   - ConsumeToken carries a call ID (backend.NewCallID); the token is not
-//     deleted but marked consumed by that call until its own deadline, so a
-//     resend answers true again while any other call gets false.
+//     deleted but marked consumed by that call for ReplayWindow (a minute,
+//     less if the token expires sooner), so a resend answers true again
+//     while any other call gets false.
 //
 // Nothing is kept longer than the record it belongs to: about 30 bytes more
-// per stored result (its owner), and a consumed token stays, marked, until
-// it would have expired (about 100 bytes on Redis, as a live one). When the
-// client gives up (every resend failed) the call returns the store's error:
-// Do returns fn's result with it, and the key becomes retryable when the
-// lease ends unless the result was stored; ConsumeToken's token is then in
-// an unknown state.
+// per stored result (its owner), and a consumed token stays, marked, for at
+// most ReplayWindow (about 120 bytes on Redis). When the client gives up
+// (every resend failed) the call returns the store's error: Do returns fn's
+// result with it, and the key becomes retryable when the lease ends unless
+// the result was stored; ConsumeToken's token is then in an unknown state.
 package idempotency
 
 import (

@@ -5,9 +5,17 @@ import (
 	"crypto/rand"
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/floodgate-dev/floodgate/backend"
 )
+
+// ReplayWindow is how long a consumed token remembers the call that
+// consumed it (less when the token would have expired sooner), so that a
+// resend of that call after a lost reply answers true again: longer than a
+// client resends (go-redis: MaxRetries 3 and a 5s ReadTimeout make about
+// 20s). A resend that runs later answers false.
+const ReplayWindow = time.Minute
 
 // TokenLen is the length of a token from IssueToken: 26 characters of the
 // RFC 4648 base32 alphabet (A-Z, 2-7), carrying 128 random bits.
@@ -43,8 +51,9 @@ func (s *Store) IssueToken(ctx context.Context) (string, error) {
 // between checking and consuming. An expired token is deleted too.
 //
 // The call is safe to resend after a lost reply: the token is marked
-// consumed by this call (until it would have expired), so a second run of
-// the call returns true again, while any other call returns false.
+// consumed by this call for ReplayWindow (or until it would have expired, if
+// sooner), so a second run of the call returns true again, while any other
+// call returns false.
 //
 // A string that cannot be a token (wrong length or alphabet) returns false,
 // as tokens come from clients; an empty token is an error naming it. Store
