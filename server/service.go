@@ -582,8 +582,23 @@ func (s *Service) allow(ctx context.Context, reqs []ratelimit.Request, results [
 			err = &storeTimeoutError{waited: time.Since(start), caller: callerFirst}
 		}
 	}
+	if err != nil && clusterStateError(err) {
+		// The whole Cluster answers so, at once, during its own failover:
+		// it says nothing about this key's node, and counting it would open
+		// the breakers of healthy ranges for a cooldown after the Cluster is
+		// fine again. The call is still answered by the failure mode.
+		s.breakers.release(idx)
+		return ok, err
+	}
 	s.breakers.record(idx, err)
 	return ok, err
+}
+
+// clusterStateError reports a Redis Cluster's answer while it is reshaping
+// (CLUSTERDOWN, TRYAGAIN): quick, and about the Cluster, not one node.
+func clusterStateError(err error) bool {
+	msg := err.Error()
+	return strings.Contains(msg, "CLUSTERDOWN") || strings.Contains(msg, "TRYAGAIN")
 }
 
 var errBreakerOpen = errors.New("circuit breaker open: the store failed repeatedly")
