@@ -1,9 +1,11 @@
 // Package testenv starts private, real servers for tests: a standalone
-// redis-server (StartRedis), a three-master Redis Cluster (StartCluster), a
+// redis-server (StartRedis), a three-master Redis Cluster (StartCluster; with
+// replicas and a short node timeout for failover tests: StartClusterWith), a
 // master/replica pair watched by a Sentinel (StartSentinel), PostgreSQL
-// (StartPostgres), MariaDB (StartMariaDB) and ZooKeeper (StartZooKeeper).
-// Never a mock, and never the machine's own servers: every server is a child
-// process of the
+// (StartPostgres), MariaDB (StartMariaDB) and ZooKeeper (StartZooKeeper); and
+// a fault-injecting TCP proxy to put between a client and any of them
+// (StartProxy: delay, stall, cut, refuse, lose replies). Never a mock, and
+// never the machine's own servers: every server is a child process of the
 // test binary listening on 127.0.0.1 at a port chosen free at start (never
 // 6379), with its own temporary directory for data, config and logs.
 //
