@@ -19,9 +19,8 @@ import (
 type memDriver struct {
 	t        *backend.Table
 	q        *memQueue
-	receipts *backend.Table // "<name>\x00<call ID>" -> receipt, as lua/claim.lua describes
-	name     string
-	window   int64 // µs: receipts' lifetime
+	receipts *backend.Table // call ID -> receipt (see rcpt), as lua/claim.lua describes
+	window   int64          // µs: receipts' lifetime
 }
 
 // memQueue is the state of one queue; mu guards everything in it.
@@ -56,31 +55,60 @@ func newMemDriver(m *backend.Memory, name string, window time.Duration) *memDriv
 		}}
 		sh.Put(name, e)
 	}
-	return &memDriver{t: t, q: e.Value.(*memQueue), receipts: m.Table("delayqueue.receipts"),
-		name: name, window: window.Microseconds()}
+	return &memDriver{t: t, q: e.Value.(*memQueue), receipts: m.Table("delayqueue.receipts/" + name),
+		window: window.Microseconds()}
 }
 
-// receipt returns the receipt of call, "" when there is none; q.mu must be
-// held.
-func (d *memDriver) receipt(call string) string {
-	k := d.name + "\x00" + call
-	sh := d.receipts.Shard(k)
+// Receipt kinds on Memory (lua/claim.lua has the strings of Redis).
+const (
+	rcptNone    = iota
+	rcptClaim   // A: the attempt; Value: the job's ID
+	rcptAck     //
+	rcptRetried //
+	rcptKilled  //
+	rcptCancel  //
+	rcptRequeue //
+)
+
+// rcpt is a call's receipt, found by receipt; key is its key in the
+// receipts table.
+type rcpt struct {
+	key     string
+	kind    uint64
+	attempt int64
+	id      string
+}
+
+// receipt returns call's receipt, kind rcptNone when there is none live; q.mu
+// must be held.
+func (d *memDriver) receipt(call string) rcpt {
+	r := rcpt{key: call}
+	sh := d.receipts.Shard(r.key)
 	sh.Lock()
 	defer sh.Unlock()
-	if e := sh.Get(k); e != nil && e.Expires > d.receipts.NowMicros() {
-		return e.Value.(string)
+	if e := sh.Get(r.key); e != nil && e.Expires > d.receipts.NowMicros() {
+		r.kind, r.attempt = e.Tag, e.A
+		r.id, _ = e.Value.(string)
 	}
-	return ""
+	return r
 }
 
-// setReceipt records what call did, for the replay window; q.mu must be
-// held.
-func (d *memDriver) setReceipt(call, r string) {
-	k := d.name + "\x00" + call
-	sh := d.receipts.Shard(k)
+// set records what the call did, for the replay window; q.mu must be held.
+func (d *memDriver) set(r rcpt, kind uint64) {
+	sh := d.receipts.Shard(r.key)
 	sh.Lock()
 	defer sh.Unlock()
-	sh.Put(k, &backend.Entry{Value: r, Expires: d.receipts.NowMicros() + d.window})
+	expires := d.receipts.NowMicros() + d.window
+	if e := sh.Get(r.key); e != nil {
+		// The delivery's claim receipt, now its ack's or retry's: in place.
+		e.Tag, e.Expires, e.A, e.Value = kind, expires, 0, nil
+		return
+	}
+	e := &backend.Entry{Tag: kind, Expires: expires}
+	if kind == rcptClaim {
+		e.A, e.Value = r.attempt, r.id
+	}
+	sh.Put(r.key, e)
 }
 
 // schedule adds id to scheduled, due at due, and wakes the subscribers when
@@ -129,7 +157,8 @@ func (d *memDriver) cancel(_ context.Context, id, call string) (bool, error) {
 	q := d.q
 	q.mu.Lock()
 	defer q.mu.Unlock()
-	if d.receipt(call) == "x" {
+	r := d.receipt(call)
+	if r.kind == rcptCancel {
 		return true, nil
 	}
 	if _, ok := q.jobs[id]; !ok {
@@ -140,7 +169,7 @@ func (d *memDriver) cancel(_ context.Context, id, call string) (bool, error) {
 	q.ready.Remove(id)
 	q.inflight.Remove(id)
 	q.dead.Remove(id)
-	d.setReceipt(call, "x")
+	d.set(r, rcptCancel)
 	return true, nil
 }
 
@@ -187,13 +216,13 @@ func (d *memDriver) claim(_ context.Context, visibility int64, call string) (*de
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	now := d.t.NowMicros()
-	if r := d.receipt(call); strings.HasPrefix(r, "c") {
+	r := d.receipt(call)
+	if r.kind == rcptClaim {
 		// A second run of this claim: the same delivery while it holds the lease.
-		a, id, _ := strings.Cut(r[1:], ":")
-		attempt, _ := strconv.Atoi(a)
+		id := r.id
 		j := q.jobs[id]
 		deadline, ok := q.inflight.Score(id)
-		if j == nil || !ok || j.attempt != attempt {
+		if j == nil || !ok || int64(j.attempt) != r.attempt {
 			return nil, nil
 		}
 		return &delivery{
@@ -210,7 +239,8 @@ func (d *memDriver) claim(_ context.Context, visibility int64, call string) (*de
 	j.attempt++
 	deadline := now + visibility
 	q.inflight.Add(id, deadline)
-	d.setReceipt(call, "c"+strconv.Itoa(j.attempt)+":"+id)
+	r.attempt, r.id = int64(j.attempt), id
+	d.set(r, rcptClaim)
 	return &delivery{
 		Job:      Job{ID: id, Payload: clone(j.payload), Attempt: j.attempt, DueAt: microTime(j.due)},
 		deadline: deadline,
@@ -241,7 +271,8 @@ func (d *memDriver) ack(_ context.Context, id string, attempt int, call string) 
 	q := d.q
 	q.mu.Lock()
 	defer q.mu.Unlock()
-	if d.receipt(call) == "a" {
+	r := d.receipt(call)
+	if r.kind == rcptAck {
 		return true, nil
 	}
 	if !q.holds(id, attempt) {
@@ -249,7 +280,7 @@ func (d *memDriver) ack(_ context.Context, id string, attempt int, call string) 
 	}
 	q.inflight.Remove(id)
 	delete(q.jobs, id)
-	d.setReceipt(call, "a")
+	d.set(r, rcptAck)
 	return true, nil
 }
 
@@ -257,10 +288,11 @@ func (d *memDriver) retry(_ context.Context, id string, attempt int, backoff int
 	q := d.q
 	q.mu.Lock()
 	defer q.mu.Unlock()
-	switch d.receipt(call) {
-	case "r1":
+	r := d.receipt(call)
+	switch r.kind {
+	case rcptRetried:
 		return retried, nil
-	case "r2":
+	case rcptKilled:
 		return killed, nil
 	}
 	if !q.holds(id, attempt) {
@@ -270,13 +302,13 @@ func (d *memDriver) retry(_ context.Context, id string, attempt int, backoff int
 	q.inflight.Remove(id)
 	if attempt >= maxAttempts {
 		q.dead.Add(id, now)
-		d.setReceipt(call, "r2")
+		d.set(r, rcptKilled)
 		return killed, nil
 	}
 	due := now + backoff
 	q.jobs[id].due = due
 	q.schedule(id, due)
-	d.setReceipt(call, "r1")
+	d.set(r, rcptRetried)
 	return retried, nil
 }
 
@@ -318,7 +350,8 @@ func (d *memDriver) requeue(_ context.Context, id, call string) (bool, error) {
 	q := d.q
 	q.mu.Lock()
 	defer q.mu.Unlock()
-	if d.receipt(call) == "q" {
+	r := d.receipt(call)
+	if r.kind == rcptRequeue {
 		return true, nil
 	}
 	if !q.dead.Remove(id) {
@@ -328,7 +361,7 @@ func (d *memDriver) requeue(_ context.Context, id, call string) (bool, error) {
 	j := q.jobs[id]
 	j.attempt, j.due = 0, now
 	q.schedule(id, now)
-	d.setReceipt(call, "q")
+	d.set(r, rcptRequeue)
 	return true, nil
 }
 
