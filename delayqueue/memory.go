@@ -217,6 +217,9 @@ func (d *memDriver) claim(_ context.Context, visibility int64, call string) (*de
 	defer q.mu.Unlock()
 	now := d.t.NowMicros()
 	r := d.receipt(call)
+	if r.kind != rcptNone && r.kind != rcptClaim {
+		return nil, nil // this claim's delivery was acked or retried since
+	}
 	if r.kind == rcptClaim {
 		// A second run of this claim: the same delivery while it holds the lease.
 		id := r.id

@@ -125,6 +125,19 @@ func TestReplayedCalls(t *testing.T) {
 				check("ack", ok, true, err)
 			}
 			stats("after an ack run twice", delayqueue.Stats{Scheduled: 1})
+			if dup, err := q.EnqueueCall(ctx, "extra", "p", ""); dup || err != nil {
+				t.Fatal(dup, err)
+			}
+			if _, err := q.Pump(ctx); err != nil {
+				t.Fatal(err)
+			}
+			if d, err := q.ClaimCall(ctx, "call-c2"); d != nil || err != nil {
+				t.Fatalf("claim run again after its delivery was acked: %v %v, want nothing", d, err)
+			}
+			stats("the late claim leased nothing", delayqueue.Stats{Scheduled: 1, Ready: 1})
+			if ok, err := q.CancelCall(ctx, "extra", "call-x0"); !ok || err != nil {
+				t.Fatal(ok, err)
+			}
 
 			// Cancel twice: removed both times, and the second run does not
 			// touch a job enqueued with the ID since.

@@ -37,7 +37,9 @@ local function setReceipt(body)
   local w = tonumber(ARGV[3])
   redis.call('SET', KEYS[5], string.format('%d:', now + w) .. body, 'PX', math.ceil(w / 1000) + 1000)
 end
-local ca, cid = string.match(receipt() or '', '^c(%d+):(.*)$')
+local seen = receipt()
+local ca, cid = string.match(seen or '', '^c(%d+):(.*)$')
+if seen and not ca then return {} end -- this claim's delivery was acked or retried since
 if ca then
   local deadline = redis.call('ZSCORE', KEYS[2], cid)
   local attempt, due = string.match(redis.call('HGET', KEYS[4], cid) or '', '^(%d+):(%d+)$')
