@@ -148,16 +148,30 @@ func startServer(t *testing.T, cfg string, args ...string) *fgServer {
 
 func startServerEnv(t *testing.T, env []string, cfg string, args ...string) *fgServer {
 	t.Helper()
+	return startServerWith(t, serveOpts{env: env}, cfg, args...)
+}
+
+// serveOpts are startServerWith's settings of the server process.
+type serveOpts struct {
+	env    []string // added to the environment
+	nofile int      // > 0: the process's descriptor limit (ulimit -n), set by a shell
+}
+
+func startServerWith(t *testing.T, o serveOpts, cfg string, args ...string) *fgServer {
+	t.Helper()
 	bin := floodgateBinary(t)
 	argv := append([]string{"serve", "--config", cfg,
 		"--http-addr", "127.0.0.1:0", "--grpc-addr", "127.0.0.1:0", "--log-format", "json"}, args...)
 	cmd := exec.Command(bin, argv...)
+	if o.nofile > 0 {
+		cmd = exec.Command("/bin/sh", append([]string{"-c", fmt.Sprintf(`ulimit -n %d && exec "$@"`, o.nofile), "sh", bin}, argv...)...)
+	}
 	for _, kv := range os.Environ() {
 		if !strings.HasPrefix(kv, "FLOODGATE_TOKEN=") {
 			cmd.Env = append(cmd.Env, kv)
 		}
 	}
-	cmd.Env = append(cmd.Env, env...)
+	cmd.Env = append(cmd.Env, o.env...)
 	s := &fgServer{t: t, cmd: cmd, done: make(chan struct{})}
 	pr, pw, err := os.Pipe()
 	if err != nil {
@@ -211,7 +225,7 @@ func startServerEnv(t *testing.T, env []string, cfg string, args ...string) *fgS
 			t.Errorf("the race detector reported a data race in floodgate serve")
 		}
 		if t.Failed() {
-			t.Logf("floodgate %s: exit %d; log:\n%s", strings.Join(argv, " "), s.exitCode, s.Logs())
+			t.Logf("floodgate %s (ulimit -n %d, 0: inherited): exit %d; log:\n%s", strings.Join(argv, " "), o.nofile, s.exitCode, s.Logs())
 		}
 	})
 

@@ -7,17 +7,12 @@ package main
 // Redis reconnect and configuration reload failed with EMFILE.
 
 import (
-	"bufio"
 	"context"
-	"encoding/json"
 	"fmt"
 	"io"
 	"net"
 	"net/http"
-	"os"
-	"os/exec"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -51,7 +46,7 @@ func TestShedHostileConnections(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	s := startServerNofile(t, nofile, e2eConfig, "--http-read-timeout", "1s", "--grpc-handshake-timeout", "1s")
+	s := startServerWith(t, serveOpts{nofile: nofile}, e2eConfig, "--http-read-timeout", "1s", "--grpc-handshake-timeout", "1s")
 
 	var conns []net.Conn
 	t.Cleanup(func() {
@@ -157,86 +152,4 @@ func grep(text, sub string) string {
 		}
 	}
 	return strings.Join(out, "\n")
-}
-
-// startServerNofile is startServer (e2e_helpers_test.go) for a process
-// limited to nofile descriptors. It runs floodgate through sh, whose ulimit
-// sets the limit before exec: Go has no per-child setting, and gives a child
-// the soft limit the test binary started with.
-func startServerNofile(t *testing.T, nofile int, cfg string, args ...string) *fgServer {
-	t.Helper()
-	bin := floodgateBinary(t)
-	argv := append([]string{"serve", "--config", cfg,
-		"--http-addr", "127.0.0.1:0", "--grpc-addr", "127.0.0.1:0", "--log-format", "json"}, args...)
-	cmd := exec.Command("/bin/sh", append([]string{"-c", fmt.Sprintf(`ulimit -n %d && exec "$@"`, nofile), "sh", bin}, argv...)...)
-	for _, kv := range os.Environ() {
-		if !strings.HasPrefix(kv, "FLOODGATE_TOKEN=") {
-			cmd.Env = append(cmd.Env, kv)
-		}
-	}
-	s := &fgServer{t: t, cmd: cmd, done: make(chan struct{})}
-	pr, pw, err := os.Pipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	cmd.Stdout, cmd.Stderr = pw, pw
-	if err := startChild(cmd); err != nil {
-		pr.Close()
-		pw.Close()
-		t.Fatalf("starting %s: %v", bin, err)
-	}
-	pw.Close()
-
-	serving := make(chan [2]string, 1)
-	var readerDone sync.WaitGroup
-	readerDone.Go(func() {
-		sc := bufio.NewScanner(pr)
-		sc.Buffer(make([]byte, 64<<10), 1<<20)
-		for sc.Scan() {
-			line := sc.Text()
-			s.logMu.Lock()
-			s.logs.WriteString(line)
-			s.logs.WriteByte('\n')
-			s.logMu.Unlock()
-			var rec struct{ Msg, HTTP, GRPC string }
-			if json.Unmarshal([]byte(line), &rec) == nil && rec.Msg == "serving" {
-				select {
-				case serving <- [2]string{rec.HTTP, rec.GRPC}:
-				default:
-				}
-			}
-		}
-		pr.Close()
-	})
-	go func() {
-		err := cmd.Wait()
-		readerDone.Wait()
-		s.exitCode = cmd.ProcessState.ExitCode()
-		if err != nil && s.exitCode == 0 {
-			s.exitCode = -1
-		}
-		close(s.done)
-	}()
-	t.Cleanup(func() {
-		if s.stop() && s.exitCode != 0 {
-			t.Errorf("floodgate serve exited with %d after SIGTERM, want 0", s.exitCode)
-		}
-		if strings.Contains(s.Logs(), "WARNING: DATA RACE") {
-			t.Errorf("the race detector reported a data race in floodgate serve")
-		}
-		if t.Failed() {
-			t.Logf("floodgate %s (ulimit -n %d): exit %d; log:\n%s", strings.Join(argv, " "), nofile, s.exitCode, s.Logs())
-		}
-	})
-
-	select {
-	case addrs := <-serving:
-		s.HTTP, s.GRPC = addrs[0], addrs[1]
-	case <-s.done:
-		t.Fatalf("floodgate serve exited with %d before serving; log:\n%s", s.exitCode, s.Logs())
-	case <-time.After(30 * time.Second):
-		t.Fatalf("floodgate serve did not log \"serving\" within 30s; log:\n%s", s.Logs())
-	}
-	s.waitReady(10 * time.Second)
-	return s
 }
