@@ -12,6 +12,8 @@ import (
 )
 
 var (
+	//go:embed lua/common.lua
+	luaCommon string
 	//go:embed lua/enqueue.lua
 	luaEnqueue string
 	//go:embed lua/cancel.lua
@@ -33,17 +35,23 @@ var (
 	//go:embed lua/requeue.lua
 	luaRequeue string
 
-	enqueueScript  = backend.NewScript(luaEnqueue)
-	cancelScript   = backend.NewScript(luaCancel)
-	pumpScript     = backend.NewScript(luaPump)
-	claimScript    = backend.NewScript(luaClaim)
-	extendScript   = backend.NewScript(luaExtend)
-	ackScript      = backend.NewScript(luaAck)
-	retryScript    = backend.NewScript(luaRetry)
-	statsScript    = backend.NewScript(luaStats)
-	listDeadScript = backend.NewScript(luaListDead)
-	requeueScript  = backend.NewScript(luaRequeue)
+	enqueueScript  = newScript(luaEnqueue)
+	cancelScript   = newScript(luaCancel)
+	pumpScript     = newScript(luaPump)
+	claimScript    = newScript(luaClaim)
+	extendScript   = newScript(luaExtend)
+	ackScript      = newScript(luaAck)
+	retryScript    = newScript(luaRetry)
+	statsScript    = newScript(luaStats)
+	listDeadScript = newScript(luaListDead)
+	requeueScript  = newScript(luaRequeue)
 )
+
+// newScript returns main preceded by common.lua, the clock and receipt
+// functions that the scripts call (Redis scripts cannot import each other).
+func newScript(main string) *backend.Script {
+	return backend.NewScript(luaCommon + "\n" + main)
+}
 
 // redisDriver keeps a queue in seven keys that share the hash tag {name}:
 // dq:s scheduled, dq:r ready, dq:i inflight, dq:x dead (sorted sets of job

@@ -19,25 +19,8 @@
 --
 -- Safe to run twice: a second run finds 'c<attempt>:<id>' and returns the same
 -- delivery while it still holds the lease, {} once it does not.
-local now = ARGV[1]
-if now == '' then
-  local t = redis.call('TIME')
-  now = tonumber(t[1]) * 1000000 + tonumber(t[2])
-else
-  now = tonumber(now)
-end
--- receipt returns what an earlier run of this call recorded under KEYS[5],
--- while it lasts by the clock above; setReceipt records it for ARGV[3] µs.
-local function receipt()
-  local dl, body = string.match(redis.call('GET', KEYS[5]) or '', '^(%d+):(.*)$')
-  if dl and tonumber(dl) > now then return body end
-  return nil
-end
-local function setReceipt(body)
-  local w = tonumber(ARGV[3])
-  redis.call('SET', KEYS[5], string.format('%d:', now + w) .. body, 'PX', math.ceil(w / 1000) + 1000)
-end
-local seen = receipt()
+local now = clock(ARGV[1])
+local seen = receipt(KEYS[5], now)
 local ca, cid = string.match(seen or '', '^c(%d+):(.*)$')
 if seen and not ca then return {} end -- this claim's delivery was acked or retried since
 if ca then
@@ -55,5 +38,5 @@ due = tonumber(due) or tonumber(top[2])
 local deadline = now + tonumber(ARGV[2])
 redis.call('HSET', KEYS[4], id, string.format('%d:%d', attempt, due))
 redis.call('ZADD', KEYS[2], string.format('%d', deadline), id)
-setReceipt(string.format('c%d:', attempt) .. id)
+setReceipt(KEYS[5], now, ARGV[3], string.format('c%d:', attempt) .. id)
 return {id, redis.call('HGET', KEYS[3], id) or '', attempt, due, deadline}

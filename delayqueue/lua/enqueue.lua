@@ -15,13 +15,7 @@
 -- an idle consumer already plans to wake no later than the old head.
 -- Times are µs since the epoch, below 2^53 (exact in Lua's doubles); they are
 -- formatted with %d before they go back to Redis.
-local now = ARGV[1]
-if now == '' then
-  local t = redis.call('TIME')
-  now = tonumber(t[1]) * 1000000 + tonumber(t[2])
-else
-  now = tonumber(now)
-end
+local now = clock(ARGV[1])
 local id, call = ARGV[2], ARGV[7]
 local due = tonumber(ARGV[5])
 if ARGV[4] == 'd' then due = now + due end

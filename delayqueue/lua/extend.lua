@@ -7,13 +7,7 @@
 -- back, delivered again, acked or cancelled).
 -- Safe to run twice: a second run moves the deadline again, from its own now,
 -- and answers as the first (a consumer counts its lease from before the first).
-local now = ARGV[1]
-if now == '' then
-  local t = redis.call('TIME')
-  now = tonumber(t[1]) * 1000000 + tonumber(t[2])
-else
-  now = tonumber(now)
-end
+local now = clock(ARGV[1])
 local id = ARGV[2]
 if not redis.call('ZSCORE', KEYS[1], id) then return 0 end
 local attempt = string.match(redis.call('HGET', KEYS[2], id) or '', '^(%d+):')

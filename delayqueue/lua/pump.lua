@@ -8,13 +8,7 @@
 -- ARGV[1] now µs or "" for TIME; ARGV[2] batch size; ARGV[3] max attempts
 -- reply: {moved, requeued, dead, ready, next_due_us, next_deadline_us, now_us}
 -- next_due_us / next_deadline_us: the head of scheduled / inflight, -1 when empty.
-local now = ARGV[1]
-if now == '' then
-  local t = redis.call('TIME')
-  now = tonumber(t[1]) * 1000000 + tonumber(t[2])
-else
-  now = tonumber(now)
-end
+local now = clock(ARGV[1])
 local snow = string.format('%d', now)
 local batch = tonumber(ARGV[2])
 local maxAttempts = tonumber(ARGV[3])

@@ -10,25 +10,8 @@
 -- Safe to run twice: a retry sets the delivery's receipt to 'r' .. its reply;
 -- a second run returns that reply without acting.
 -- As in enqueue.lua, the due time is published only when it is the new head of scheduled.
-local now = ARGV[1]
-if now == '' then
-  local t = redis.call('TIME')
-  now = tonumber(t[1]) * 1000000 + tonumber(t[2])
-else
-  now = tonumber(now)
-end
--- receipt returns what an earlier run of this call recorded under KEYS[5],
--- while it lasts by the clock above; setReceipt records it for ARGV[7] µs.
-local function receipt()
-  local dl, body = string.match(redis.call('GET', KEYS[5]) or '', '^(%d+):(.*)$')
-  if dl and tonumber(dl) > now then return body end
-  return nil
-end
-local function setReceipt(body)
-  local w = tonumber(ARGV[7])
-  redis.call('SET', KEYS[5], string.format('%d:', now + w) .. body, 'PX', math.ceil(w / 1000) + 1000)
-end
-local code, d = string.match(receipt() or '', '^r(%d+):(%d+)$')
+local now = clock(ARGV[1])
+local code, d = string.match(receipt(KEYS[5], now) or '', '^r(%d+):(%d+)$')
 if code then return {tonumber(code), tonumber(d)} end
 local id = ARGV[2]
 if not redis.call('ZSCORE', KEYS[2], id) then return {0, 0} end
@@ -37,7 +20,7 @@ if attempt ~= ARGV[3] then return {0, 0} end
 redis.call('ZREM', KEYS[2], id)
 if tonumber(attempt) >= tonumber(ARGV[5]) then
   redis.call('ZADD', KEYS[3], string.format('%d', now), id)
-  setReceipt('r2:0')
+  setReceipt(KEYS[5], now, ARGV[7], 'r2:0')
   return {2, 0}
 end
 local due = now + tonumber(ARGV[4])
@@ -46,5 +29,5 @@ local head = redis.call('ZRANGE', KEYS[1], 0, 0, 'WITHSCORES')
 redis.call('HSET', KEYS[4], id, attempt .. ':' .. sdue)
 redis.call('ZADD', KEYS[1], sdue, id)
 if not head[2] or due < tonumber(head[2]) then redis.call('PUBLISH', ARGV[6], sdue) end
-setReceipt('r1:' .. sdue)
+setReceipt(KEYS[5], now, ARGV[7], 'r1:' .. sdue)
 return {1, due}
