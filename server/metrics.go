@@ -23,6 +23,7 @@ import (
 //	floodgate_request_duration_seconds{api}                decision latency as the server saw it
 //	floodgate_backend_duration_seconds                     store call latency (remote stores)
 //	floodgate_backend_errors_total{reason}                 error, timeout, breaker_open
+//	floodgate_backend_node_errors_total{node}              failed store calls by the node the error names (unknown: a timeout)
 //	floodgate_failure_mode_total{mode}                     requests answered by the failure mode
 //	floodgate_breaker_open                                 share of circuit breakers failing calls fast (0 to 1; per slot range on a Cluster)
 //	floodgate_config_reloads_total{result}                 success, failure
@@ -44,18 +45,19 @@ type Metrics struct {
 	// collectors, which cost most of a Gather.
 	own *prometheus.Registry
 
-	decisions       *prometheus.CounterVec
-	hits            *prometheus.CounterVec
-	requests        *prometheus.CounterVec
-	requestDuration *prometheus.HistogramVec
-	backendDuration prometheus.Histogram
-	backendErrors   *prometheus.CounterVec
-	failureMode     *prometheus.CounterVec
-	reloads         *prometheus.CounterVec
-	configInfo      *prometheus.GaugeVec
-	configLoaded    prometheus.Gauge
-	breakerOpen     prometheus.GaugeFunc
-	memory          bool // the memory backend's collector is registered
+	decisions         *prometheus.CounterVec
+	hits              *prometheus.CounterVec
+	requests          *prometheus.CounterVec
+	requestDuration   *prometheus.HistogramVec
+	backendDuration   prometheus.Histogram
+	backendErrors     *prometheus.CounterVec
+	backendNodeErrors *prometheus.CounterVec
+	failureMode       *prometheus.CounterVec
+	reloads           *prometheus.CounterVec
+	configInfo        *prometheus.GaugeVec
+	configLoaded      prometheus.Gauge
+	breakerOpen       prometheus.GaugeFunc
+	memory            bool // the memory backend's collector is registered
 }
 
 // NewMetrics returns the metrics in a registry of their own, with the Go
@@ -85,6 +87,9 @@ func NewMetrics() *Metrics {
 		backendErrors: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "floodgate_backend_errors_total", Help: "Store calls that failed, by reason.",
 		}, []string{"reason"}),
+		backendNodeErrors: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "floodgate_backend_node_errors_total", Help: "Store calls that failed, by the store node the error names (unknown for timeouts), for at most 64 nodes (then other).",
+		}, []string{"node"}),
 		failureMode: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "floodgate_failure_mode_total", Help: "Requests answered by the failure mode.",
 		}, []string{"mode"}),
@@ -100,7 +105,7 @@ func NewMetrics() *Metrics {
 	}
 	for _, reg := range []*prometheus.Registry{r, m.own} {
 		reg.MustRegister(m.decisions, m.hits, m.requests, m.requestDuration, m.backendDuration,
-			m.backendErrors, m.failureMode, m.reloads, m.configInfo, m.configLoaded)
+			m.backendErrors, m.backendNodeErrors, m.failureMode, m.reloads, m.configInfo, m.configLoaded)
 	}
 	for _, reason := range []string{"error", "timeout", "breaker_open"} {
 		m.backendErrors.WithLabelValues(reason)

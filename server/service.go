@@ -182,14 +182,15 @@ type Options struct {
 // It is safe for concurrent use; SetConfig swaps the configuration
 // atomically while requests are decided.
 type Service struct {
-	b       backend.Backend
-	opts    Options
-	remote  bool // the store is across a network: calls get a timeout
+	b        backend.Backend
+	opts     Options
+	remote   bool        // the store is across a network: calls get a timeout
 	breakers *breakerSet // one per slot range on a Redis Cluster, else one
-	log     *slog.Logger
-	failLog *logLimiter // store failures, at most one line a second per reason
-	rules   atomic.Pointer[ruleset]
-	top     *topKeys // keys most often over their limit, for the dashboard; nil without metrics
+	log      *slog.Logger
+	failLog  *logLimiter // store failures, at most one line a second per reason and node
+	nodes    nodeLabels  // the store nodes errors have named, bounded
+	rules    atomic.Pointer[ruleset]
+	top      *topKeys // keys most often over their limit, for the dashboard; nil without metrics
 
 	overrides sync.Map // overrideKey -> *ratelimit.Limiter
 	nOverride atomic.Int32
@@ -642,15 +643,23 @@ func (s *Service) fail(ctx context.Context, domain string, resp *Response, err e
 	case errors.Is(err, context.DeadlineExceeded):
 		reason = "timeout"
 	}
+	node := ""
+	if reason != "breaker_open" {
+		node = s.nodes.label(storeNode(err))
+	}
 	if m := s.opts.Metrics; m != nil {
 		m.backendErrors.WithLabelValues(reason).Inc()
+		if node != "" {
+			m.backendNodeErrors.WithLabelValues(node).Inc()
+		}
 		var st *storeTimeoutError
 		if ctx.Err() == nil && !(errors.As(err, &st) && st.caller) {
 			m.failureMode.WithLabelValues(s.opts.FailureMode.String()).Inc()
 		}
 	}
 	if reason != "breaker_open" {
-		s.failLog.warn(reason, "rate limit store failed", "domain", domain, "reason", reason, "error", err, "failure_mode", s.opts.FailureMode.String())
+		// One line a second per reason and node, with a count of the rest.
+		s.failLog.warn(reason+"|"+node, "rate limit store failed", "domain", domain, "reason", reason, "node", node, "error", err, "failure_mode", s.opts.FailureMode.String())
 	}
 	if err := ctx.Err(); err != nil {
 		return nil, err
