@@ -11,6 +11,15 @@ import (
 	"github.com/floodgate-dev/floodgate/backend"
 )
 
+//go:embed lua/common.lua
+var luaCommon string
+
+// script returns the lock script src preceded by lua/common.lua, whose local
+// functions every lock script calls: Redis scripts cannot load each other.
+func script(src string) *backend.Script {
+	return backend.NewScript(luaCommon + "\n" + src)
+}
+
 var (
 	//go:embed lua/acquire.lua
 	luaAcquire string
@@ -23,11 +32,11 @@ var (
 	//go:embed lua/cancel.lua
 	luaCancel string
 
-	acquireScript = backend.NewScript(luaAcquire)
-	releaseScript = backend.NewScript(luaRelease)
-	extendScript  = backend.NewScript(luaExtend)
-	leaveScript   = backend.NewScript(luaLeave)
-	cancelScript  = backend.NewScript(luaCancel)
+	acquireScript = script(luaAcquire)
+	releaseScript = script(luaRelease)
+	extendScript  = script(luaExtend)
+	leaveScript   = script(luaLeave)
+	cancelScript  = script(luaCancel)
 )
 
 // redisDriver is a mutex on Redis. Every key of a lock name shares the hash

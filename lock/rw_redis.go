@@ -21,11 +21,11 @@ var (
 	//go:embed lua/rw_cancel.lua
 	luaRWCancel string
 
-	rwAcquireScript = backend.NewScript(luaRWAcquire)
-	rwReleaseScript = backend.NewScript(luaRWRelease)
-	rwExtendScript  = backend.NewScript(luaRWExtend)
-	rwLeaveScript   = backend.NewScript(luaRWLeave)
-	rwCancelScript  = backend.NewScript(luaRWCancel)
+	rwAcquireScript = script(luaRWAcquire)
+	rwReleaseScript = script(luaRWRelease)
+	rwExtendScript  = script(luaRWExtend)
+	rwLeaveScript   = script(luaRWLeave)
+	rwCancelScript  = script(luaRWCancel)
 )
 
 // rwRedis is an RWMutex on Redis. Every key of a name shares the hash tag

@@ -22,11 +22,11 @@ var (
 	//go:embed lua/sem_cancel.lua
 	luaSemCancel string
 
-	semAcquireScript = backend.NewScript(luaSemAcquire)
-	semReleaseScript = backend.NewScript(luaSemRelease)
-	semExtendScript  = backend.NewScript(luaSemExtend)
-	semLeaveScript   = backend.NewScript(luaSemLeave)
-	semCancelScript  = backend.NewScript(luaSemCancel)
+	semAcquireScript = script(luaSemAcquire)
+	semReleaseScript = script(luaSemRelease)
+	semExtendScript  = script(luaSemExtend)
+	semLeaveScript   = script(luaSemLeave)
+	semCancelScript  = script(luaSemCancel)
 )
 
 // semRedis is a Semaphore on Redis. Every key of a name shares the hash tag

@@ -14,59 +14,18 @@
 -- live holding's token — its level is released as release.lua would, with
 -- the wake-up. The log then names the cancel ('~'..call), so a second run
 -- releases nothing more.
-redis.call('SET', KEYS[5], '1', 'PX', math.ceil(tonumber(ARGV[4]) / 1000))
-local now = ARGV[1]
-if now == '' then
-  local t = redis.call('TIME')
-  now = tonumber(t[1]) * 1000000 + tonumber(t[2])
-else
-  now = tonumber(now)
-end
+bury(KEYS[5], ARGV[4])
+local now = clock(ARGV[1])
 local owner, call = ARGV[2], ARGV[3]
 
--- logged and record: as in acquire.lua.
-local function logged(log, id)
-  if not log then return nil end
-  local _, e = string.find(log, ';' .. id .. '=', 1, true)
-  if not e then return nil end
-  return tonumber(string.match(log, '^-?%d+', e + 1))
-end
-local function record(log, id, v)
-  log = (log or '') .. ';' .. id .. '=' .. string.format('%d', v)
-  local _, n = string.gsub(log, ';', '')
-  if n > 8 then log = string.sub(log, (string.find(log, ';', 2, true))) end
-  return log
-end
-
-redis.call('ZREM', KEYS[3], owner)
-redis.call('HDEL', KEYS[4], owner)
-local h = redis.call('HMGET', KEYS[1], 'o', 'c', 't', 'd', 'k')
-local held = h[1] == owner and tonumber(h[4]) > now
-local undo = held and not logged(h[5], '~' .. call) and
-  (ARGV[6] ~= '1' or logged(h[5], call) == tonumber(h[3]))
-if undo then
-  local c = tonumber(h[2])
-  if ARGV[6] == '1' and c > 1 then
-    redis.call('HSET', KEYS[1], 'c', c - 1, 'k', record(h[5], '~' .. call, c - 1))
-    return 1
-  end
-  redis.call('HDEL', KEYS[1], 'o', 'c', 't', 'd')
-  if ARGV[6] == '1' then redis.call('HSET', KEYS[1], 'k', record(h[5], '~' .. call, 0)) end
-elseif h[1] and tonumber(h[4]) > now then
-  return 0
-end
+unqueue(KEYS[3], KEYS[4], owner, '')
+local left, h = cancel(KEYS[1], owner, call, ARGV[6] == '1', now)
+if left > 0 then return 1 end
+local undo = left == 0
+if not undo and h[1] and tonumber(h[4]) > now then return 0 end
 -- The lock is free: wake the longest live waiter, as release.lua does (this
 -- caller may have consumed a wake-up meant to pass on).
-local next = ''
-local head = redis.call('ZRANGE', KEYS[3], 0, 99)
-for _, w in ipairs(head) do
-  if tonumber(redis.call('HGET', KEYS[4], w) or '0') > now then
-    next = w
-    break
-  end
-  redis.call('ZREM', KEYS[3], w)
-  redis.call('HDEL', KEYS[4], w)
-end
+local next = firstLive(KEYS[3], KEYS[4], now) or ''
 if undo or next ~= '' then redis.call('PUBLISH', ARGV[5], next) end
 if undo then return 1 end
 return 0

@@ -2,15 +2,8 @@
 -- when the lock is free, wakes the next waiter in its place.
 -- KEYS[1] lock hash; KEYS[3] waiter queue; KEYS[4] waiter deadlines
 -- ARGV[1] now µs or ""; ARGV[2] owner; ARGV[3] channel
-local now = ARGV[1]
-if now == '' then
-  local t = redis.call('TIME')
-  now = tonumber(t[1]) * 1000000 + tonumber(t[2])
-else
-  now = tonumber(now)
-end
-redis.call('ZREM', KEYS[3], ARGV[2])
-redis.call('HDEL', KEYS[4], ARGV[2])
+local now = clock(ARGV[1])
+unqueue(KEYS[3], KEYS[4], ARGV[2], '')
 local d = redis.call('HGET', KEYS[1], 'd')
 if d and tonumber(d) > now then return 0 end
 local head = redis.call('ZRANGE', KEYS[3], 0, 0)

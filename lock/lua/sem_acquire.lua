@@ -29,47 +29,13 @@
 -- increasing (the largest place queued + 1), so FIFO does not depend on clock
 -- resolution. Times are µs, exact in Lua's doubles (below 2^53) and passed to
 -- Redis through '%d'.
-if redis.call('EXISTS', KEYS[6]) == 1 then return {0, -1, 0} end
-local now = ARGV[1]
-if now == '' then
-  local t = redis.call('TIME')
-  now = tonumber(t[1]) * 1000000 + tonumber(t[2])
-else
-  now = tonumber(now)
-end
+if buried(KEYS[6]) then return {0, -1, 0} end
+local now = clock(ARGV[1])
 local owner, ttl, permits = ARGV[2], tonumber(ARGV[3]), tonumber(ARGV[4])
 local lease = tonumber(ARGV[7])
 local call, reentrant = ARGV[8], ARGV[9] == '1'
-local function int(x) return string.format('%d', x) end
 
--- logged: the value the call log records for call id, or nil.
-local function logged(log, id)
-  if not log then return nil end
-  local _, e = string.find(log, ';' .. id .. '=', 1, true)
-  if not e then return nil end
-  return tonumber(string.match(log, '^-?%d+', e + 1))
-end
--- record: the log with ";id=v" appended, keeping the last 8 entries.
-local function record(log, id, v)
-  log = (log or '') .. ';' .. id .. '=' .. string.format('%d', v)
-  local _, n = string.gsub(log, ';', '')
-  if n > 8 then log = string.sub(log, (string.find(log, ';', 2, true))) end
-  return log
-end
-
--- keep: make key live at least ms milliseconds (TTLs only collect garbage).
-local function keep(key, ms)
-  local pt = redis.call('PTTL', key)
-  if pt ~= -2 and pt < ms then redis.call('PEXPIRE', key, ms) end
-end
-
--- Forget holders whose lease ended, at most 100 per call. Nothing below
--- relies on it: live holders are those whose deadline is after now.
-local gone = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', int(now), 'LIMIT', 0, 100)
-for _, o in ipairs(gone) do
-  redis.call('ZREM', KEYS[1], o)
-  redis.call('HDEL', KEYS[2], 'c' .. o, 't' .. o, 'k' .. o)
-end
+sharedForget(KEYS[1], KEYS[2], now)
 
 local place = tonumber(redis.call('ZSCORE', KEYS[4], owner) or '0')
 if place ~= 0 and ARGV[6] == '1' then
@@ -78,10 +44,7 @@ if place ~= 0 and ARGV[6] == '1' then
 end
 
 local function done(token)
-  if place ~= 0 then
-    redis.call('ZREM', KEYS[4], owner)
-    redis.call('HDEL', KEYS[5], owner)
-  end
+  if place ~= 0 then unqueue(KEYS[4], KEYS[5], owner, '') end
   return {1, token, 0}
 end
 
@@ -100,14 +63,7 @@ local function fail(hint)
   return {0, hint, place}
 end
 
-if tonumber(redis.call('ZSCORE', KEYS[1], owner) or '0') > now then
-  local r = redis.call('HMGET', KEYS[2], 't' .. owner, 'k' .. owner)
-  local token = tonumber(r[1] or '0')
-  if not reentrant or logged(r[2], call) == token then return done(token) end
-  redis.call('HINCRBY', KEYS[2], 'c' .. owner, 1)
-  redis.call('HSET', KEYS[2], 'k' .. owner, record(r[2], call, token))
-  return done(token)
-end
+if sharedHeld(KEYS[1], owner, now) then return done(sharedReenter(KEYS[2], owner, call, reentrant)) end
 local held = redis.call('ZCOUNT', KEYS[1], '(' .. int(now), '+inf')
 if held >= permits then
   local firstEnd = redis.call('ZRANGEBYSCORE', KEYS[1], '(' .. int(now), '+inf', 'WITHSCORES', 'LIMIT', 0, 1)
@@ -116,12 +72,7 @@ end
 if ARGV[5] == '1' then
   -- Drop dead waiters from the head of the queue, at most 100 per call; dead
   -- ones further back count as waiting until they reach the head.
-  local head = redis.call('ZRANGE', KEYS[4], 0, 99)
-  for _, w in ipairs(head) do
-    if tonumber(redis.call('HGET', KEYS[5], w) or '0') > now then break end
-    redis.call('ZREM', KEYS[4], w)
-    redis.call('HDEL', KEYS[5], w)
-  end
+  firstLive(KEYS[4], KEYS[5], now)
   local before
   if place == 0 then
     before = redis.call('ZCARD', KEYS[4])
@@ -130,15 +81,6 @@ if ARGV[5] == '1' then
   end
   if before >= permits - held then return fail(0) end
 end
--- Tokens follow the server clock when they can: after Redis lost the fence,
--- the new token (now) is still above every token handed out before, as long
--- as fewer than one holding per µs was started on average.
-local token = tonumber(redis.call('GET', KEYS[3]) or '0') + 1
-if token < now then token = now end
-redis.call('SET', KEYS[3], int(token))
-redis.call('ZADD', KEYS[1], int(now + ttl), owner)
-redis.call('HSET', KEYS[2], 'c' .. owner, 1, 't' .. owner, int(token))
-if reentrant then redis.call('HSET', KEYS[2], 'k' .. owner, record(nil, call, token)) end
-keep(KEYS[1], math.ceil(ttl / 1000))
-keep(KEYS[2], math.ceil(ttl / 1000))
+local token = mint(KEYS[3], now)
+sharedTake(KEYS[1], KEYS[2], owner, token, call, reentrant, now, ttl)
 return done(token)
