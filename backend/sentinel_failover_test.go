@@ -1,0 +1,233 @@
+package backend_test
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/floodgate-dev/floodgate/backend"
+	"github.com/floodgate-dev/floodgate/internal/backendtest"
+	"github.com/floodgate-dev/floodgate/internal/testenv"
+	"github.com/floodgate-dev/floodgate/lock"
+	"github.com/floodgate-dev/floodgate/ratelimit"
+)
+
+// sentinelRecovery bounds the time from the Sentinel's switch (as
+// SENTINEL GET-MASTER-ADDR-BY-NAME reports it) to the last failed decision.
+// The testenv Sentinel has down-after-milliseconds 1000 and failover-timeout
+// 5000; the bound is loose for a loaded 2-core machine.
+const sentinelRecovery = 5 * time.Second
+
+// TestSentinelFailoverGoRedisDefaults is issue 14's "a failover is not an
+// outage" on a go-redis FailoverClient with default settings (only the
+// master name, the Sentinel addresses and ContextTimeoutEnabled): rate limit
+// decisions run in a loop while the master is SIGKILLed and the Sentinel
+// promotes its replica. Decisions must succeed again within sentinelRecovery
+// of the switch, and an AutoRenew lock whose lease reached the replica before
+// the kill must not be lost, and must unlock after the failover.
+func TestSentinelFailoverGoRedisDefaults(t *testing.T) {
+	s := testenv.NewSentinel(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	fc := redis.NewFailoverClient(&redis.FailoverOptions{
+		MasterName:            s.MasterName,
+		SentinelAddrs:         s.SentinelAddrs,
+		ContextTimeoutEnabled: true,
+	})
+	defer fc.Close()
+	b := backend.NewRedis(fc, backend.WithPrefix(backendtest.UniquePrefix()))
+	lim, err := ratelimit.New(b, ratelimit.GCRA{Rate: 1_000_000, Per: time.Second, Burst: 1_000_000})
+	if err != nil {
+		t.Fatal(err)
+	}
+	keys := make([]string, 16)
+	for i := range keys {
+		keys[i] = fmt.Sprint("sfo", i)
+	}
+
+	var (
+		mu   sync.Mutex
+		recs []decision
+		stop = make(chan struct{})
+		wg   sync.WaitGroup
+	)
+	for w := range 4 {
+		wg.Go(func() {
+			for i := w; ; i++ {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				k := i % len(keys)
+				cctx, ccancel := context.WithTimeout(ctx, failoverCallTimeout)
+				start := time.Now()
+				_, err := lim.Allow(cctx, keys[k])
+				end := time.Now()
+				ccancel()
+				mu.Lock()
+				recs = append(recs, decision{key: k, start: start, end: end, err: err})
+				mu.Unlock()
+				time.Sleep(2 * time.Millisecond)
+			}
+		})
+	}
+	stopped := false
+	halt := func() {
+		if !stopped {
+			stopped = true
+			close(stop)
+			wg.Wait()
+		}
+	}
+	defer halt()
+
+	mx, err := lock.NewMutex(b, "sfo-lock", lock.TTL(failoverLockTTL), lock.AutoRenew())
+	if err != nil {
+		t.Fatal(err)
+	}
+	lease, err := mx.Lock(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	locked := time.Now()
+	if err := waitSentinelReplicated(ctx, s.Master, s.Replica); err != nil {
+		t.Fatal(err)
+	}
+	// Kill 2 s into the lease, so that its first renewal (at TTL/3, 3.3 s)
+	// falls in the failover and must be retried.
+	time.Sleep(time.Until(locked.Add(2 * time.Second)))
+	mu.Lock()
+	warm := slices.Clone(recs)
+	mu.Unlock()
+	for _, d := range warm {
+		if d.err != nil {
+			t.Fatalf("key %s failed before the kill: %v", keys[d.key], d.err)
+		}
+	}
+	if len(warm) == 0 {
+		t.Fatal("no decision before the kill")
+	}
+
+	if err := s.Master.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	killed := time.Now()
+	var switched time.Time
+	for {
+		addr, err := s.MasterAddr(ctx)
+		if err == nil && addr == s.Replica.Addr {
+			switched = time.Now()
+			break
+		}
+		if ctx.Err() != nil {
+			t.Fatalf("the Sentinel did not switch to %s: last answer %q, %v%s", s.Replica.Addr, addr, err, s.Sentinels[0].LogTail())
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	select {
+	case <-time.After(time.Until(switched.Add(failoverAfter))):
+	case <-ctx.Done():
+	}
+	halt()
+	t.Logf("Sentinel switched to %s %v after SIGKILL of %s (down-after-milliseconds 1000)",
+		s.Replica.Addr, switched.Sub(killed).Round(time.Millisecond), s.Master.Addr)
+
+	var lastFail, firstFail time.Time
+	var failed, okAfterKill int
+	for _, d := range recs {
+		if d.end.Before(killed) {
+			continue
+		}
+		if d.err == nil {
+			okAfterKill++
+			continue
+		}
+		failed++
+		if firstFail.IsZero() || d.end.Before(firstFail) {
+			firstFail = d.end
+		}
+		if d.end.After(lastFail) {
+			lastFail = d.end
+		}
+	}
+	okAfter := 0
+	var firstOK time.Time
+	for _, d := range recs {
+		if d.err == nil && d.start.After(lastFail) && d.start.After(killed) {
+			okAfter++
+			if firstOK.IsZero() || d.end.Before(firstOK) {
+				firstOK = d.end
+			}
+		}
+	}
+	if failed == 0 {
+		t.Logf("no decision ending after the kill failed (%d succeeded)", okAfterKill)
+	} else {
+		t.Logf("%d decisions ending after the kill failed, from %v to %v after SIGKILL; last failure %v after the switch; %d decided after it, the first %v after the switch",
+			failed, firstFail.Sub(killed).Round(time.Millisecond), lastFail.Sub(killed).Round(time.Millisecond),
+			lastFail.Sub(switched).Round(time.Millisecond), okAfter, firstOK.Sub(switched).Round(time.Millisecond))
+	}
+	if recovery := lastFail.Sub(switched); recovery > sentinelRecovery {
+		t.Errorf("decisions failed until %v after the switch, want within %v", recovery, sentinelRecovery)
+	}
+	if okAfter < 10 {
+		t.Errorf("only %d decisions after the last failure", okAfter)
+	}
+
+	select {
+	case <-lease.Lost():
+		t.Fatalf("lease lost in the failover (deadline %v after SIGKILL)", lease.Deadline().Sub(killed))
+	default:
+	}
+	if dl := lease.Deadline(); !dl.After(killed.Add(failoverLockTTL)) {
+		t.Errorf("lease deadline %v after SIGKILL: no renewal started after the kill was confirmed", dl.Sub(killed))
+	}
+	if err := lease.Unlock(ctx); err != nil {
+		t.Fatalf("Unlock after the failover: %v", err)
+	}
+	t.Logf("lease held through the failover (TTL %v, renewed every %v) and unlocked", failoverLockTTL, failoverLockTTL/3)
+}
+
+// waitSentinelReplicated waits until replica has processed everything master
+// had written when it was called (master_repl_offset against the replica's
+// slave_repl_offset), so that killing master then loses none of it.
+func waitSentinelReplicated(ctx context.Context, master, replica *testenv.Redis) error {
+	target, err := replOffset(ctx, master, "master_repl_offset")
+	if err != nil {
+		return err
+	}
+	for {
+		got, err := replOffset(ctx, replica, "slave_repl_offset")
+		if err == nil && got >= target {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("replica %s at offset %d (%v), want %d: %w", replica.Addr, got, err, target, ctx.Err())
+		case <-time.After(10 * time.Millisecond):
+		}
+	}
+}
+
+// replOffset reads one offset field of INFO replication.
+func replOffset(ctx context.Context, r *testenv.Redis, field string) (int64, error) {
+	v, err := r.Do(ctx, "INFO", "replication")
+	if err != nil {
+		return 0, err
+	}
+	s, _ := v.(string)
+	for line := range strings.SplitSeq(s, "\n") {
+		if val, ok := strings.CutPrefix(strings.TrimSpace(line), field+":"); ok {
+			return strconv.ParseInt(val, 10, 64)
+		}
+	}
+	return 0, fmt.Errorf("%s: INFO replication has no %s", r.Addr, field)
+}
