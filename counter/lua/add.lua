@@ -2,9 +2,9 @@
 -- reads. One atomic step, so no lock is needed around it. Mirrored by
 -- memory.go.
 -- KEYS[1] the counter: "p" a string; "t" a hash {v value, e expiry µs}; "w"
---   the prefix of the window's string key, to which the script appends
---   ":<window number>" (same hash tag, so Cluster-safe; the number depends on
---   the server's TIME, so it cannot be computed by the caller).
+--   a string "<window number>:<value>" (the number depends on the server's
+--   TIME, so it cannot be computed by the caller; a value of another window
+--   reads 0).
 -- ARGV[1] now µs or "" for TIME; ARGV[2] delta; ARGV[3] mode "p" plain, "t"
 --   TTL, "w" window; for "t": ARGV[4] ttl µs, ARGV[5] refresh (1/0); for "w":
 --   ARGV[4] window µs, ARGV[5] offset µs in [0, window), ARGV[6] margin µs.
@@ -84,21 +84,33 @@ if mode == 't' then
   return done(1, nv, exp - now)
 end
 
-local key, left = KEYS[1], 0
 if mode == 'w' then
+  -- The value is stored in the declared key as "<window id>:<value>", not
+  -- in a key named here, so that Redis Cluster finds it on the node that has
+  -- it while its slot migrates (ASK) and MIGRATE moves it whole; another
+  -- window's value reads 0.
   local window, offset, margin = tonumber(ARGV[4]), tonumber(ARGV[5]), tonumber(ARGV[6])
   local wid = fdiv(now - offset, window)
-  key = key .. ':' .. istr(wid)
-  left = (wid + 1) * window + offset - now
+  local ws = istr(wid)
+  local left = (wid + 1) * window + offset - now
+  local v, reset = 0, 0
+  local cur = redis.call('GET', KEYS[1])
+  if cur then
+    local w, x = string.match(cur, '^(%-?%d+):(%-?%d+)$')
+    if w == ws then v, reset = tonumber(x), left end
+  end
+  if delta == 0 then return {1, v, reset} end
+  local nv = v + delta
+  if nv > MAX or nv < -MAX then return {0, v, reset} end
+  redis.call('SET', KEYS[1], ws .. ':' .. istr(nv), 'PX', pttl(left + margin))
+  return done(1, nv, left)
 end
-local cur = redis.call('GET', key)
+
+local cur = redis.call('GET', KEYS[1])
 local v, reset = 0, 0
-if cur then v, reset = tonumber(cur), left end
+if cur then v = tonumber(cur) end
 if delta == 0 then return {1, v, reset} end
 local nv = v + delta
 if nv > MAX or nv < -MAX then return {0, v, reset} end
-redis.call('INCRBY', key, ARGV[2])
-if mode == 'w' then
-  redis.call('PEXPIRE', key, pttl(left + tonumber(ARGV[6])))
-end
-return done(1, nv, left)
+redis.call('INCRBY', KEYS[1], ARGV[2])
+return done(1, nv, 0)

@@ -27,7 +27,7 @@ if ARGV[3] == '1' then
   for i = 1, R do
     local o = (i - 1) * 5
     if P[o + 1] == 1 then
-      fixed_reset(KEYS[i], P[o + 3], now)
+      fixed_reset(KEYS[i])
     else
       redis.call('DEL', KEYS[i])
     end
