@@ -4,8 +4,6 @@ import (
 	"context"
 	"fmt"
 	"slices"
-	"strconv"
-	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -98,7 +96,7 @@ func TestSentinelFailoverGoRedisDefaults(t *testing.T) {
 		t.Fatal(err)
 	}
 	locked := time.Now()
-	if err := waitSentinelReplicated(ctx, s.Master, s.Replica); err != nil {
+	if err := testenv.WaitReplicated(ctx, s.Master); err != nil {
 		t.Fatal(err)
 	}
 	// Kill 2 s into the lease, so that its first renewal (at TTL/3, 3.3 s)
@@ -194,40 +192,4 @@ func TestSentinelFailoverGoRedisDefaults(t *testing.T) {
 		t.Fatalf("Unlock after the failover: %v", err)
 	}
 	t.Logf("lease held through the failover (TTL %v, renewed every %v) and unlocked", failoverLockTTL, failoverLockTTL/3)
-}
-
-// waitSentinelReplicated waits until replica has processed everything master
-// had written when it was called (master_repl_offset against the replica's
-// slave_repl_offset), so that killing master then loses none of it.
-func waitSentinelReplicated(ctx context.Context, master, replica *testenv.Redis) error {
-	target, err := replOffset(ctx, master, "master_repl_offset")
-	if err != nil {
-		return err
-	}
-	for {
-		got, err := replOffset(ctx, replica, "slave_repl_offset")
-		if err == nil && got >= target {
-			return nil
-		}
-		select {
-		case <-ctx.Done():
-			return fmt.Errorf("replica %s at offset %d (%v), want %d: %w", replica.Addr, got, err, target, ctx.Err())
-		case <-time.After(10 * time.Millisecond):
-		}
-	}
-}
-
-// replOffset reads one offset field of INFO replication.
-func replOffset(ctx context.Context, r *testenv.Redis, field string) (int64, error) {
-	v, err := r.Do(ctx, "INFO", "replication")
-	if err != nil {
-		return 0, err
-	}
-	s, _ := v.(string)
-	for line := range strings.SplitSeq(s, "\n") {
-		if val, ok := strings.CutPrefix(strings.TrimSpace(line), field+":"); ok {
-			return strconv.ParseInt(val, 10, 64)
-		}
-	}
-	return 0, fmt.Errorf("%s: INFO replication has no %s", r.Addr, field)
 }

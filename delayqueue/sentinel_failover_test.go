@@ -3,8 +3,6 @@ package delayqueue_test
 import (
 	"context"
 	"fmt"
-	"strconv"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -88,7 +86,7 @@ func TestNothingLostAcrossSentinelFailover(t *testing.T) {
 	enqueued := time.Since(start)
 	// WAIT on a fresh connection would prove nothing about the writes made
 	// on the client's pooled ones; the offsets do.
-	if err := waitReplicaCaughtUp(ctx, s.Master, s.Replica); err != nil {
+	if err := testenv.WaitReplicated(ctx, s.Master); err != nil {
 		t.Fatal(err)
 	}
 	t.Logf("master %s, replica %s; %d jobs enqueued in %v and replicated %v after the start",
@@ -239,41 +237,4 @@ func relTo(t, ref time.Time, what string) string {
 		return fmt.Sprintf("%v before %s", -d, what)
 	}
 	return fmt.Sprintf("%v after %s", d, what)
-}
-
-// waitReplicaCaughtUp waits until replica has processed everything master
-// had written when it was called (the master's master_repl_offset against
-// the replica's slave_repl_offset), so that killing master then loses none
-// of it. Copied from backend's waitSentinelReplicated.
-func waitReplicaCaughtUp(ctx context.Context, master, replica *testenv.Redis) error {
-	target, err := replOffset(ctx, master, "master_repl_offset")
-	if err != nil {
-		return err
-	}
-	for {
-		got, err := replOffset(ctx, replica, "slave_repl_offset")
-		if err == nil && got >= target {
-			return nil
-		}
-		select {
-		case <-ctx.Done():
-			return fmt.Errorf("replica %s at offset %d (%v), want %d: %w", replica.Addr, got, err, target, ctx.Err())
-		case <-time.After(10 * time.Millisecond):
-		}
-	}
-}
-
-// replOffset reads one offset field of INFO replication.
-func replOffset(ctx context.Context, r *testenv.Redis, field string) (int64, error) {
-	v, err := r.Do(ctx, "INFO", "replication")
-	if err != nil {
-		return 0, err
-	}
-	s, _ := v.(string)
-	for line := range strings.SplitSeq(s, "\n") {
-		if val, ok := strings.CutPrefix(strings.TrimSpace(line), field+":"); ok {
-			return strconv.ParseInt(val, 10, 64)
-		}
-	}
-	return 0, fmt.Errorf("%s: INFO replication has no %s", r.Addr, field)
 }

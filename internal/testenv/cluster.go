@@ -524,44 +524,10 @@ func (c *Cluster) node(addr string) *Redis {
 }
 
 // WaitReplicated waits until every online replica of master has processed
-// everything master had written when WaitReplicated was called (its
-// master_repl_offset, from INFO replication), so that killing master then
-// loses none of it; or until ctx is done. It fails at once if master has no
-// online replica. Unlike the WAIT command it needs no client connection of
-// the writer's.
+// everything master had written when WaitReplicated was called; see the
+// package function WaitReplicated.
 func (c *Cluster) WaitReplicated(ctx context.Context, master *Redis) error {
-	f, err := info(ctx, master.Addr, "replication")
-	if err != nil {
-		return fmt.Errorf("testenv: INFO replication on %s: %w", master.Addr, err)
-	}
-	target, err := strconv.ParseInt(f["master_repl_offset"], 10, 64)
-	if err != nil || f["role"] != "master" {
-		return fmt.Errorf("testenv: %s is %s with offset %q, want a master", master.Addr, f["role"], f["master_repl_offset"])
-	}
-	return c.poll(ctx, "replicas of "+master.Addr+" behind offset "+strconv.FormatInt(target, 10), func(ctx context.Context) error {
-		f, err := info(ctx, master.Addr, "replication")
-		if err != nil {
-			return err
-		}
-		online := 0
-		for k, v := range f {
-			if !strings.HasPrefix(k, "slave") || !strings.Contains(v, "state=online") {
-				continue
-			}
-			online++
-			for field := range strings.SplitSeq(v, ",") {
-				if s, ok := strings.CutPrefix(field, "offset="); ok {
-					if off, _ := strconv.ParseInt(s, 10, 64); off < target {
-						return fmt.Errorf("%s at offset %d", k, off)
-					}
-				}
-			}
-		}
-		if online == 0 {
-			return errors.New("no online replica")
-		}
-		return nil
-	})
+	return WaitReplicated(ctx, master)
 }
 
 // Close stops every node and removes their directories. It is idempotent
