@@ -118,18 +118,10 @@ func TestSentinelFailoverGoRedisDefaults(t *testing.T) {
 		t.Fatal(err)
 	}
 	killed := time.Now()
-	var switched time.Time
-	for {
-		addr, err := s.MasterAddr(ctx)
-		if err == nil && addr == s.Replica.Addr {
-			switched = time.Now()
-			break
-		}
-		if ctx.Err() != nil {
-			t.Fatalf("the Sentinel did not switch to %s: last answer %q, %v%s", s.Replica.Addr, addr, err, s.Sentinels[0].LogTail())
-		}
-		time.Sleep(20 * time.Millisecond)
+	if err := s.WaitSwitchedTo(ctx, s.Replica); err != nil {
+		t.Fatal(err)
 	}
+	switched := time.Now()
 	select {
 	case <-time.After(time.Until(switched.Add(failoverAfter))):
 	case <-ctx.Done():

@@ -25,11 +25,6 @@ import (
 // returned nil must be handled at least once, within failoverDrain of the
 // promotion.
 func TestNothingLostAcrossClusterFailover(t *testing.T) {
-	const (
-		n             = 200
-		lease         = 2 * time.Second // redelivery of jobs whose ack was lost
-		failoverDrain = 10 * time.Second
-	)
 	c := testenv.NewClusterWith(t, testenv.WithReplicas(1), testenv.WithNodeTimeout(time.Second))
 	ctx, cancel := context.WithTimeout(context.Background(), 40*time.Second)
 	defer cancel()
@@ -45,8 +40,41 @@ func TestNothingLostAcrossClusterFailover(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	failoverScenario(ctx, t, b, failover{
+		queue:      name,
+		event:      "the promotion",
+		replicated: func() error { return c.WaitReplicated(ctx, victim) },
+		kill:       victim.Kill,
+		wait:       func() error { return c.WaitPromoted(ctx, victim) },
+		what:       fmt.Sprintf("queue %q on slot %d, master %s", name, b.Slot(name), victim.Addr),
+	})
+}
+
+// failover is how failoverScenario's store fails over.
+type failover struct {
+	queue      string
+	event      string       // what ends the failover: "the promotion", "the switch"
+	replicated func() error // waits until the master's writes reached its replica
+	kill       func() error // kills the master
+	wait       func() error // returns once the failover has happened
+	what       string       // the store, for the log
+}
+
+// failoverScenario is the delay queue's failover test on b: jobs due over
+// the next second are enqueued and replicated, a consumer runs, the master
+// is killed, and more jobs are enqueued from the kill until a second after
+// the failover (those may fail). Every job whose Enqueue returned nil must be
+// handled at least once within failoverDrain of the failover, and the queue
+// must drain to empty Stats.
+func failoverScenario(ctx context.Context, t *testing.T, b backend.Backend, f failover) {
+	t.Helper()
+	const (
+		n             = 200
+		lease         = 2 * time.Second // redelivery of jobs whose ack was lost
+		failoverDrain = 10 * time.Second
+	)
 	var storeErrs atomic.Int64
-	q, err := delayqueue.New(b, name,
+	q, err := delayqueue.New(b, f.queue,
 		delayqueue.Concurrency(4), delayqueue.Visibility(lease), delayqueue.MaxPoll(100*time.Millisecond),
 		delayqueue.Backoff(func(int) time.Duration { return 10 * time.Millisecond }),
 		delayqueue.OnError(func(error) { storeErrs.Add(1) })) // failover errors are expected
@@ -85,10 +113,10 @@ func TestNothingLostAcrossClusterFailover(t *testing.T) {
 		accepted[fmt.Sprint("a", i)] = true
 	}
 	enqueued := time.Since(start)
-	if err := c.WaitReplicated(ctx, victim); err != nil {
+	if err := f.replicated(); err != nil {
 		t.Fatal(err)
 	}
-	t.Logf("queue %q on slot %d, master %s; %d jobs enqueued in %v", name, b.Slot(name), victim.Addr, n, enqueued.Round(time.Millisecond))
+	t.Logf("%s; %d jobs enqueued in %v", f.what, n, enqueued.Round(time.Millisecond))
 
 	stopRun := runQueue(t, q, func(_ context.Context, j *delayqueue.Job) error {
 		if string(j.Payload) != j.ID {
@@ -110,7 +138,7 @@ func TestNothingLostAcrossClusterFailover(t *testing.T) {
 	before := len(seen)
 	mu.Unlock()
 
-	if err := victim.Kill(); err != nil {
+	if err := f.kill(); err != nil {
 		t.Fatal(err)
 	}
 	killed := time.Now()
@@ -145,7 +173,7 @@ func TestNothingLostAcrossClusterFailover(t *testing.T) {
 			time.Sleep(10 * time.Millisecond)
 		}
 	}()
-	if err := c.WaitPromoted(ctx, victim); err != nil {
+	if err := f.wait(); err != nil {
 		close(stopEnq)
 		<-enqDone
 		t.Fatal(err)
@@ -155,8 +183,8 @@ func TestNothingLostAcrossClusterFailover(t *testing.T) {
 	close(stopEnq)
 	<-enqDone
 	mu.Lock()
-	t.Logf("replica of %s promoted %v after SIGKILL; %d of %d jobs handled before the kill; after it %d enqueued, %d Enqueue calls failed (last %v after the promotion)",
-		victim.Addr, promoted.Sub(killed).Round(time.Millisecond), before, n, enqOK, enqFailed, lastEnqFail.Sub(promoted).Round(time.Millisecond))
+	t.Logf("%s %v after SIGKILL; %d of %d jobs handled before the kill; after it %d enqueued, %d Enqueue calls failed (last %v after %s)",
+		f.event, promoted.Sub(killed).Round(time.Millisecond), before, n, enqOK, enqFailed, lastEnqFail.Sub(promoted).Round(time.Millisecond), f.event)
 	total := len(accepted)
 	mu.Unlock()
 
@@ -177,7 +205,7 @@ func TestNothingLostAcrossClusterFailover(t *testing.T) {
 			if len(missing) > 10 {
 				missing = missing[:10]
 			}
-			t.Fatalf("%d of %d accepted jobs not handled %v after the promotion, e.g. %v", len(missing), total, failoverDrain, missing)
+			t.Fatalf("%d of %d accepted jobs not handled %v after %s, e.g. %v", len(missing), total, failoverDrain, f.event, missing)
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
@@ -197,8 +225,8 @@ func TestNothingLostAcrossClusterFailover(t *testing.T) {
 		redelivered += seen[id] - 1
 	}
 	mu.Unlock()
-	t.Logf("all %d accepted jobs handled: the first after the promotion %v after it, the last of those enqueued before the kill %v after it; %d redeliveries; %d store errors reported to OnError",
-		total, firstAfter.Sub(promoted).Round(time.Millisecond), lastA.Sub(promoted).Round(time.Millisecond), redelivered, storeErrs.Load())
+	t.Logf("all %d accepted jobs handled: the first after %s %v after it, the last of those enqueued before the kill %v after it; %d redeliveries; %d store errors reported to OnError",
+		total, f.event, firstAfter.Sub(promoted).Round(time.Millisecond), lastA.Sub(promoted).Round(time.Millisecond), redelivered, storeErrs.Load())
 
 	// The queue drains: acks lost in the failover are redelivered after the
 	// lease and acked then.

@@ -324,3 +324,19 @@ func (s *Sentinel) Close() error {
 	}
 	return errors.Join(errs...)
 }
+
+// WaitSwitchedTo waits until the Sentinel reports r as the master (after a
+// failover: the former replica), polling every 20 ms, or until ctx is done.
+func (s *Sentinel) WaitSwitchedTo(ctx context.Context, r *Redis) error {
+	for {
+		addr, err := s.MasterAddr(ctx)
+		if err == nil && addr == r.Addr {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("testenv: the Sentinel did not switch to %s: last answer %q, %v%s", r.Addr, addr, err, s.Sentinels[0].LogTail())
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+}
