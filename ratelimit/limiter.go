@@ -36,7 +36,6 @@ import (
 	"sort"
 	"strconv"
 	"strings"
-	"sync"
 	"time"
 	"unsafe"
 
@@ -67,9 +66,38 @@ var (
 // safe for concurrent use. Allow and AllowN decide without waiting; Wait blocks
 // until admitted.
 //
-// The state of a rule is identified by the key and the rule's parameters (and
-// Named name): two Limiters with the same rule on one backend share the budget
-// of a key.
+// # State, and changes of limits
+//
+// A Limiter keeps the state of a key in one place: on Redis one key per
+// Limiter and user key (a string for a single FixedWindow, TokenBucket,
+// LeakyBucket or GCRA rule, a small hash with a field per rule otherwise),
+// plus one sorted set shared by its SlidingLog rules. The state is named by
+// what the rules count, not by their limits: each rule's kind, its grain (the
+// Window of FixedWindow and SlidingLog, Window and Buckets of SlidingWindow,
+// Per or Every of a drain rule) and its Named name, whatever the order of the
+// rules. So:
+//
+//   - Changing a limit, burst, capacity, rate or LeakyBucket Delay keeps the
+//     count: a Limiter built with the new values (a config reload, a rolling
+//     deploy where old and new processes run side by side) sees what the old
+//     one spent. Raising a limit gives the difference at once; lowering it
+//     denies a key that has already spent more, until it is back under the new
+//     limit. A drain rule's level is kept as spent units at a time, so a new
+//     rate applies from the last decision on. (A key whose state expired
+//     under the old rate, before the new one would have drained it, starts
+//     afresh.)
+//   - Changing a grain, a name or an algorithm (FixedWindow to SlidingWindow,
+//     say; TokenBucket, LeakyBucket and GCRA are one algorithm), or adding or
+//     removing a rule, names another state: the key starts afresh under the
+//     new rules, and the old state expires on its own.
+//   - Two Limiters whose rules count the same share the state of a key (the
+//     budget of each is checked against what both spent); two whose rule
+//     sets differ keep separate states even for a rule they have in common.
+//
+// Upgrading from floodgate 0.9, whose Redis keys were named by every rule
+// parameter: the new version does not read the old keys, so every key starts
+// afresh once, and the old keys expire when their windows end. Nothing else
+// is needed.
 //
 // On the Memory backend the state of a key may be evicted when the backend
 // reaches its memory bound (backend.WithMaxBytes): keys whose state is back
@@ -84,29 +112,15 @@ type Limiter struct {
 
 	mem      *backend.Table
 	redis    *backend.Redis
-	script   *backend.Script // allow.lua with the algorithms this Limiter uses
-	params   []any           // ARGV[4...] of the script
-	ruleArgs []any           // every rule's 5 parameters, as allow.lua takes them (AllowAll)
-	mask     uint8           // bit k set when a rule has kind k (AllowAll)
+	stateKey string          // suffix of the state key on Redis
+	logKey   string          // suffix of the log key, "" without SlidingLog rules
+	fast     *backend.Script // one_drain.lua or one_fixed.lua, or nil: limits.lua
+	fastArgs []any           // the fast path's ARGV[3...]
+	reqArgs  []any           // limits.lua's arguments of a request after n
 }
 
-//go:embed lua/common.lua
-var luaCommon string
-
-//go:embed lua/drain.lua
-var luaDrain string
-
-//go:embed lua/fixed.lua
-var luaFixed string
-
-//go:embed lua/sliding.lua
-var luaSliding string
-
-//go:embed lua/log.lua
-var luaLog string
-
-//go:embed lua/allow.lua
-var luaAllow string
+//go:embed lua/limits.lua
+var luaLimits string
 
 //go:embed lua/one_drain.lua
 var luaOneDrain string
@@ -114,44 +128,13 @@ var luaOneDrain string
 //go:embed lua/one_fixed.lua
 var luaOneFixed string
 
-// The fast paths of a Limiter with a single drain or fixed-window rule.
 var (
+	// limitsScript decides any Limiter, and several in AllowAll.
+	limitsScript = backend.NewScript(luaLimits)
+	// The fast paths of a Limiter with a single drain or fixed-window rule.
 	oneDrainScript = backend.NewScript(luaOneDrain)
 	oneFixedScript = backend.NewScript(luaOneFixed)
 )
-
-var (
-	scriptsMu sync.Mutex
-	scripts   = map[uint8]*backend.Script{}
-)
-
-// allowScript returns allow.lua preceded by the algorithms whose kinds are in
-// mask (bit k for kind k), so that a call defines only the functions it may
-// run. There are at most 16 such scripts.
-func allowScript(mask uint8) *backend.Script {
-	return composeScript(scripts, mask, luaAllow)
-}
-
-// composeScript returns main preceded by common.lua and the algorithms whose
-// kinds are in mask, from cache or built and cached there. cache is guarded by
-// scriptsMu.
-func composeScript(cache map[uint8]*backend.Script, mask uint8, main string) *backend.Script {
-	scriptsMu.Lock()
-	defer scriptsMu.Unlock()
-	if s, ok := cache[mask]; ok {
-		return s
-	}
-	parts := []string{luaCommon}
-	for k, src := range map[kind]string{kindFixed: luaFixed, kindSliding: luaSliding, kindLog: luaLog, kindDrain: luaDrain} {
-		if mask&(1<<k) != 0 {
-			parts = append(parts, src)
-		}
-	}
-	sort.Strings(parts[1:])
-	s := backend.NewScript(strings.Join(append(parts, main), "\n"))
-	cache[mask] = s
-	return s
-}
 
 // New returns a Limiter that admits a request only when every rule admits it.
 // It fails with an error naming the rule, field and value when a rule is
@@ -165,7 +148,7 @@ func New(b backend.Backend, rules ...Rule) (*Limiter, error) {
 	}
 	l := &Limiter{b: b, specs: make([]spec, len(rules))}
 	seen := make(map[string]int, len(rules))
-	var logIDs []string
+	sids := make(map[string]int, len(rules))
 	for i, r := range rules {
 		if r == nil {
 			return nil, fmt.Errorf("ratelimit: rules[%d] is nil", i)
@@ -179,30 +162,22 @@ func New(b backend.Backend, rules ...Rule) (*Limiter, error) {
 			return nil, fmt.Errorf("ratelimit: rules[%d] repeats rules[%d]", i, j)
 		}
 		seen[id] = i
-		if s.kind == kindLog {
-			logIDs = append(logIDs, id)
-			l.logMax = max(l.logMax, s.window)
+		// Rules that count the same (say two GCRA rules per second with
+		// different bursts) keep one state each, told apart by their order
+		// among themselves.
+		s.sid = s.stateID()
+		if c := sids[s.sid]; c > 0 {
+			sids[s.sid] = c + 1
+			s.sid += "#" + strconv.Itoa(c)
 		} else {
-			s.id, s.tag = hashID(kindPrefix[s.kind], id)
+			sids[s.sid] = 1
+		}
+		if s.kind == kindLog {
+			l.logMax = max(l.logMax, s.window)
 		}
 		l.specs[i] = s
 	}
-	if logIDs != nil {
-		id, tag := hashID("l", strings.Join(logIDs, ","))
-		l.logTag = tag
-		for i := range l.specs {
-			if l.specs[i].kind == kindLog {
-				l.specs[i].id, l.specs[i].tag = id, tag
-			}
-		}
-	}
-	ids := make(map[string]int, len(l.specs))
-	for i, s := range l.specs {
-		if j, dup := ids[s.id]; dup && (s.kind != kindLog || l.specs[j].kind != kindLog) {
-			return nil, fmt.Errorf("ratelimit: rules[%d] and rules[%d] hash to the same state key %q; rename one with Named", j, i, s.id)
-		}
-		ids[s.id] = i
-	}
+	l.nameStates()
 	switch b := b.(type) {
 	case *backend.Memory:
 		// Rate limit state may be evicted when the backend reaches its memory
@@ -212,29 +187,79 @@ func New(b backend.Backend, rules ...Rule) (*Limiter, error) {
 		l.mem = b.EvictableTable("ratelimit")
 	case *backend.Redis:
 		l.redis = b
-		l.params = l.scriptParams()
-		l.ruleArgs = l.params // the fast paths below trim params; AllowAll needs them all
-		var mask uint8
-		for _, s := range l.specs {
-			mask |= 1 << s.kind
-		}
-		l.mask = mask
-		l.script = allowScript(mask)
-		if len(l.specs) == 1 {
-			switch l.specs[0].kind {
-			case kindDrain:
-				l.script, l.params = oneDrainScript, l.params[1:] // no kind
-			case kindFixed:
-				l.script, l.params = oneFixedScript, l.params[1:3]
-			}
-		}
+		l.scriptArgs()
 	default:
 		return nil, fmt.Errorf("ratelimit: unsupported backend %T", b)
 	}
 	return l, nil
 }
 
-var kindPrefix = map[kind]string{kindFixed: "f", kindSliding: "s", kindDrain: "d"}
+// nameStates names the Limiter's state after what its rules count, sorted,
+// so that neither their order nor their limits change it: the Redis key
+// suffix, each rule's field in it, and the memory tags.
+func (l *Limiter) nameStates() {
+	sorted := make([]string, len(l.specs))
+	for i, s := range l.specs {
+		sorted[i] = s.sid
+	}
+	sort.Strings(sorted)
+	prefix := "m"
+	if len(l.specs) == 1 {
+		prefix = kindLetter[l.specs[0].kind]
+	}
+	l.stateKey, _ = hashID(prefix, strings.Join(sorted, ","))
+	for i := range l.specs {
+		s := &l.specs[i]
+		s.field = strconv.Itoa(sort.SearchStrings(sorted, s.sid))
+		_, s.tag = hashID("", l.stateKey+"/"+s.field)
+		if s.kind == kindLog {
+			// Every SlidingLog rule keeps its units in the one log.
+			l.logKey = l.stateKey + "l"
+			_, l.logTag = hashID("", l.logKey)
+			s.tag = l.logTag
+		}
+	}
+}
+
+// scriptArgs pre-builds the Limiter's script arguments.
+func (l *Limiter) scriptArgs() {
+	layout, nkeys := "h", int64(1)
+	if len(l.specs) == 1 {
+		switch s := l.specs[0]; s.kind {
+		case kindDrain:
+			l.fast, l.fastArgs, layout = oneDrainScript, []any{s.capacity, s.per, s.rate, s.delay}, "s"
+		case kindFixed:
+			l.fast, l.fastArgs, layout = oneFixedScript, []any{s.limit, s.window}, "s"
+		}
+	}
+	if l.logKey != "" {
+		nkeys = 2
+	}
+	l.reqArgs = []any{int64(len(l.specs)), layout, nkeys}
+	for _, s := range l.specs {
+		var p [5]int64
+		switch s.kind {
+		case kindFixed:
+			p = [5]int64{1, s.limit, s.window, 0, 0}
+		case kindSliding:
+			p = [5]int64{2, s.limit, s.buckets, s.bucket, 0}
+		case kindLog:
+			p = [5]int64{3, s.limit, s.window, l.logMax, 0}
+		case kindDrain:
+			p = [5]int64{4, s.capacity, s.per, s.rate, s.delay}
+		}
+		l.reqArgs = append(l.reqArgs, p[0], s.field, p[1], p[2], p[3], p[4])
+	}
+}
+
+// redisKeys appends the Redis keys of key's state to keys.
+func (l *Limiter) redisKeys(keys []string, key string) []string {
+	keys = append(keys, l.redis.Key(key, l.stateKey))
+	if l.logKey != "" {
+		keys = append(keys, l.redis.Key(key, l.logKey))
+	}
+	return keys
+}
 
 // Rules returns the number of rules.
 func (l *Limiter) Rules() int { return len(l.specs) }
@@ -310,7 +335,7 @@ func (l *Limiter) result(vs []verdict) Result {
 	r := Result{
 		Allowed:    allowed,
 		Limit:      l.specs[best].limit,
-		Remaining:  v.remaining,
+		Remaining:  max(v.remaining, 0), // < 0 after a limit was lowered below the count
 		ResetAfter: time.Duration(v.reset) * time.Microsecond,
 		Rule:       best,
 		RuleName:   l.specs[best].name,
@@ -432,55 +457,23 @@ func (l *Limiter) commitMemory(e *backend.Entry, now, n int64, pending []int64) 
 	}
 }
 
-// scriptParams encodes the rules for allow.lua's ARGV[4...].
-func (l *Limiter) scriptParams() []any {
-	var out []any
-	for _, s := range l.specs {
-		var p [5]int64
-		switch s.kind {
-		case kindFixed:
-			p = [5]int64{1, s.limit, s.window, 0, 0}
-		case kindSliding:
-			p = [5]int64{2, s.limit, s.buckets, s.bucket, 0}
-		case kindLog:
-			p = [5]int64{3, s.limit, s.window, l.logMax, 0}
-		case kindDrain:
-			p = [5]int64{4, s.capacity, s.per, s.rate, s.delay}
-		}
-		for _, v := range p {
-			out = append(out, strconv.FormatInt(v, 10))
-		}
-	}
-	return out
-}
-
-func (l *Limiter) keys(key string) []string {
-	keys := make([]string, len(l.specs))
-	for i, s := range l.specs {
-		keys[i] = l.redis.Key(key, s.id)
-	}
-	return keys
-}
-
-func (l *Limiter) call(ctx context.Context, key string, n int64, mode string) (any, error) {
-	args := make([]any, 3, 3+len(l.params))
-	args[0], args[1], args[2] = l.redis.NowArg(), n, mode
-	return l.redis.RunArgs(ctx, l.script, l.keys(key), append(args, l.params...))
-}
-
 func (l *Limiter) allowRedis(ctx context.Context, key string, n int64, vs []verdict) error {
-	reply, err := l.call(ctx, key, n, "0")
+	if l.fast == nil {
+		var res [1]Result
+		_, err := runAllowAll(ctx, l.redis, []Request{{Limiter: l, Key: key, N: n}}, res[:], modeDecide, vs)
+		return err
+	}
+	args := make([]any, 2, 2+len(l.fastArgs))
+	args[0], args[1] = l.redis.NowArg(), n
+	reply, err := l.redis.RunArgs(ctx, l.fast, []string{l.redis.Key(key, l.stateKey)}, append(args, l.fastArgs...))
 	if err != nil {
 		return fmt.Errorf("ratelimit: %w", err)
 	}
-	ints, err := backend.ReplyInts(reply, 1+5*len(l.specs))
+	ints, err := backend.ReplyInts(reply, 5)
 	if err != nil {
 		return fmt.Errorf("ratelimit: %w", err)
 	}
-	for i := range vs {
-		o := 1 + 5*i
-		vs[i] = verdict{ints[o], ints[o+1], ints[o+2], ints[o+3], ints[o+4]}
-	}
+	vs[0] = verdict{ints[0], ints[1], ints[2], ints[3], ints[4]}
 	return nil
 }
 
@@ -523,10 +516,9 @@ func (l *Limiter) Reset(ctx context.Context, key string) error {
 		}
 		return nil
 	}
-	if _, err := l.call(ctx, key, 0, "1"); err != nil {
-		return fmt.Errorf("ratelimit: %w", err)
-	}
-	return nil
+	var res [1]Result
+	_, err := runAllowAll(ctx, l.redis, []Request{{Limiter: l, Key: key}}, res[:], modeReset, nil)
+	return err
 }
 
 // Wait blocks until one unit for key is admitted (and consumes it), or ctx

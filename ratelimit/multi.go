@@ -281,16 +281,11 @@ func allowAllMemory(t *backend.Table, reqs []Request, results []Result) bool {
 
 // --- Redis
 
-//go:embed lua/allow_all.lua
-var luaAllowAll string
-
-// allowAllScripts caches allow_all.lua by kind mask; guarded by scriptsMu.
-var allowAllScripts = map[uint8]*backend.Script{}
-
-// Modes of allow_all.lua.
+// Modes of limits.lua.
 const (
 	modeDecide = "0" // check all, commit when all admit
 	modeCheck  = "c" // check all, commit nothing, reply as for a denial
+	modeReset  = "r" // forget every request's state
 )
 
 // clusters holds the Redis backends whose store answered CROSSSLOT to an
@@ -312,7 +307,7 @@ func markCluster(r *backend.Redis) {
 
 func allowAllRedis(ctx context.Context, r *backend.Redis, reqs []Request, results []Result) (bool, error) {
 	if !isCluster(r) {
-		allowed, err := runAllowAll(ctx, r, reqs, results, modeDecide)
+		allowed, err := runAllowAll(ctx, r, reqs, results, modeDecide, nil)
 		if err == nil || !strings.Contains(err.Error(), "CROSSSLOT") {
 			return allowed, err
 		}
@@ -321,32 +316,32 @@ func allowAllRedis(ctx context.Context, r *backend.Redis, reqs []Request, result
 	return allowAllSlots(ctx, r, reqs, results)
 }
 
-// runAllowAll runs allow_all.lua once for reqs, whose keys must share a hash
-// slot on a Cluster, and fills results.
-func runAllowAll(ctx context.Context, r *backend.Redis, reqs []Request, results []Result, mode string) (bool, error) {
-	var mask uint8
-	nkeys, nargs := 0, 2
+// runAllowAll runs limits.lua once for reqs, whose keys must share a hash
+// slot on a Cluster, and fills results. When out is not nil, it also gets
+// the verdicts of reqs[0]'s rules.
+func runAllowAll(ctx context.Context, r *backend.Redis, reqs []Request, results []Result, mode string, out []verdict) (bool, error) {
+	nkeys, nargs, nrules := 0, 2, 0
 	for _, q := range reqs {
-		mask |= q.Limiter.mask
-		nkeys += len(q.Limiter.specs)
-		nargs += 2 + len(q.Limiter.ruleArgs)
+		nkeys += 2
+		nargs += 1 + len(q.Limiter.reqArgs)
+		nrules += len(q.Limiter.specs)
 	}
 	keys := make([]string, 0, nkeys)
 	args := make([]any, 0, nargs)
 	args = append(args, r.NowArg(), mode)
 	for _, q := range reqs {
-		l := q.Limiter
-		for _, s := range l.specs {
-			keys = append(keys, r.Key(q.Key, s.id))
-		}
-		args = append(args, q.N, int64(len(l.specs)))
-		args = append(args, l.ruleArgs...)
+		keys = q.Limiter.redisKeys(keys, q.Key)
+		args = append(args, q.N)
+		args = append(args, q.Limiter.reqArgs...)
 	}
-	reply, err := r.RunArgs(ctx, composeScript(allowAllScripts, mask, luaAllowAll), keys, args)
+	reply, err := r.RunArgs(ctx, limitsScript, keys, args)
 	if err != nil {
 		return false, fmt.Errorf("ratelimit: %w", err)
 	}
-	ints, err := backend.ReplyInts(reply, 1+5*nkeys)
+	if mode == modeReset {
+		return true, nil
+	}
+	ints, err := backend.ReplyInts(reply, 1+5*nrules)
 	if err != nil {
 		return false, fmt.Errorf("ratelimit: %w", err)
 	}
@@ -356,7 +351,9 @@ func runAllowAll(ctx context.Context, r *backend.Redis, reqs []Request, results 
 	for i, q := range reqs {
 		l := q.Limiter
 		vs := vb[:0]
-		if len(l.specs) > len(vb) {
+		if i == 0 && out != nil {
+			vs = out[:0]
+		} else if len(l.specs) > len(vb) {
 			vs = make([]verdict, 0, len(l.specs))
 		}
 		for range l.specs {
@@ -400,7 +397,7 @@ func allowAllSlots(ctx context.Context, r *backend.Redis, reqs []Request, result
 		g.reqs = append(g.reqs, q)
 	}
 	if len(groups) == 1 {
-		return runAllowAll(ctx, r, reqs, results, modeDecide)
+		return runAllowAll(ctx, r, reqs, results, modeDecide, nil)
 	}
 	slices.SortFunc(groups, func(a, b *slotGroup) int { return cmp.Compare(a.slot, b.slot) })
 	for _, g := range groups {
@@ -417,7 +414,7 @@ func allowAllSlots(ctx context.Context, r *backend.Redis, reqs []Request, result
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			oks[k], errs[k] = runAllowAll(ctx, r, g.reqs, g.results, modeCheck)
+			oks[k], errs[k] = runAllowAll(ctx, r, g.reqs, g.results, modeCheck, nil)
 		}()
 	}
 	wg.Wait()
@@ -435,7 +432,7 @@ func allowAllSlots(ctx context.Context, r *backend.Redis, reqs []Request, result
 
 	// Phase 2: commit group by group, each atomically re-checked.
 	for _, g := range groups {
-		ok, err := runAllowAll(ctx, r, g.reqs, g.results, modeDecide)
+		ok, err := runAllowAll(ctx, r, g.reqs, g.results, modeDecide, nil)
 		if err != nil {
 			return false, err
 		}

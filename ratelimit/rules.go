@@ -121,7 +121,8 @@ type GCRA struct {
 }
 
 // Named gives a rule a name, reported in Result.RuleName. Names take part in
-// the rule's identity: the same rule under two names keeps two states.
+// the rule's identity (see Limiter): the same rule under two names keeps two
+// states.
 func Named(name string, r Rule) Rule { return named{name: name, r: r} }
 
 type named struct {
@@ -154,10 +155,10 @@ type spec struct {
 	rate     int64 // drain: requests per per
 	delay    int64 // drain: delay threshold in requests, NoDelay for none
 	full     int64 // drain: capacity × per, the level of a full bucket
-	dmax     int64 // drain: ceil(full / rate), the longest a bucket takes to empty
 
-	id  string // state key suffix on Redis
-	tag uint64 // state identity on Memory (never 0)
+	sid   string // what is counted: kind, grain and name (see stateID)
+	field string // the rule's field in its Limiter's state
+	tag   uint64 // the state of the rule on Memory (never 0)
 }
 
 func fieldErr(rule, field string, v any, want string) error {
@@ -251,7 +252,7 @@ func drainSpec(rule string, rate, capacity int64, rateField, capField string, pe
 	}
 	full := capacity * p
 	return spec{kind: kindDrain, per: p, rate: rate, capacity: capacity, limit: capacity, delay: NoDelay,
-		full: full, dmax: (full + rate - 1) / rate}, nil
+		full: full}, nil
 }
 
 func (r TokenBucket) compile() (spec, error) {
@@ -295,15 +296,34 @@ func (n named) compile() (spec, error) {
 	return s, nil
 }
 
-// identity returns the parameters that identify a rule's state.
+// identity returns every parameter of a rule: two rules of one Limiter with
+// the same identity are the same rule.
 func (s spec) identity() string {
 	return fmt.Sprintf("%d|%d|%d|%d|%d|%d|%d|%d|%s", s.kind, s.limit, s.window, s.buckets, s.capacity, s.per, s.rate, s.delay, s.name)
 }
 
+// stateID returns what a rule counts, which identifies its state: its kind,
+// its grain (the window of FixedWindow and SlidingLog, the window and bucket
+// count of SlidingWindow, Per of a drain rule) and its name. Limits, bursts,
+// capacities, rates and LeakyBucket's Delay are not part of it, so a state
+// carries across a change of them.
+func (s spec) stateID() string {
+	switch s.kind {
+	case kindFixed, kindLog:
+		return fmt.Sprintf("%s%d|%s", kindLetter[s.kind], s.window, s.name)
+	case kindSliding:
+		return fmt.Sprintf("s%d/%d|%s", s.window, s.buckets, s.name)
+	default:
+		return fmt.Sprintf("d%d|%s", s.per, s.name)
+	}
+}
+
+var kindLetter = map[kind]string{kindFixed: "f", kindSliding: "s", kindLog: "l", kindDrain: "d"}
+
 // hashID hashes an identity into a short Redis key suffix and a memory tag.
-// The suffix is a kind letter and five base-36 digits (36^5 ≈ 6·10^7 values):
+// The suffix is prefix and five base-36 digits (36^5 ≈ 6·10^7 values):
 // with a 16-byte user key the whole key stays within 28 bytes, Redis's 32-byte
-// allocation class. New rejects a Limiter whose rules collide.
+// allocation class.
 func hashID(prefix string, identity string) (string, uint64) {
 	h := fnv.New64a()
 	h.Write([]byte(identity))

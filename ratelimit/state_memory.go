@@ -78,15 +78,20 @@ func memStateOf(e *backend.Entry) *memState {
 	return ms
 }
 
-// --- drain (TokenBucket, LeakyBucket, GCRA); see lua/drain.lua
+// --- drain (TokenBucket, LeakyBucket, GCRA); see lua/limits.lua. State:
+// a = t, b = the level at t in units of requests × per µs, draining rate
+// units per µs. Neither capacity nor rate is stored, so both may change.
 
-func drainLevel(s *spec, tat, rem, now int64) int64 {
-	d := tat - now
-	if d <= 0 {
-		return 0
+// drainLevel is the level at now, at most full. A state from the future
+// (another call read the clock later but locked first) has not drained yet.
+func drainLevel(s *spec, t, level, now int64) int64 {
+	if d := now - t; d > 0 {
+		if d >= ceilDiv(level, s.rate) {
+			return 0
+		}
+		level -= d * s.rate
 	}
-	d = min(d, s.dmax)
-	return max(d*s.rate-rem, 0)
+	return min(level, s.full)
 }
 
 // drainCheck returns the verdict and, when allowed, the new level for
@@ -120,12 +125,11 @@ func (s *spec) drainCommit(e *backend.Entry, now, nl int64) int64 {
 	if a == nil {
 		a, b = newCell(e, s.tag)
 	}
-	wait := ceilDiv(nl, s.rate)
-	*a, *b = now+wait, wait*s.rate-nl
-	return now + wait
+	*a, *b = now, nl
+	return now + ceilDiv(nl, s.rate)
 }
 
-// --- FixedWindow; see lua/fixed.lua. State: a = window id, b = count.
+// --- FixedWindow; see lua/limits.lua. State: a = window id, b = count.
 
 // fixedWindow returns the current window id and its count. A state from a
 // later window (a call that read the clock just before another's commit, or
@@ -175,7 +179,7 @@ func (s *spec) fixedReset(e *backend.Entry, now int64) {
 	}
 }
 
-// --- SlidingWindow; see lua/sliding.lua.
+// --- SlidingWindow; see lua/limits.lua.
 
 type slidingState struct {
 	tag       uint64
@@ -274,7 +278,7 @@ func (s *spec) slidingCommit(e *backend.Entry, now, n int64) int64 {
 	return (hi + s.buckets + 1) * s.bucket
 }
 
-// --- SlidingLog; see lua/log.lua. Every log rule of a Limiter shares one log.
+// --- SlidingLog; see lua/limits.lua. Every log rule of a Limiter shares one log.
 
 type logState struct {
 	tag uint64

@@ -1,10 +1,12 @@
 -- one_fixed.lua: the fast path of a Limiter with a single FixedWindow rule:
--- fixed.lua's logic, inlined. allow.lua handles several rules.
--- KEYS[1] state key, holding "<window id>:<count>" (see fixed.lua: the state
--- is in the declared key, so it migrates with its slot); ARGV[1] now µs or ""
--- for TIME; ARGV[2] n; ARGV[3] mode (0 allow, 1 reset); ARGV[4] limit;
--- ARGV[5] window_us
--- reply: {allowed (1/0), status, remaining, retry_us, reset_us, 0}
+-- limits.lua's fixed_check and commit for the "s" layout, inlined.
+-- KEYS[1] state, "w:c": the count c of window w. The count lives in the
+-- declared key (not in a name built here), so that Redis Cluster finds it on
+-- the node that has it while its slot migrates (ASK) and MIGRATE moves it
+-- whole; an old window's count is never read again whatever Redis does with
+-- its TTL. Mirrored by state_memory.go.
+-- ARGV[1] now µs or "" for TIME; ARGV[2] n; ARGV[3] limit; ARGV[4] window_us
+-- reply: {status (1 allowed, 0 denied, -1 never), remaining, retry_us, reset_us, 0}
 local now = ARGV[1]
 if now == '' then
   local t = redis.call('TIME')
@@ -12,30 +14,21 @@ if now == '' then
 else
   now = tonumber(now)
 end
-local n, limit, window = tonumber(ARGV[2]), tonumber(ARGV[4]), tonumber(ARGV[5])
--- floor(now / window), exact for integers below 2^53
+local n, limit, window = tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4])
 local wid = math.floor(now / window)
-local r = now - wid * window
-if r < 0 then wid = wid - 1 elseif r >= window then wid = wid + 1 end
-local key, ws = KEYS[1], string.format('%d', wid)
-if ARGV[3] == '1' then
-  redis.call('DEL', key)
-  return {1}
-end
 local c = 0
-local v = redis.call('GET', key)
+local v = redis.call('GET', KEYS[1])
 if v then
-  local w, cnt = string.match(v, '^(%-?%d+):(%d+)$')
-  if w == ws then c = tonumber(cnt) end
+  local p = string.find(v, ':', 1, true)
+  if tonumber(string.sub(v, 1, p - 1)) == wid then c = tonumber(string.sub(v, p + 1)) end
 end
 local left = (wid + 1) * window - now
 local reset = 0
 if c > 0 then reset = left end
-if n > limit then return {0, -1, limit - c, -1, reset, 0} end
-if c + n > limit then return {0, 0, limit - c, left, reset, 0} end
+if n > limit then return {-1, limit - c, -1, reset, 0} end
+if c + n > limit then return {0, limit - c, left, reset, 0} end
 if n > 0 then
-  local ms = math.ceil(left / 1000)
-  redis.call('SET', key, ws .. ':' .. string.format('%d', c + n), 'PX', ms)
+  redis.call('SET', KEYS[1], string.format('%d:%d', wid, c + n), 'PX', math.ceil(left / 1000))
   reset = left
 end
-return {1, 1, limit - c - n, 0, reset, 0}
+return {1, limit - c - n, 0, reset, 0}

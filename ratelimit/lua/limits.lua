@@ -1,0 +1,314 @@
+-- limits.lua: decide one or more requests, each n units for one user key
+-- against every rule of its Limiter, atomically: only when every rule of every
+-- request admits are they consumed. Limiter.AllowN (when no fast path
+-- applies), Reset and AllowAll all run it. Mirrored by state_memory.go.
+--
+-- State: one key per Limiter and user key. A Limiter with one FixedWindow or
+-- drain rule keeps its value in a string ("s" layout); any other keeps a hash
+-- whose fields belong to its rules ("h" layout): field F holds a drain or
+-- fixed-window rule's value, a SlidingWindow rule uses F.t (total), F.l
+-- (oldest bucket that may count), F.h (newest bucket written) and F.<id> (the
+-- units of bucket id). Values:
+--   drain (TokenBucket, LeakyBucket, GCRA): "t:L", the level L at time t in
+--     units of requests × per µs; it drains rate units per µs. Neither the
+--     capacity nor the rate is stored, so both may change and the level carries.
+--   FixedWindow: "w:c", the count c of window w (epoch-aligned, window µs).
+-- SlidingLog rules share a sorted set (the second key of the request) of
+-- admitted units scored by admission time.
+--
+-- KEYS: per request its state key, then its log key when it has SlidingLog rules.
+-- ARGV[1] now in µs, or "" to use TIME; ARGV[2] mode: "0" decide and commit
+-- when all admit, "c" check (commit nothing, reply as for a denial), "r"
+-- reset (delete every request's state).
+-- Then per request: n, number of rules R, layout ("s" or "h"), number of keys
+-- (1 or 2), and R × 6 rule arguments: kind, field, then
+--   1 FixedWindow   limit, window_us, 0, 0
+--   2 SlidingWindow limit, buckets, bucket_us, 0
+--   3 SlidingLog    limit, window_us, longest log window_us, 0
+--   4 drain         capacity, per_us, rate, delay (-1 none)
+-- Requests that name the same state key (the same user key and the same rule
+-- identities: kinds, grains and names, whatever the limits) are checked
+-- against it with the sum of their n, and it is committed once.
+-- reply: {allowed (1/0: every request admitted), then per rule of every
+-- request, in order: status (1 allowed, 0 denied, -1 never), remaining,
+-- retry_us, reset_us, delay_us}. When not allowed, and always in mode "c", the
+-- rules of a request that no rule denies report a peek (n = 0).
+-- Integers are Lua doubles below 2^53 (New checks the rule parameters), so
+-- math.floor and math.ceil of a quotient are exact.
+-- Needs Redis >= 5 (effects replication, so that TIME may precede writes).
+local floor, ceil, tonumber, istr = math.floor, math.ceil, tonumber, function(x) return string.format('%d', x) end
+local mode = ARGV[2]
+
+-- Parse the requests. Rule k: P[6k-5 .. 6k] its arguments; RQ[k] its request.
+-- Request q: its rules first[q] .. last[q], state key SK[q], log key LK[q],
+-- layout LY[q].
+local P, RQ, first, last, SK, LK, LY = {}, {}, {}, {}, {}, {}, {}
+local N = {} -- per state and log key: the units of every request naming it
+local k, q, i, kn = 0, 0, 3, 0
+while i <= #ARGV do
+  local n, r, nk = tonumber(ARGV[i]), tonumber(ARGV[i + 1]), tonumber(ARGV[i + 3])
+  q = q + 1
+  LY[q] = ARGV[i + 2]
+  i = i + 4
+  SK[q] = KEYS[kn + 1]
+  if nk == 2 then LK[q] = KEYS[kn + 2] end
+  kn = kn + nk
+  first[q] = k + 1
+  for _ = 1, r do
+    k = k + 1
+    local o = (k - 1) * 6
+    P[o + 1], P[o + 2] = tonumber(ARGV[i]), ARGV[i + 1]
+    P[o + 3], P[o + 4], P[o + 5], P[o + 6] = tonumber(ARGV[i + 2]), tonumber(ARGV[i + 3]), tonumber(ARGV[i + 4]), tonumber(ARGV[i + 5])
+    i = i + 6
+    RQ[k] = q
+  end
+  last[q] = k
+  for _, key in ipairs({SK[q], LK[q]}) do N[key] = (N[key] or 0) + n end
+end
+if kn ~= #KEYS then
+  return redis.error_reply('ERR limits.lua: ' .. #KEYS .. ' keys for ' .. kn .. ' declared')
+end
+
+if mode == 'r' then
+  for r = 1, q do
+    redis.call('DEL', SK[r])
+    if LK[r] then redis.call('DEL', LK[r]) end
+  end
+  return {1}
+end
+
+local now = ARGV[1]
+if now == '' then
+  local t = redis.call('TIME')
+  now = t[1] * 1000000 + t[2]
+else
+  now = tonumber(now)
+end
+
+-- S[key]: the state of a state key: for "s" the string (or false), for "h" a
+-- table field → value.
+local S = {}
+local function state(r)
+  local key = SK[r]
+  local s = S[key]
+  if s == nil then
+    if LY[r] == 's' then
+      s = redis.call('GET', key) or false
+    else
+      s = {}
+      local kv = redis.call('HGETALL', key)
+      for j = 1, #kv, 2 do s[kv[j]] = kv[j + 1] end
+    end
+    S[key] = s
+  end
+  return s
+end
+local function value(r, f)
+  local s = state(r)
+  if LY[r] == 's' then return s or nil end
+  return s[f]
+end
+
+-- The checks return status, remaining, retry_us, reset_us, delay_us, and for
+-- an admitting check with n > 0 what its commit stores.
+
+local function drain_check(r, f, capacity, per, rate, delay, n)
+  local full = capacity * per
+  local level = 0
+  local v = value(r, f)
+  if v then
+    local c = string.find(v, ':', 1, true)
+    level = tonumber(string.sub(v, c + 1))
+    local d = now - tonumber(string.sub(v, 1, c - 1))
+    if d > 0 then level = level - d * rate end
+    if level < 0 then level = 0 elseif level > full then level = full end
+  end
+  local remaining = floor((full - level) / per)
+  if n > capacity then return -1, remaining, -1, ceil(level / rate), 0 end
+  local nl = level + n * per
+  if nl > full then return 0, remaining, ceil((nl - full) / rate), ceil(level / rate), 0 end
+  local dl = 0
+  if delay >= 0 and n > 0 then
+    local ex = nl - per - delay * per
+    if ex > 0 then dl = ceil(ex / rate) end
+  end
+  local wait = ceil(nl / rate)
+  return 1, floor((full - nl) / per), 0, wait, dl, {istr(now) .. ':' .. istr(nl), now + wait}
+end
+
+local function fixed_check(r, f, limit, window, n)
+  local wid = floor(now / window)
+  local c = 0
+  local v = value(r, f)
+  if v then
+    local w, cnt = string.match(v, '^(%-?%d+):(%d+)$')
+    if tonumber(w) == wid then c = tonumber(cnt) end
+  end
+  local left = (wid + 1) * window - now
+  local reset = 0
+  if c > 0 then reset = left end
+  if n > limit then return -1, limit - c, -1, reset, 0 end
+  if c + n > limit then return 0, limit - c, left, reset, 0 end
+  if c + n > 0 then reset = left end
+  return 1, limit - c - n, 0, reset, 0, {istr(wid) .. ':' .. istr(c + n), now + left}
+end
+
+local function sliding_check(r, f, limit, buckets, w, n)
+  local s = state(r)
+  local cur = floor(now / w)
+  local total, lo, hi = tonumber(s[f .. '.t']), tonumber(s[f .. '.l']), tonumber(s[f .. '.h'])
+  local gone = {}
+  if not total then
+    total, lo, hi = 0, cur - buckets, cur - buckets - 1
+  else
+    if cur < lo then cur = lo end
+    local newlo = cur - buckets
+    if newlo > lo then
+      if newlo > hi then
+        total = 0
+        for id = lo, hi do gone[#gone + 1] = f .. '.' .. istr(id) end
+      else
+        for id = lo, newlo - 1 do
+          local g = f .. '.' .. istr(id)
+          gone[#gone + 1] = g
+          total = total - tonumber(s[g] or '0')
+        end
+      end
+      lo = newlo
+    end
+  end
+  local reset = 0
+  if total > 0 then reset = (hi + buckets + 1) * w - now end
+  if n > limit then return -1, limit - total, -1, reset, 0 end
+  if total + n > limit then
+    local need, acc = total + n - limit, 0
+    for id = lo, hi do
+      acc = acc + tonumber(s[f .. '.' .. istr(id)] or '0')
+      if acc >= need then return 0, limit - total, (id + buckets + 1) * w - now, reset, 0 end
+    end
+    return 0, limit - total, -1, reset, 0 -- unreachable: need <= total
+  end
+  if n > 0 then
+    if cur > hi then hi = cur end
+    reset = (hi + buckets + 1) * w - now
+  end
+  local b = f .. '.' .. istr(cur)
+  return 1, limit - total - n, 0, reset, 0,
+    {gone, f .. '.t', istr(total + n), f .. '.l', istr(lo), f .. '.h', istr(hi), b, istr(tonumber(s[b] or '0') + n), now + reset}
+end
+
+local newest = {} -- per log key: its newest entry's time, or false
+local function log_newest(key)
+  local nw = newest[key]
+  if nw == nil then
+    local e = redis.call('ZRANGE', key, -1, -1, 'WITHSCORES')
+    nw = e[2] and tonumber(e[2]) or false
+    newest[key] = nw
+  end
+  return nw
+end
+
+local function log_check(r, limit, window, n)
+  local key = LK[r]
+  local nw = log_newest(key)
+  local c = redis.call('ZCOUNT', key, '(' .. istr(now - window), '+inf')
+  local reset = 0
+  if c > 0 then reset = nw + window - now end
+  if n > limit then return -1, limit - c, -1, reset, 0 end
+  if c + n > limit then
+    local e = redis.call('ZRANGEBYSCORE', key, '(' .. istr(now - window), '+inf', 'WITHSCORES', 'LIMIT', c + n - limit - 1, 1)
+    return 0, limit - c, tonumber(e[2]) + window - now, reset, 0
+  end
+  if n > 0 then
+    if not nw or nw < now then nw = now end
+    reset = nw + window - now
+  end
+  return 1, limit - c - n, 0, reset, 0, true
+end
+
+local function check(k, n)
+  local o = (k - 1) * 6
+  local kind, f, a, b, c, d = P[o + 1], P[o + 2], P[o + 3], P[o + 4], P[o + 5], P[o + 6]
+  local r = RQ[k]
+  if kind == 4 then return drain_check(r, f, a, b, c, d, n)
+  elseif kind == 1 then return fixed_check(r, f, a, b, n)
+  elseif kind == 2 then return sliding_check(r, f, a, b, c, n)
+  end
+  return log_check(r, a, b, n)
+end
+
+local reply = {1}
+local X = {}      -- per rule: what its check computed for the commit
+local denied = {} -- per request: true when one of its rules denies it
+for k = 1, #P / 6 do
+  local r = RQ[k]
+  local s, rem, retry, reset, dl, x = check(k, N[SK[r]])
+  if s ~= 1 then
+    reply[1] = 0
+    denied[r] = true
+  end
+  X[k] = x
+  local j = 1 + (k - 1) * 5
+  reply[j + 1], reply[j + 2], reply[j + 3], reply[j + 4], reply[j + 5] = s, rem, retry, reset, dl
+end
+
+if reply[1] == 0 or mode == 'c' then
+  for r = 1, q do
+    if not denied[r] then
+      for k = first[r], last[r] do
+        local s, rem, retry, reset, dl = check(k, 0)
+        local j = 1 + (k - 1) * 5
+        reply[j + 1], reply[j + 2], reply[j + 3], reply[j + 4], reply[j + 5] = s, rem, retry, reset, dl
+      end
+    end
+  end
+  return reply
+end
+
+-- Commit every state key once, with the summed units, as the first request
+-- naming it computed.
+local done = {}
+for r = 1, q do
+  local key = SK[r]
+  if N[key] > 0 and not done[key] then
+    done[key] = true
+    local until_, set, del, logged = now, {}, {}, false
+    for k = first[r], last[r] do
+      local o = (k - 1) * 6
+      local kind, x = P[o + 1], X[k]
+      if kind == 3 then
+        if not logged then
+          logged = true
+          local lk, n, maxw = LK[r], N[LK[r]], P[o + 5]
+          redis.call('ZREMRANGEBYSCORE', lk, '-inf', istr(now - maxw))
+          local seq = redis.call('ZCARD', lk)
+          local args, score = {}, istr(now)
+          for j = 0, n - 1 do
+            args[#args + 1] = score
+            args[#args + 1] = score .. ':' .. istr(seq + j)
+          end
+          redis.call('ZADD', lk, unpack(args))
+          local nw = log_newest(lk)
+          if not nw or nw < now then nw = now end
+          redis.call('PEXPIRE', lk, ceil((nw + maxw - now) / 1000))
+        end
+      elseif kind == 2 then
+        for _, g in ipairs(x[1]) do del[#del + 1] = g end
+        for j = 2, 9 do set[#set + 1] = x[j] end
+        if x[10] > until_ then until_ = x[10] end
+      else
+        set[#set + 1] = P[o + 2]
+        set[#set + 1] = x[1]
+        if x[2] > until_ then until_ = x[2] end
+      end
+    end
+    if LY[r] == 's' then
+      if #set > 0 then redis.call('SET', key, set[2], 'PX', ceil((until_ - now) / 1000)) end
+    elseif #set > 0 then
+      if #del > 0 then redis.call('HDEL', key, unpack(del)) end
+      redis.call('HSET', key, unpack(set))
+      redis.call('PEXPIRE', key, ceil((until_ - now) / 1000))
+    end
+  end
+end
+return reply
