@@ -56,6 +56,7 @@ type config struct {
 	sweepEvery time.Duration
 	shards     int
 	maxBytes   int64 // < 0: unbounded
+	noAutoPipe bool  // go-redis: plain calls, not the client's autopipeliner
 	err        error
 }
 
@@ -84,6 +85,12 @@ func WithPrefix(p string) Option {
 // argument instead of calling TIME: use it in tests only, since clients with
 // different clocks would disagree. On Memory the default is time.Now.
 func WithClock(c clock.Clock) Option { return func(cfg *config) { cfg.clock = c } }
+
+// WithoutAutoPipeline makes a Redis backend over a go-redis client (NewRedis,
+// NewRedisE) send every script call on its own instead of through the
+// client's autopipeliner, which NewRedis uses by default (see NewRedisE). It
+// has no effect on rueidis, which always pipelines, nor on Memory.
+func WithoutAutoPipeline() Option { return func(c *config) { c.noAutoPipe = true } }
 
 // WithSweepInterval sets how often Memory's janitor removes expired entries
 // (default 1s; each pass visits every shard). It has no effect on Redis.
