@@ -190,6 +190,31 @@ func rawGoRedis(c *clients, p params, _ []string) (decide, error) {
 	}, nil
 }
 
+// rawGoRedisAP is rawGoRedis through go-redis's deferred autopipeliner
+// (AsyncAutoPipeline, EXPERIMENTAL), as floodgate's go-redis backend sends
+// its calls by default: each call is submitted, then waited for, so that
+// concurrent goroutines' calls share pipelines.
+func rawGoRedisAP(c *clients, p params, _ []string) (decide, error) {
+	ap, err := c.gored.AsyncAutoPipeline()
+	if err != nil {
+		return nil, err
+	}
+	ctx := context.Background()
+	a := gcraArgs(p)
+	return func(key string) (bool, error) {
+		cmd := redis.NewCmd(ctx, "evalsha", c.sha, 1, "raw:{"+key+"}", a[0], a[1])
+		cmd.SetFirstKeyPos(3)
+		if err := ap.Submit(ctx, cmd).WaitContext(ctx); err != nil {
+			return false, err
+		}
+		v, err := cmd.Int64Slice()
+		if err != nil {
+			return false, err
+		}
+		return v[0] == 1, nil
+	}, nil
+}
+
 // rawRueidis is the client-side ceiling of rueidis: EVALSHA of gcra.lua
 // through Do, auto-pipelined.
 func rawRueidis(c *clients, p params, _ []string) (decide, error) {
@@ -295,6 +320,7 @@ func mennanovSlidingWindow(c *clients, p params, keys []string) (decide, error) 
 var redisCases = []redisCase{
 	{lib: "raw-rueidis", alg: "gcra", make: rawRueidis},
 	{lib: "raw-goredis", alg: "gcra", make: rawGoRedis},
+	{lib: "raw-goredis-ap", alg: "gcra", make: rawGoRedisAP},
 	floodgateCase("floodgate-rueidis", "gcra"),
 	floodgateCase("floodgate-rueidis", "tokenbucket"),
 	floodgateCase("floodgate-rueidis", "fixedwindow"),
