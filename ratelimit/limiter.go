@@ -69,9 +69,10 @@ var (
 // # State, and changes of limits
 //
 // A Limiter keeps the state of a key in one place: on Redis one key per
-// Limiter and user key (a string for a single FixedWindow, TokenBucket,
-// LeakyBucket or GCRA rule, a small hash with a field per rule otherwise),
-// plus one sorted set shared by its SlidingLog rules. The state is named by
+// Limiter and user key (a string holding a value per rule when its rules are
+// FixedWindow, TokenBucket, LeakyBucket or GCRA rules, a small hash with
+// fields per rule otherwise), plus one sorted set shared by its SlidingLog
+// rules. A second rule costs a value in the same key, not another key. The state is named by
 // what the rules count, not by their limits: each rule's kind, its grain (the
 // Window of FixedWindow and SlidingLog, Window and Buckets of SlidingWindow,
 // Per or Every of a drain rule) and its Named name, whatever the order of the
@@ -114,8 +115,9 @@ type Limiter struct {
 	redis    *backend.Redis
 	stateKey string          // suffix of the state key on Redis
 	logKey   string          // suffix of the log key, "" without SlidingLog rules
-	fast     *backend.Script // one_drain.lua or one_fixed.lua, or nil: limits.lua
+	fast     *backend.Script // a fast path (one_drain, one_fixed, multi_fast), or nil: limits.lua
 	fastArgs []any           // the fast path's ARGV[3...]
+	byField  []int           // multi_fast: the rule of each field, which orders its reply
 	reqArgs  []any           // limits.lua's arguments of a request after n
 }
 
@@ -128,12 +130,17 @@ var luaOneDrain string
 //go:embed lua/one_fixed.lua
 var luaOneFixed string
 
+//go:embed lua/multi_fast.lua
+var luaMultiFast string
+
 var (
 	// limitsScript decides any Limiter, and several in AllowAll.
 	limitsScript = backend.NewScript(luaLimits)
-	// The fast paths of a Limiter with a single drain or fixed-window rule.
-	oneDrainScript = backend.NewScript(luaOneDrain)
-	oneFixedScript = backend.NewScript(luaOneFixed)
+	// The fast paths of a Limiter with a single drain or fixed-window rule,
+	// and with several rules that are all drain or fixed-window rules.
+	oneDrainScript  = backend.NewScript(luaOneDrain)
+	oneFixedScript  = backend.NewScript(luaOneFixed)
+	multiFastScript = backend.NewScript(luaMultiFast)
 )
 
 // New returns a Limiter that admits a request only when every rule admits it.
@@ -224,18 +231,11 @@ func (l *Limiter) nameStates() {
 // scriptArgs pre-builds the Limiter's script arguments.
 func (l *Limiter) scriptArgs() {
 	layout, nkeys := "h", int64(1)
-	if len(l.specs) == 1 {
-		switch s := l.specs[0]; s.kind {
-		case kindDrain:
-			l.fast, l.fastArgs, layout = oneDrainScript, []any{s.capacity, s.per, s.rate, s.delay}, "s"
-		case kindFixed:
-			l.fast, l.fastArgs, layout = oneFixedScript, []any{s.limit, s.window}, "s"
-		}
-	}
 	if l.logKey != "" {
 		nkeys = 2
 	}
 	l.reqArgs = []any{int64(len(l.specs)), layout, nkeys}
+	fast := true
 	for _, s := range l.specs {
 		var p [5]int64
 		switch s.kind {
@@ -243,13 +243,38 @@ func (l *Limiter) scriptArgs() {
 			p = [5]int64{1, s.limit, s.window, 0, 0}
 		case kindSliding:
 			p = [5]int64{2, s.limit, s.buckets, s.bucket, 0}
+			fast = false
 		case kindLog:
 			p = [5]int64{3, s.limit, s.window, l.logMax, 0}
+			fast = false
 		case kindDrain:
 			p = [5]int64{4, s.capacity, s.per, s.rate, s.delay}
 		}
 		l.reqArgs = append(l.reqArgs, p[0], s.field, p[1], p[2], p[3], p[4])
 	}
+	switch s := l.specs[0]; {
+	case !fast:
+		return
+	case len(l.specs) > 1:
+		l.fast, l.byField = multiFastScript, make([]int, len(l.specs))
+		for i, s := range l.specs {
+			f, _ := strconv.Atoi(s.field)
+			l.byField[f] = i
+		}
+		for _, i := range l.byField {
+			switch s := l.specs[i]; s.kind {
+			case kindFixed:
+				l.fastArgs = append(l.fastArgs, int64(kindFixed), s.limit, s.window)
+			default:
+				l.fastArgs = append(l.fastArgs, int64(kindDrain), s.capacity, s.per, s.rate, s.delay)
+			}
+		}
+	case s.kind == kindDrain:
+		l.fast, l.fastArgs = oneDrainScript, []any{s.capacity, s.per, s.rate, s.delay}
+	default:
+		l.fast, l.fastArgs = oneFixedScript, []any{s.limit, s.window}
+	}
+	l.reqArgs[1] = "s"
 }
 
 // redisKeys appends the Redis keys of key's state to keys.
@@ -469,11 +494,29 @@ func (l *Limiter) allowRedis(ctx context.Context, key string, n int64, vs []verd
 	if err != nil {
 		return fmt.Errorf("ratelimit: %w", err)
 	}
-	ints, err := backend.ReplyInts(reply, 5)
+	if len(vs) > 1 {
+		ints, err := backend.ReplyInts(reply, 1+5*len(vs))
+		if err != nil {
+			return fmt.Errorf("ratelimit: %w", err)
+		}
+		for f, i := range l.byField {
+			o := 1 + 5*f
+			vs[i] = verdict{ints[o], ints[o+1], ints[o+2], ints[o+3], ints[o+4]}
+		}
+		return nil
+	}
+	ints, err := backend.ReplyInts(reply, -1)
 	if err != nil {
 		return fmt.Errorf("ratelimit: %w", err)
 	}
-	vs[0] = verdict{ints[0], ints[1], ints[2], ints[3], ints[4]}
+	switch len(ints) {
+	case 3: // allowed: remaining, reset, delay
+		vs[0] = verdict{statusAllowed, ints[0], 0, ints[1], ints[2]}
+	case 4: // denied: status, remaining, retry, reset
+		vs[0] = verdict{ints[0], ints[1], ints[2], ints[3], 0}
+	default:
+		return fmt.Errorf("ratelimit: script reply has %d elements, want 3 or 4", len(ints))
+	}
 	return nil
 }
 

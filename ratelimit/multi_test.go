@@ -48,9 +48,10 @@ func notConsumed(r ratelimit.Result) ratelimit.Result {
 	return r
 }
 
-// mixedRules are one Limiter per algorithm and one with several rules (two
-// SlidingLog rules in one log and a FixedWindow), with small limits so that
-// random traffic is often denied.
+// mixedRules are one Limiter per algorithm and two with several rules (two
+// SlidingLog rules in one log and a FixedWindow; drain and fixed-window
+// rules, whose values share one string), with small limits so that random
+// traffic is often denied.
 func mixedRules() [][]ratelimit.Rule {
 	return [][]ratelimit.Rule{
 		{ratelimit.FixedWindow{Limit: 3, Window: time.Second}},
@@ -63,6 +64,11 @@ func mixedRules() [][]ratelimit.Rule {
 			ratelimit.SlidingLog{Limit: 2, Window: 100 * ms},
 			ratelimit.Named("per-second", ratelimit.SlidingLog{Limit: 4, Window: time.Second}),
 			ratelimit.FixedWindow{Limit: 5, Window: time.Second},
+		},
+		{
+			ratelimit.GCRA{Rate: 4, Per: time.Second, Burst: 3},
+			ratelimit.FixedWindow{Limit: 6, Window: time.Second},
+			ratelimit.Named("slow", ratelimit.TokenBucket{Capacity: 5, Refill: 1, Every: 500 * ms}),
 		},
 	}
 }
@@ -702,5 +708,52 @@ func TestAllowAllMany(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestAllowAllAndAllowNShareState: AllowN (a fast path where the Limiter has
+// one) and AllowAll (the general script) read and write one state: random
+// calls of both on the same keys give every Redis backend the results of the
+// memory backend.
+func TestAllowAllAndAllowNShareState(t *testing.T) {
+	type step struct {
+		all  bool
+		lim  int
+		n    int64
+		wait time.Duration
+	}
+	rng := rand.New(rand.NewPCG(7, 7))
+	var steps []step
+	for range 300 {
+		steps = append(steps, step{all: rng.IntN(2) == 0, lim: rng.IntN(len(mixedRules())), n: rng.Int64N(3), wait: time.Duration(rng.Int64N(int64(120 * ms)))})
+	}
+	play := func(t *testing.T, b backend.Backend, clk *clock.Fake) []ratelimit.Result {
+		lims := newLimiters(t, b, mixedRules())
+		var out []ratelimit.Result
+		for _, s := range steps {
+			clk.Advance(s.wait)
+			key := fmt.Sprint("k", s.lim)
+			if s.all {
+				_, res := allowAll(t, ratelimit.Request{Limiter: lims[s.lim], Key: key, N: s.n})
+				out = append(out, res[0])
+			} else {
+				out = append(out, allowN(t, lims[s.lim], key, s.n))
+			}
+		}
+		return out
+	}
+	var want []ratelimit.Result
+	for _, bk := range allBackends() {
+		clk := clock.NewFake(t0)
+		got := play(t, bk.make(t, clk), clk)
+		if want == nil {
+			want = got // memory comes first
+			continue
+		}
+		for i := range got {
+			if got[i] != want[i] {
+				t.Fatalf("%s: step %d (%+v): %+v, memory gave %+v", bk.name, i, steps[i], got[i], want[i])
+			}
+		}
 	}
 }

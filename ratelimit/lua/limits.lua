@@ -3,12 +3,13 @@
 -- request admits are they consumed. Limiter.AllowN (when no fast path
 -- applies), Reset and AllowAll all run it. Mirrored by state_memory.go.
 --
--- State: one key per Limiter and user key. A Limiter with one FixedWindow or
--- drain rule keeps its value in a string ("s" layout); any other keeps a hash
--- whose fields belong to its rules ("h" layout): field F holds a drain or
--- fixed-window rule's value, a SlidingWindow rule uses F.t (total), F.l
--- (oldest bucket that may count), F.h (newest bucket written) and F.<id> (the
--- units of bucket id). Values:
+-- State: one key per Limiter and user key. A Limiter whose rules are all
+-- FixedWindow or drain rules keeps a string ("s" layout): its rules' values in
+-- field order (a rule's field is its 0-based position), separated by spaces.
+-- Any other keeps a hash ("h" layout) whose fields belong to its rules: field
+-- F holds a drain or fixed-window rule's value, a SlidingWindow rule uses F.t
+-- (total), F.l (oldest bucket that may count), F.h (newest bucket written)
+-- and F.<id> (the units of bucket id). Values:
 --   drain (TokenBucket, LeakyBucket, GCRA): "t:L", the level L at time t in
 --     units of requests × per µs; it drains rate units per µs. Neither the
 --     capacity nor the rate is stored, so both may change and the level carries.
@@ -85,17 +86,25 @@ else
   now = tonumber(now)
 end
 
--- S[key]: the state of a state key: for "s" the string (or false), for "h" a
--- table field → value.
+-- S[key]: the state of a state key as a table field → value.
 local S = {}
 local function state(r)
   local key = SK[r]
   local s = S[key]
   if s == nil then
+    s = {}
     if LY[r] == 's' then
-      s = redis.call('GET', key) or false
+      local v = redis.call('GET', key)
+      if v then
+        local f, p = 0, 1
+        while true do
+          local e = string.find(v, ' ', p, true)
+          s[istr(f)] = string.sub(v, p, (e or 0) - 1)
+          if not e then break end
+          f, p = f + 1, e + 1
+        end
+      end
     else
-      s = {}
       local kv = redis.call('HGETALL', key)
       for j = 1, #kv, 2 do s[kv[j]] = kv[j + 1] end
     end
@@ -103,11 +112,7 @@ local function state(r)
   end
   return s
 end
-local function value(r, f)
-  local s = state(r)
-  if LY[r] == 's' then return s or nil end
-  return s[f]
-end
+local function value(r, f) return state(r)[f] end
 
 -- The checks return status, remaining, retry_us, reset_us, delay_us, and for
 -- an admitting check with n > 0 what its commit stores.
@@ -303,7 +308,9 @@ for r = 1, q do
       end
     end
     if LY[r] == 's' then
-      if #set > 0 then redis.call('SET', key, set[2], 'PX', ceil((until_ - now) / 1000)) end
+      local vals = {}
+      for j = 1, #set, 2 do vals[tonumber(set[j]) + 1] = set[j + 1] end
+      redis.call('SET', key, table.concat(vals, ' '), 'PX', ceil((until_ - now) / 1000))
     elseif #set > 0 then
       if #del > 0 then redis.call('HDEL', key, unpack(del)) end
       redis.call('HSET', key, unpack(set))

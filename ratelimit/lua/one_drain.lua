@@ -4,7 +4,9 @@
 -- KEYS[1] state, "t:L": the level L at time t (µs), in requests × per µs.
 -- ARGV[1] now µs or "" for TIME; ARGV[2] n; ARGV[3] capacity; ARGV[4] per_us;
 -- ARGV[5] rate; ARGV[6] delay (-1 none).
--- reply: {status (1 allowed, 0 denied, -1 never), remaining, retry_us, reset_us, delay_us}
+-- reply: allowed {remaining, reset_us, delay_us}; denied {status (0, or -1
+-- when n can never be admitted), remaining, retry_us, reset_us}. Short
+-- replies cost Redis less to encode.
 local now = ARGV[1]
 if now == '' then
   local t = redis.call('TIME')
@@ -24,9 +26,9 @@ if v then
   if d > 0 then level = level - d * rate end
   if level < 0 then level = 0 elseif level > full then level = full end
 end
-if n > capacity then return {-1, floor((full - level) / per), -1, ceil(level / rate), 0} end
+if n > capacity then return {-1, floor((full - level) / per), -1, ceil(level / rate)} end
 local nl = level + n * per
-if nl > full then return {0, floor((full - level) / per), ceil((nl - full) / rate), ceil(level / rate), 0} end
+if nl > full then return {0, floor((full - level) / per), ceil((nl - full) / rate), ceil(level / rate)} end
 local wait = ceil(nl / rate)
 local dl = 0
 if n > 0 then
@@ -37,4 +39,4 @@ if n > 0 then
   end
   redis.call('SET', KEYS[1], string.format('%d:%d', now, nl), 'PX', ceil(wait / 1000))
 end
-return {1, floor((full - nl) / per), 0, wait, dl}
+return {floor((full - nl) / per), wait, dl}

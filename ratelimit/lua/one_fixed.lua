@@ -6,7 +6,8 @@
 -- whole; an old window's count is never read again whatever Redis does with
 -- its TTL. Mirrored by state_memory.go.
 -- ARGV[1] now µs or "" for TIME; ARGV[2] n; ARGV[3] limit; ARGV[4] window_us
--- reply: {status (1 allowed, 0 denied, -1 never), remaining, retry_us, reset_us, 0}
+-- reply: as one_drain.lua's: allowed {remaining, reset_us, 0}; denied
+-- {status (0, or -1 when n can never be admitted), remaining, retry_us, reset_us}.
 local now = ARGV[1]
 if now == '' then
   local t = redis.call('TIME')
@@ -25,10 +26,10 @@ end
 local left = (wid + 1) * window - now
 local reset = 0
 if c > 0 then reset = left end
-if n > limit then return {-1, limit - c, -1, reset, 0} end
-if c + n > limit then return {0, limit - c, left, reset, 0} end
+if n > limit then return {-1, limit - c, -1, reset} end
+if c + n > limit then return {0, limit - c, left, reset} end
 if n > 0 then
   redis.call('SET', KEYS[1], string.format('%d:%d', wid, c + n), 'PX', math.ceil(left / 1000))
   reset = left
 end
-return {1, limit - c - n, 0, reset, 0}
+return {limit - c - n, reset, 0}
