@@ -1,6 +1,7 @@
 package ratelimit_test
 
 import (
+	"context"
 	"fmt"
 	"testing"
 	"time"
@@ -112,6 +113,42 @@ func TestCountsSurviveLimitChange(t *testing.T) {
 			}
 			if r := allowN(t, c, "multi", 6); r.Allowed {
 				t.Errorf("reordered multi-rule Limiter admitted 6 with 5 left: %+v", r)
+			}
+		})
+	}
+}
+
+// TestConcurrencyLeasesSurviveLimitChange: a ConcurrencyLimiter rebuilt
+// with another Limit or Lease sees the live leases, on every backend.
+func TestConcurrencyLeasesSurviveLimitChange(t *testing.T) {
+	ctx := context.Background()
+	for _, bk := range allBackends() {
+		t.Run(bk.name, func(t *testing.T) {
+			t.Parallel()
+			clk := clock.NewFake(t0)
+			b := bk.make(t, clk)
+			four, err := ratelimit.NewConcurrency(b, ratelimit.Concurrency{Limit: 4, Lease: time.Minute})
+			if err != nil {
+				t.Fatal(err)
+			}
+			for range 3 {
+				if _, r, err := four.Acquire(ctx, "k"); err != nil || !r.Allowed {
+					t.Fatalf("%+v %v", r, err)
+				}
+			}
+			two, err := ratelimit.NewConcurrency(b, ratelimit.Concurrency{Limit: 2, Lease: 30 * time.Second})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, r, err := two.Acquire(ctx, "k"); err != nil || r.Allowed {
+				t.Fatalf("Limit lowered to 2 with 3 leases live: %+v %v, want denied", r, err)
+			}
+			five, err := ratelimit.NewConcurrency(b, ratelimit.Concurrency{Limit: 5, Lease: time.Minute})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, r, err := five.Acquire(ctx, "k"); err != nil || !r.Allowed || r.Remaining != 1 {
+				t.Fatalf("Limit raised to 5 with 3 leases live: %+v %v, want allowed with 1 left", r, err)
 			}
 		})
 	}

@@ -29,6 +29,11 @@ type Concurrency struct {
 // ConcurrencyLimiter admits at most Limit concurrent holders per key. Create
 // it with NewConcurrency; it is safe for concurrent use.
 //
+// The leases of a key are what is counted, whatever Limit and Lease: every
+// ConcurrencyLimiter of one backend sees the same leases of a key, so one
+// rebuilt with a new Limit (a config reload) keeps the live leases, and a
+// lowered Limit admits nobody until enough of them end.
+//
 // On the Memory backend its leases are never evicted to respect the memory
 // bound (backend.WithMaxBytes): forgetting a held lease would admit more than
 // Limit holders. They count towards the bound, and a key's state goes when its
@@ -62,7 +67,7 @@ func NewConcurrency(b backend.Backend, c Concurrency) (*ConcurrencyLimiter, erro
 		return nil, err
 	}
 	cl := &ConcurrencyLimiter{limit: c.Limit, lease: lease}
-	cl.id, _ = hashID("c", fmt.Sprintf("%d|%d", c.Limit, lease))
+	cl.id = "c"
 	switch b := b.(type) {
 	case *backend.Memory:
 		cl.mem = b.Table("concurrency")
