@@ -7,7 +7,8 @@
 // of results/README.md. The benchmarks start one private redis-server
 // (internal/testenv), never the machine's own.
 //
-//	BenchmarkRedis/lib=L/alg=A/keys=K/g=G   decisions/s, p50-µs, p99-µs, server-µs/op, server-busy, denied/op, allocs/op
+//	BenchmarkRedis/lib=L/alg=A/keys=K/g=G   decisions/s, p50-µs, p99-µs, server-µs/op, server-busy,
+//	                                        script-µs/op, denied/op, allocs/op
 //	BenchmarkMemory/lib=L/alg=A/keys=K/g=G  ns/op, allocs/op
 //	BenchmarkRedisFootprint/lib=L/alg=A     B/key and redis-keys/key for 100,000 user keys
 //	BenchmarkMemoryFootprint/lib=L/alg=A    B/key for 1,000,000 idle keys, and after expiry and Sweep

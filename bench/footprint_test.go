@@ -54,7 +54,7 @@ var slidingFull = redisFootprintCase{lib: "floodgate", alg: "slidingwindow-full"
 		if err != nil {
 			return nil, nil, err
 		}
-		lim, err := ratelimit.New(be, floodgateRule("slidingwindow", p))
+		lim, err := ratelimit.New(be, floodgateRules("slidingwindow", p)...)
 		if err != nil {
 			return nil, nil, err
 		}
@@ -70,6 +70,7 @@ var slidingFull = redisFootprintCase{lib: "floodgate", alg: "slidingwindow-full"
 var redisFootprintCases = []redisFootprintCase{
 	once("raw", redisCase{alg: "gcra", make: rawRueidis}),
 	once("floodgate", floodgateCase("floodgate-rueidis", "gcra")),
+	once("floodgate", floodgateCase("floodgate-rueidis", "gcra+daily")),
 	once("floodgate", floodgateCase("floodgate-rueidis", "tokenbucket")),
 	once("floodgate", floodgateCase("floodgate-rueidis", "fixedwindow")),
 	once("floodgate", floodgateCase("floodgate-rueidis", "slidingwindow")),
@@ -183,7 +184,7 @@ func floodgateFootprint(alg string) memoryFootprintCase {
 	return memoryFootprintCase{lib: "floodgate-memory", alg: alg, fill: func(b *testing.B, keys []string) (func() int, any) {
 		clk := clock.NewFake(time.Unix(1_700_000_000, 0))
 		m := backend.NewMemory(backend.WithClock(clk), backend.WithSweepInterval(24*time.Hour))
-		lim, err := ratelimit.New(m, floodgateRule(alg, footprint))
+		lim, err := ratelimit.New(m, floodgateRules(alg, footprint)...)
 		if err != nil {
 			b.Fatal(err)
 		}

@@ -6,8 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"math"
-	"strconv"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -481,7 +479,7 @@ func BenchmarkLockContended(b *testing.B) {
 			var scripts0 scriptStats
 			if lib.redis {
 				cpu0 = redisClients(b).serverCPU(b)
-				scripts0 = redisScriptStats(b)
+				scripts0 = redisClients(b).scriptStats(b)
 			}
 			b.ResetTimer()
 			t0 := time.Now()
@@ -506,51 +504,12 @@ func BenchmarkLockContended(b *testing.B) {
 			if lib.redis {
 				cpu := redisClients(b).serverCPU(b) - cpu0
 				b.ReportMetric(cpu*1e6/float64(b.N), "server-µs/op")
-				st := redisScriptStats(b)
+				st := redisClients(b).scriptStats(b)
 				b.ReportMetric(float64(st.calls-scripts0.calls)/float64(b.N), "scripts/op")
 				b.ReportMetric(float64(st.usec-scripts0.usec)/float64(b.N), "script-µs/op")
 			}
 		})
 	}
-}
-
-// scriptStats are the script calls Redis has run (EVAL and EVALSHA) and
-// the microseconds it spent in them, commands called by the scripts included.
-type scriptStats struct{ calls, usec int64 }
-
-// redisScriptStats reads scriptStats from INFO commandstats of the shared
-// Redis.
-func redisScriptStats(b *testing.B) scriptStats {
-	b.Helper()
-	s, err := redisClients(b).gored.Info(context.Background(), "commandstats").Result()
-	if err != nil {
-		b.Fatal(err)
-	}
-	var st scriptStats
-	for line := range strings.Lines(s) {
-		line = strings.TrimSpace(line)
-		v, ok := strings.CutPrefix(line, "cmdstat_evalsha:")
-		if !ok {
-			v, ok = strings.CutPrefix(line, "cmdstat_eval:")
-		}
-		if !ok {
-			continue
-		}
-		for field := range strings.SplitSeq(v, ",") {
-			k, n, _ := strings.Cut(field, "=")
-			i, err := strconv.ParseInt(n, 10, 64)
-			switch {
-			case k != "calls" && k != "usec":
-			case err != nil:
-				b.Fatalf("INFO commandstats: %q: %v", line, err)
-			case k == "calls":
-				st.calls += i
-			default:
-				st.usec += i
-			}
-		}
-	}
-	return st
 }
 
 // wakeupCase is a holder and a waiter on one lock name, in different

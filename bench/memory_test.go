@@ -24,7 +24,7 @@ func floodgateMemory(alg string) memoryCase {
 	return memoryCase{lib: "floodgate-memory", alg: alg, make: func([]string) (decide, func(), error) {
 		m := backend.NewMemory()
 		p := params{rate: memoryRate, per: time.Second}
-		lim, err := ratelimit.New(m, floodgateRule(alg, p))
+		lim, err := ratelimit.New(m, floodgateRules(alg, p)...)
 		if err != nil {
 			return nil, nil, err
 		}

@@ -113,6 +113,44 @@ func (c *clients) serverCPU(b testing.TB) float64 {
 	return c.info(b, "cpu", "used_cpu_user_main_thread") + c.info(b, "cpu", "used_cpu_sys_main_thread")
 }
 
+// scriptStats are the script calls Redis has run (EVAL and EVALSHA) and
+// the microseconds it spent in them, commands called by the scripts included.
+type scriptStats struct{ calls, usec int64 }
+
+// scriptStats reads scriptStats from INFO commandstats of the shared Redis.
+func (c *clients) scriptStats(b testing.TB) scriptStats {
+	b.Helper()
+	s, err := c.gored.Info(context.Background(), "commandstats").Result()
+	if err != nil {
+		b.Fatal(err)
+	}
+	var st scriptStats
+	for line := range strings.Lines(s) {
+		line = strings.TrimSpace(line)
+		v, ok := strings.CutPrefix(line, "cmdstat_evalsha:")
+		if !ok {
+			v, ok = strings.CutPrefix(line, "cmdstat_eval:")
+		}
+		if !ok {
+			continue
+		}
+		for field := range strings.SplitSeq(v, ",") {
+			k, n, _ := strings.Cut(field, "=")
+			i, err := strconv.ParseInt(n, 10, 64)
+			switch {
+			case k != "calls" && k != "usec":
+			case err != nil:
+				b.Fatalf("INFO commandstats: %q: %v", line, err)
+			case k == "calls":
+				st.calls += i
+			default:
+				st.usec += i
+			}
+		}
+	}
+	return st
+}
+
 // redisCase is one library and algorithm; make builds its decide function
 // (once per sub-benchmark) on the shared clients. keys are the user keys the
 // benchmark will use: libraries with one limiter object per key create them
@@ -134,19 +172,29 @@ type params struct {
 
 var throughput = params{rate: redisRate, per: time.Second, limit: redisLimit, win: time.Second, ttl: time.Second}
 
+// floodgateCase is a floodgate Limiter of floodgateRules(alg) on the shared
+// clients: lib floodgate-rueidis (rueidisadapter), floodgate-goredis
+// (backend.NewRedisE, go-redis's deferred autopipelining by default) or
+// floodgate-goredis-noap (the same with backend.WithoutAutoPipeline: every
+// call a plain go-redis EvalSha).
 func floodgateCase(lib, alg string) redisCase {
 	return redisCase{lib: lib, alg: alg, make: func(c *clients, p params, _ []string) (decide, error) {
 		var be *backend.Redis
 		var err error
-		if lib == "floodgate-rueidis" {
+		switch lib {
+		case "floodgate-rueidis":
 			be, err = rueidisadapter.New(c.rued)
-		} else {
+		case "floodgate-goredis":
 			be, err = backend.NewRedisE(c.gored)
+		case "floodgate-goredis-noap":
+			be, err = backend.NewRedisE(c.gored, backend.WithoutAutoPipeline())
+		default:
+			panic("unknown floodgate case " + lib)
 		}
 		if err != nil {
 			return nil, err
 		}
-		lim, err := ratelimit.New(be, floodgateRule(alg, p))
+		lim, err := ratelimit.New(be, floodgateRules(alg, p)...)
 		if err != nil {
 			return nil, err
 		}
@@ -158,16 +206,24 @@ func floodgateCase(lib, alg string) redisCase {
 	}}
 }
 
-func floodgateRule(alg string, p params) ratelimit.Rule {
+// floodgateRules are the rules of a floodgate Limiter for alg; gcra+daily
+// is the GCRA of "gcra" and a fixed window of a day with the window limit,
+// two rules in one Limiter (one script call, one Redis key).
+func floodgateRules(alg string, p params) []ratelimit.Rule {
 	switch alg {
 	case "gcra":
-		return ratelimit.GCRA{Rate: p.rate, Per: p.per, Burst: p.burstOf()}
+		return []ratelimit.Rule{ratelimit.GCRA{Rate: p.rate, Per: p.per, Burst: p.burstOf()}}
+	case "gcra+daily":
+		return []ratelimit.Rule{
+			ratelimit.GCRA{Rate: p.rate, Per: p.per, Burst: p.burstOf()},
+			ratelimit.FixedWindow{Limit: p.limit, Window: 24 * time.Hour},
+		}
 	case "tokenbucket":
-		return ratelimit.TokenBucket{Capacity: p.burstOf(), Refill: p.rate, Every: p.per}
+		return []ratelimit.Rule{ratelimit.TokenBucket{Capacity: p.burstOf(), Refill: p.rate, Every: p.per}}
 	case "fixedwindow":
-		return ratelimit.FixedWindow{Limit: p.limit, Window: p.win}
+		return []ratelimit.Rule{ratelimit.FixedWindow{Limit: p.limit, Window: p.win}}
 	case "slidingwindow":
-		return ratelimit.SlidingWindow{Limit: p.limit, Window: p.win, Buckets: 10}
+		return []ratelimit.Rule{ratelimit.SlidingWindow{Limit: p.limit, Window: p.win, Buckets: 10}}
 	}
 	panic("unknown algorithm " + alg)
 }
@@ -322,13 +378,16 @@ var redisCases = []redisCase{
 	{lib: "raw-goredis", alg: "gcra", make: rawGoRedis},
 	{lib: "raw-goredis-ap", alg: "gcra", make: rawGoRedisAP},
 	floodgateCase("floodgate-rueidis", "gcra"),
+	floodgateCase("floodgate-rueidis", "gcra+daily"),
 	floodgateCase("floodgate-rueidis", "tokenbucket"),
 	floodgateCase("floodgate-rueidis", "fixedwindow"),
 	floodgateCase("floodgate-rueidis", "slidingwindow"),
 	floodgateCase("floodgate-goredis", "gcra"),
+	floodgateCase("floodgate-goredis", "gcra+daily"),
 	floodgateCase("floodgate-goredis", "tokenbucket"),
 	floodgateCase("floodgate-goredis", "fixedwindow"),
 	floodgateCase("floodgate-goredis", "slidingwindow"),
+	floodgateCase("floodgate-goredis-noap", "gcra"),
 	{lib: "redis_rate", alg: "gcra", make: redisRateCase},
 	{lib: "ulule", alg: "fixedwindow", make: ululeCase},
 	{lib: "mennanov", alg: "tokenbucket", make: mennanovTokenBucket},
@@ -342,7 +401,10 @@ var redisCases = []redisCase{
 // It also reports the server's side: server-µs/op is the CPU time of Redis's
 // main thread (INFO cpu) per decision, everything included (network, parsing,
 // scripts), and server-busy that CPU time over the wall time of the calls;
-// near 1 the single-threaded server is the bottleneck.
+// near 1 the single-threaded server is the bottleneck. script-µs/op is the
+// time Redis spent in each script call (INFO commandstats: EVALSHA and EVAL
+// usec over their calls, the commands the script calls included), reported
+// when the library runs scripts: the server's cost of the script alone.
 func BenchmarkRedis(b *testing.B) {
 	c := redisClients(b)
 	for _, rc := range redisCases {
@@ -359,11 +421,14 @@ func BenchmarkRedis(b *testing.B) {
 								b.Fatal(err)
 							}
 						}
-						cpu0 := c.serverCPU(b)
+						cpu0, st0 := c.serverCPU(b), c.scriptStats(b)
 						elapsed := run(b, g, keys, true, f)
-						cpu := c.serverCPU(b) - cpu0
+						cpu, st := c.serverCPU(b)-cpu0, c.scriptStats(b)
 						b.ReportMetric(cpu*1e6/float64(b.N), "server-µs/op")
 						b.ReportMetric(cpu/elapsed.Seconds(), "server-busy")
+						if calls := st.calls - st0.calls; calls > 0 {
+							b.ReportMetric(float64(st.usec-st0.usec)/float64(calls), "script-µs/op")
+						}
 					})
 				}
 			}
