@@ -121,6 +121,9 @@ type Limiter struct {
 	reqArgs  []any           // limits.lua's arguments of a request after n
 }
 
+//go:embed lua/codec.lua
+var luaCodec string
+
 //go:embed lua/limits.lua
 var luaLimits string
 
@@ -135,12 +138,12 @@ var luaMultiFast string
 
 var (
 	// limitsScript decides any Limiter, and several in AllowAll.
-	limitsScript = backend.NewScript(luaLimits)
+	limitsScript = backend.NewScript(luaCodec + luaLimits)
 	// The fast paths of a Limiter with a single drain or fixed-window rule,
 	// and with several rules that are all drain or fixed-window rules.
-	oneDrainScript  = backend.NewScript(luaOneDrain)
-	oneFixedScript  = backend.NewScript(luaOneFixed)
-	multiFastScript = backend.NewScript(luaMultiFast)
+	oneDrainScript  = backend.NewScript(luaCodec + luaOneDrain)
+	oneFixedScript  = backend.NewScript(luaCodec + luaOneFixed)
+	multiFastScript = backend.NewScript(luaCodec + luaMultiFast)
 )
 
 // New returns a Limiter that admits a request only when every rule admits it.

@@ -81,6 +81,17 @@ func memStateOf(e *backend.Entry) *memState {
 // --- drain (TokenBucket, LeakyBucket, GCRA); see lua/limits.lua. State:
 // a = t, b = the level at t in units of requests × per µs, draining rate
 // units per µs. Neither capacity nor rate is stored, so both may change.
+// drainCommit stores the state as lua/codec.lua's drain_encode does, moved
+// back to the whole second when its integer form applies, so that both
+// backends compute the same level even for a call whose clock reads earlier
+// than the last commit's.
+
+// Bounds of codec.lua's integer form of a drain state.
+const (
+	codecEpoch  = 1577836800 // 2020-01-01T00:00:00Z, in seconds
+	codecMaxSec = 900000000
+	codecMaxL   = 10000000000
+)
 
 // drainLevel is the level at now, at most full. A state from the future
 // (another call read the clock later but locked first) has not drained yet.
@@ -126,6 +137,12 @@ func (s *spec) drainCommit(e *backend.Entry, now, nl int64) int64 {
 		a, b = newCell(e, s.tag)
 	}
 	*a, *b = now, nl
+	sec := now / 1e6
+	if sub := now - sec*1e6; sub < codecMaxL/s.rate {
+		if l, rel := nl+sub*s.rate, sec-codecEpoch; l < codecMaxL && rel >= 0 && rel < codecMaxSec {
+			*a, *b = sec*1e6, l
+		}
+	}
 	return now + ceilDiv(nl, s.rate)
 }
 

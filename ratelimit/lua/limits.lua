@@ -10,10 +10,11 @@
 -- F holds a drain or fixed-window rule's value, a SlidingWindow rule uses F.t
 -- (total), F.l (oldest bucket that may count), F.h (newest bucket written)
 -- and F.<id> (the units of bucket id). Values:
---   drain (TokenBucket, LeakyBucket, GCRA): "t:L", the level L at time t in
---     units of requests × per µs; it drains rate units per µs. Neither the
---     capacity nor the rate is stored, so both may change and the level carries.
---   FixedWindow: "w:c", the count c of window w (epoch-aligned, window µs).
+--   drain (TokenBucket, LeakyBucket, GCRA): the level L at time t in units of
+--     requests × per µs; it drains rate units per µs. Neither the capacity
+--     nor the rate is stored, so both may change and the level carries.
+--   FixedWindow: the count c of window w (epoch-aligned, window µs).
+-- codec.lua, which runs before this script, encodes both.
 -- SlidingLog rules share a sorted set (the second key of the request) of
 -- admitted units scored by admission time.
 --
@@ -122,9 +123,9 @@ local function drain_check(r, f, capacity, per, rate, delay, n)
   local level = 0
   local v = value(r, f)
   if v then
-    local c = string.find(v, ':', 1, true)
-    level = tonumber(string.sub(v, c + 1))
-    local d = now - tonumber(string.sub(v, 1, c - 1))
+    local t
+    t, level = drain_decode(v)
+    local d = now - t
     if d > 0 then level = level - d * rate end
     if level < 0 then level = 0 elseif level > full then level = full end
   end
@@ -138,24 +139,21 @@ local function drain_check(r, f, capacity, per, rate, delay, n)
     if ex > 0 then dl = ceil(ex / rate) end
   end
   local wait = ceil(nl / rate)
-  return 1, floor((full - nl) / per), 0, wait, dl, {istr(now) .. ':' .. istr(nl), now + wait}
+  return 1, floor((full - nl) / per), 0, wait, dl, {drain_encode(now, nl, rate), now + wait}
 end
 
 local function fixed_check(r, f, limit, window, n)
   local wid = floor(now / window)
   local c = 0
   local v = value(r, f)
-  if v then
-    local w, cnt = string.match(v, '^(%-?%d+):(%d+)$')
-    if tonumber(w) == wid then c = tonumber(cnt) end
-  end
+  if v then c = fixed_count(v, wid) end
   local left = (wid + 1) * window - now
   local reset = 0
   if c > 0 then reset = left end
   if n > limit then return -1, limit - c, -1, reset, 0 end
   if c + n > limit then return 0, limit - c, left, reset, 0 end
   if c + n > 0 then reset = left end
-  return 1, limit - c - n, 0, reset, 0, {istr(wid) .. ':' .. istr(c + n), now + left}
+  return 1, limit - c - n, 0, reset, 0, {fixed_encode(wid, c + n), now + left}
 end
 
 local function sliding_check(r, f, limit, buckets, w, n)

@@ -1,7 +1,7 @@
 -- multi_fast.lua: the fast path of a Limiter with several rules, all
 -- FixedWindow or drain rules: limits.lua's checks and commit for one request
--- in the "s" layout, inlined: one GET and one SET, as for a single rule.
--- Mirrored by state_memory.go.
+-- in the "s" layout, inlined: one GET and one SET, as for a single rule. It
+-- runs after codec.lua. Mirrored by state_memory.go.
 -- KEYS[1] the Limiter's state: the rules' values (see limits.lua) in field
 -- order, separated by spaces.
 -- ARGV[1] now µs or "" for TIME; ARGV[2] n; then the rules in field order:
@@ -44,9 +44,9 @@ while o <= #ARGV do
     local full = a * per
     local level = 0
     if v then
-      local c = find(v, ':', 1, true)
-      level = tonumber(sub(v, c + 1))
-      local d = now - tonumber(sub(v, 1, c - 1))
+      local t
+      t, level = drain_decode(v)
+      local d = now - t
       if d > 0 then level = level - d * rate end
       if level < 0 then level = 0 elseif level > full then level = full end
     end
@@ -62,17 +62,14 @@ while o <= #ARGV do
         local ex = nl - per - delay * per
         if ex > 0 then dl = ceil(ex / rate) end
       end
-      set[f] = string.format('%d:%d', now, nl)
+      set[f] = drain_encode(now, nl, rate)
       if reset > life then life = reset end
     end
     o = o + 5
   else
     local wid = floor(now / b)
     local c = 0
-    if v then
-      local p = find(v, ':', 1, true)
-      if tonumber(sub(v, 1, p - 1)) == wid then c = tonumber(sub(v, p + 1)) end
-    end
+    if v then c = fixed_count(v, wid) end
     local left = (wid + 1) * b - now
     if c > 0 then reset = left end
     rem = a - c
@@ -83,7 +80,7 @@ while o <= #ARGV do
     else
       rem = a - c - n
       if c + n > 0 then reset = left end
-      set[f] = string.format('%d:%d', wid, c + n)
+      set[f] = fixed_encode(wid, c + n)
       if left > life then life = left end
     end
     o = o + 3

@@ -1,7 +1,8 @@
 -- one_drain.lua: the fast path of a Limiter with a single drain rule
 -- (TokenBucket, LeakyBucket or GCRA): limits.lua's drain_check and commit
--- for the "s" layout, inlined. Mirrored by state_memory.go.
--- KEYS[1] state, "t:L": the level L at time t (µs), in requests × per µs.
+-- for the "s" layout, inlined. It runs after codec.lua. Mirrored by
+-- state_memory.go.
+-- KEYS[1] state: the level L at time t (µs), in requests × per µs (codec.lua).
 -- ARGV[1] now µs or "" for TIME; ARGV[2] n; ARGV[3] capacity; ARGV[4] per_us;
 -- ARGV[5] rate; ARGV[6] delay (-1 none).
 -- reply: allowed {remaining, reset_us, delay_us}; denied {status (0, or -1
@@ -20,9 +21,9 @@ local full = capacity * per
 local level = 0
 local v = redis.call('GET', KEYS[1])
 if v then
-  local c = string.find(v, ':', 1, true)
-  level = tonumber(string.sub(v, c + 1))
-  local d = now - tonumber(string.sub(v, 1, c - 1))
+  local t
+  t, level = drain_decode(v)
+  local d = now - t
   if d > 0 then level = level - d * rate end
   if level < 0 then level = 0 elseif level > full then level = full end
 end
@@ -37,6 +38,6 @@ if n > 0 then
     local ex = nl - per - delay * per
     if ex > 0 then dl = ceil(ex / rate) end
   end
-  redis.call('SET', KEYS[1], string.format('%d:%d', now, nl), 'PX', ceil(wait / 1000))
+  redis.call('SET', KEYS[1], drain_encode(now, nl, rate), 'PX', ceil(wait / 1000))
 end
 return {floor((full - nl) / per), wait, dl}

@@ -1,6 +1,7 @@
 -- one_fixed.lua: the fast path of a Limiter with a single FixedWindow rule:
--- limits.lua's fixed_check and commit for the "s" layout, inlined.
--- KEYS[1] state, "w:c": the count c of window w. The count lives in the
+-- limits.lua's fixed_check and commit for the "s" layout, inlined. It runs
+-- after codec.lua.
+-- KEYS[1] state: the count c of window w (codec.lua). The count lives in the
 -- declared key (not in a name built here), so that Redis Cluster finds it on
 -- the node that has it while its slot migrates (ASK) and MIGRATE moves it
 -- whole; an old window's count is never read again whatever Redis does with
@@ -19,17 +20,14 @@ local n, limit, window = tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4])
 local wid = math.floor(now / window)
 local c = 0
 local v = redis.call('GET', KEYS[1])
-if v then
-  local p = string.find(v, ':', 1, true)
-  if tonumber(string.sub(v, 1, p - 1)) == wid then c = tonumber(string.sub(v, p + 1)) end
-end
+if v then c = fixed_count(v, wid) end
 local left = (wid + 1) * window - now
 local reset = 0
 if c > 0 then reset = left end
 if n > limit then return {-1, limit - c, -1, reset} end
 if c + n > limit then return {0, limit - c, left, reset} end
 if n > 0 then
-  redis.call('SET', KEYS[1], string.format('%d:%d', wid, c + n), 'PX', math.ceil(left / 1000))
+  redis.call('SET', KEYS[1], fixed_encode(wid, c + n), 'PX', math.ceil(left / 1000))
   reset = left
 end
 return {limit - c - n, reset, 0}
