@@ -64,6 +64,16 @@ func TestBadRules(t *testing.T) {
 	if _, err := ratelimit.New(m); !errors.Is(err, ratelimit.ErrNoRules) {
 		t.Errorf("New without rules: %v", err)
 	}
+	many := make([]ratelimit.Rule, ratelimit.MaxRules+1)
+	for i := range many {
+		many[i] = ratelimit.FixedWindow{Limit: int64(i), Window: time.Second}
+	}
+	if _, err := ratelimit.New(m, many...); err == nil || !strings.Contains(err.Error(), "MaxRules") {
+		t.Errorf("New with %d rules: %v", len(many), err)
+	}
+	if _, err := ratelimit.New(m, many[:ratelimit.MaxRules]...); err != nil {
+		t.Errorf("New with MaxRules rules: %v", err)
+	}
 	if _, err := ratelimit.New(nil, ratelimit.GCRA{Rate: 1, Per: time.Second, Burst: 1}); err == nil {
 		t.Error("New with a nil backend succeeded")
 	}

@@ -156,6 +156,9 @@ func New(b backend.Backend, rules ...Rule) (*Limiter, error) {
 	if len(rules) == 0 {
 		return nil, ErrNoRules
 	}
+	if len(rules) > MaxRules {
+		return nil, fmt.Errorf("ratelimit: New takes at most MaxRules (%d) rules, got %d", MaxRules, len(rules))
+	}
 	l := &Limiter{b: b, specs: make([]spec, len(rules))}
 	seen := make(map[string]int, len(rules))
 	sids := make(map[string]int, len(rules))

@@ -26,6 +26,8 @@ const maxExact = int64(1) << 53
 const (
 	// MaxBuckets is the largest SlidingWindow.Buckets.
 	MaxBuckets = 1000
+	// MaxRules is the most rules of one Limiter.
+	MaxRules = 1000
 	// DefaultBuckets is SlidingWindow's number of sub-windows when Buckets is 0.
 	DefaultBuckets = 10
 	// MaxLogLimit is the largest SlidingLog.Limit: the log keeps one entry per

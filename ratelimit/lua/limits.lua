@@ -7,9 +7,10 @@
 -- FixedWindow or drain rules keeps a string ("s" layout): its rules' values in
 -- field order (a rule's field is its 0-based position), separated by spaces.
 -- Any other keeps a hash ("h" layout) whose fields belong to its rules: field
--- F holds a drain or fixed-window rule's value, a SlidingWindow rule uses F.t
--- (total), F.l (oldest bucket that may count), F.h (newest bucket written)
--- and F.<id> (the units of bucket id). Values:
+-- F holds a drain or fixed-window rule's value, a SlidingWindow rule uses Ft
+-- (total), Fl (oldest bucket that may count), Fh (newest bucket written) and
+-- <slot><F in 3 digits> (the units of the bucket in that slot of a ring of
+-- Buckets+1: an integer field name, which the hash stores compactly). Values:
 --   drain (TokenBucket, LeakyBucket, GCRA): the level L at time t in units of
 --     requests × per µs; it drains rate units per µs. Neither the capacity
 --     nor the rate is stored, so both may change and the level carries.
@@ -156,10 +157,16 @@ local function fixed_check(r, f, limit, window, n)
   return 1, limit - c - n, 0, reset, 0, {fixed_encode(wid, c + n), now + left}
 end
 
+-- bucket returns the field of bucket id of the SlidingWindow rule in field
+-- f with buckets+1 slots: its slot (id mod buckets+1, as the memory backend's
+-- ring) followed by f in 3 digits, an integer that Redis's hash keeps in a
+-- few bytes. The live buckets lo..hi (hi - lo <= buckets) have distinct slots.
+local function bucket(f, id, slots) return istr(id % slots) .. string.format('%03d', f) end
+
 local function sliding_check(r, f, limit, buckets, w, n)
   local s = state(r)
   local cur = floor(now / w)
-  local total, lo, hi = tonumber(s[f .. '.t']), tonumber(s[f .. '.l']), tonumber(s[f .. '.h'])
+  local total, lo, hi = tonumber(s[f .. 't']), tonumber(s[f .. 'l']), tonumber(s[f .. 'h'])
   local gone = {}
   if not total then
     total, lo, hi = 0, cur - buckets, cur - buckets - 1
@@ -169,10 +176,10 @@ local function sliding_check(r, f, limit, buckets, w, n)
     if newlo > lo then
       if newlo > hi then
         total = 0
-        for id = lo, hi do gone[#gone + 1] = f .. '.' .. istr(id) end
+        for id = lo, hi do gone[#gone + 1] = bucket(f, id, buckets + 1) end
       else
         for id = lo, newlo - 1 do
-          local g = f .. '.' .. istr(id)
+          local g = bucket(f, id, buckets + 1)
           gone[#gone + 1] = g
           total = total - tonumber(s[g] or '0')
         end
@@ -186,7 +193,7 @@ local function sliding_check(r, f, limit, buckets, w, n)
   if total + n > limit then
     local need, acc = total + n - limit, 0
     for id = lo, hi do
-      acc = acc + tonumber(s[f .. '.' .. istr(id)] or '0')
+      acc = acc + tonumber(s[bucket(f, id, buckets + 1)] or '0')
       if acc >= need then return 0, limit - total, (id + buckets + 1) * w - now, reset, 0 end
     end
     return 0, limit - total, -1, reset, 0 -- unreachable: need <= total
@@ -195,9 +202,15 @@ local function sliding_check(r, f, limit, buckets, w, n)
     if cur > hi then hi = cur end
     reset = (hi + buckets + 1) * w - now
   end
-  local b = f .. '.' .. istr(cur)
+  -- The current bucket's slot may still hold a bucket that just left the
+  -- window (deleted below): that count is not the current bucket's.
+  local b = bucket(f, cur, buckets + 1)
+  local had = tonumber(s[b] or '0')
+  for _, g in ipairs(gone) do
+    if g == b then had = 0 end
+  end
   return 1, limit - total - n, 0, reset, 0,
-    {gone, f .. '.t', istr(total + n), f .. '.l', istr(lo), f .. '.h', istr(hi), b, istr(tonumber(s[b] or '0') + n), now + reset}
+    {gone, f .. 't', istr(total + n), f .. 'l', istr(lo), f .. 'h', istr(hi), b, istr(had + n), now + reset}
 end
 
 local newest = {} -- per log key: its newest entry's time, or false
