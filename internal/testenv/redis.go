@@ -2,6 +2,7 @@ package testenv
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"os"
@@ -21,7 +22,48 @@ type config struct {
 	unixSocket bool
 	clusterBus bool     // the port+10000 bus port must be free too
 	sentinel   []string // sentinel.conf lines; non-nil runs redis-server --sentinel
+	tls        *tlsOption
 	args       []string
+}
+
+type tlsOption struct {
+	ca          *CA
+	authClients bool
+}
+
+// WithTLS makes a standalone server speak TLS only, on its one port
+// (--port 0 --tls-port Port), with a certificate for 127.0.0.1 and localhost
+// issued by ca (by a new CA in the server's directory when ca is nil).
+// Redis.TLS names the files. With authClients the server requires clients to
+// present a certificate signed by its CA (--tls-auth-clients yes); without,
+// it asks for none. Do and the readiness probe speak TLS too, presenting
+// Redis.TLS.Client.
+func WithTLS(ca *CA, authClients bool) Option {
+	return func(c *config) { c.tls = &tlsOption{ca: ca, authClients: authClients} }
+}
+
+// RedisTLS describes the TLS set-up of a server started WithTLS.
+type RedisTLS struct {
+	// CA issued Server and Client; the server verifies client
+	// certificates against it (--tls-ca-cert-file CA.CertFile).
+	CA *CA
+	// Server is the server's certificate (127.0.0.1 and localhost) and key.
+	Server KeyPair
+	// Client is a client certificate the server accepts, which Do uses.
+	Client KeyPair
+	// AuthClients reports whether the server requires a client
+	// certificate.
+	AuthClients bool
+}
+
+// ClientConfig returns a TLS client configuration that trusts the CA and
+// presents Client.
+func (t *RedisTLS) ClientConfig() (*tls.Config, error) {
+	cert, err := t.Client.Load()
+	if err != nil {
+		return nil, fmt.Errorf("testenv: %w", err)
+	}
+	return &tls.Config{RootCAs: t.CA.Pool(), Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12}, nil
 }
 
 // WithAOF enables persistence through the append-only file
@@ -70,9 +112,13 @@ type Redis struct {
 	// LogFile is the server's log (--logfile); its stdout and stderr go to
 	// stdout.log next to it.
 	LogFile string
+	// TLS is the server's TLS set-up when WithTLS was given, else nil;
+	// the server then speaks only TLS on Port.
+	TLS *RedisTLS
 
-	cfg config
-	d   *daemon
+	cfg       config
+	d         *daemon
+	clientTLS *tls.Config // what Do and the probe dial with; nil for plain TCP
 }
 
 // lookBinary finds a Redis executable on PATH.
@@ -112,6 +158,12 @@ func StartRedis(opts ...Option) (*Redis, error) {
 			return nil, fmt.Errorf("testenv: unix socket path %q too long; set TMPDIR to a shorter directory", r.Socket)
 		}
 	}
+	if cfg.tls != nil {
+		if err := r.setUpTLS(); err != nil {
+			_ = os.RemoveAll(dir)
+			return nil, err
+		}
+	}
 	r.d = r.daemon(bin)
 	err = startDaemon(r.d, func(port int) {
 		r.Port = port
@@ -122,6 +174,34 @@ func StartRedis(opts ...Option) (*Redis, error) {
 		return nil, err
 	}
 	return r, nil
+}
+
+// setUpTLS issues r's certificates (and its CA if none was given) into
+// r.Dir.
+func (r *Redis) setUpTLS() error {
+	if r.cfg.sentinel != nil || r.cfg.clusterBus {
+		return errors.New("testenv: WithTLS is for standalone servers")
+	}
+	t := &RedisTLS{CA: r.cfg.tls.ca, AuthClients: r.cfg.tls.authClients}
+	var err error
+	if t.CA == nil {
+		if t.CA, err = NewCA(r.Dir, "redis-ca"); err != nil {
+			return err
+		}
+	}
+	so := Localhost()
+	so.Server = true
+	if t.Server, err = t.CA.Issue("redis-server-"+filepath.Base(r.Dir), so); err != nil {
+		return err
+	}
+	if t.Client, err = t.CA.Issue("redis-client-"+filepath.Base(r.Dir), CertOptions{CommonName: "testenv", Client: true}); err != nil {
+		return err
+	}
+	if r.clientTLS, err = t.ClientConfig(); err != nil {
+		return err
+	}
+	r.TLS = t
+	return nil
 }
 
 // daemon returns the process of r: redis-server bin with r's command line,
@@ -159,12 +239,28 @@ func (r *Redis) daemon(bin string) *daemon {
 func (r *Redis) args() []string {
 	base := []string{
 		"--port", strconv.Itoa(r.Port),
+	}
+	if t := r.TLS; t != nil {
+		auth := "no"
+		if t.AuthClients {
+			auth = "yes"
+		}
+		base = []string{
+			"--port", "0",
+			"--tls-port", strconv.Itoa(r.Port),
+			"--tls-cert-file", t.Server.CertFile,
+			"--tls-key-file", t.Server.KeyFile,
+			"--tls-ca-cert-file", t.CA.CertFile,
+			"--tls-auth-clients", auth,
+		}
+	}
+	base = append(base,
 		"--bind", "127.0.0.1",
 		"--dir", r.Dir,
 		"--logfile", r.LogFile,
 		"--daemonize", "no",
 		"--protected-mode", "no",
-	}
+	)
 	if r.cfg.sentinel != nil {
 		return append(append([]string{filepath.Join(r.Dir, "sentinel.conf"), "--sentinel"}, base...), r.cfg.args...)
 	}
@@ -181,13 +277,19 @@ func (r *Redis) args() []string {
 // probe checks that the server answers PONG and that INFO shows it is
 // process pid (not some other server that owns the port).
 func (r *Redis) probe(ctx context.Context, pid int) error {
-	if err := ping(ctx, r.Addr); err != nil {
-		return err
-	}
-	fields, err := info(ctx, r.Addr, "server")
+	v, err := doWith(ctx, r.Addr, r.clientTLS, 200*time.Millisecond, "PING")
 	if err != nil {
 		return err
 	}
+	if v != "PONG" {
+		return fmt.Errorf("PING answered %#v", v)
+	}
+	v, err = doWith(ctx, r.Addr, r.clientTLS, 0, "INFO", "server")
+	if err != nil {
+		return err
+	}
+	s, _ := v.(string)
+	fields := parseInfo(s)
 	if got := fields["process_id"]; got != strconv.Itoa(pid) {
 		return fmt.Errorf("port %d answered by another process (pid %s, ours %d): Address already in use", r.Port, got, pid)
 	}
@@ -225,7 +327,7 @@ func (r *Redis) Pid() int { return r.d.pid() }
 // exchange (5 s if it has no deadline). It is meant for set-up and checks in
 // tests (CONFIG SET, DEBUG SLEEP, INFO ...), not for the code under test.
 func (r *Redis) Do(ctx context.Context, args ...string) (any, error) {
-	return do(ctx, r.Addr, time.Second, args...)
+	return doWith(ctx, r.Addr, r.clientTLS, time.Second, args...)
 }
 
 // Stop shuts the server down with SIGTERM (and SIGCONT, in case it is

@@ -3,6 +3,7 @@ package testenv
 import (
 	"bufio"
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"io"
@@ -28,6 +29,11 @@ const defaultCommandTimeout = 5 * time.Second
 // ReplyError returned as the error. dialTimeout, if positive, bounds the dial
 // on its own; the whole exchange is bounded by ctx or defaultCommandTimeout.
 func do(ctx context.Context, addr string, dialTimeout time.Duration, args ...string) (any, error) {
+	return doWith(ctx, addr, nil, dialTimeout, args...)
+}
+
+// doWith is do over TLS with conf (plain TCP when conf is nil).
+func doWith(ctx context.Context, addr string, conf *tls.Config, dialTimeout time.Duration, args ...string) (any, error) {
 	if len(args) == 0 {
 		return nil, errors.New("testenv: empty command")
 	}
@@ -36,8 +42,14 @@ func do(ctx context.Context, addr string, dialTimeout time.Duration, args ...str
 		ctx, cancel = context.WithTimeout(ctx, defaultCommandTimeout)
 		defer cancel()
 	}
-	d := net.Dialer{Timeout: dialTimeout}
-	conn, err := d.DialContext(ctx, "tcp", addr)
+	nd := &net.Dialer{Timeout: dialTimeout}
+	var conn net.Conn
+	var err error
+	if conf != nil {
+		conn, err = (&tls.Dialer{NetDialer: nd, Config: conf}).DialContext(ctx, "tcp", addr)
+	} else {
+		conn, err = nd.DialContext(ctx, "tcp", addr)
+	}
 	if err != nil {
 		return nil, err
 	}
