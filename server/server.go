@@ -48,6 +48,15 @@ type Config struct {
 	TLSKeyFile   string
 	MaxBodyBytes int64 // HTTP body and gRPC message limit; DefaultMaxBodyBytes when 0
 
+	// TLSClientCAFile, with TLS, turns on mutual TLS: both listeners
+	// require a client certificate signed by a CA in this PEM file. The
+	// certificate, key and CA files are read again when they change (no
+	// restart).
+	TLSClientCAFile string
+	// TLSClientSAN, with TLSClientCAFile, admits only client certificates
+	// carrying this subject alternative name (DNS name, IP, URI or e-mail).
+	TLSClientSAN string
+
 	// ReloadInterval is how often the configuration files are checked for
 	// changes; 0 means every second, < 0 never (SIGHUP, through Reload, still
 	// works).
@@ -186,13 +195,9 @@ func New(c Config) (*Server, error) {
 	}
 	s.conns = s.metrics.newConnLimit(maxConns, "http", "grpc")
 
-	var tlsConf *tls.Config
-	if c.TLSCertFile != "" {
-		cert, err := tls.LoadX509KeyPair(c.TLSCertFile, c.TLSKeyFile)
-		if err != nil {
-			return nil, fmt.Errorf("server: TLS: %w", err)
-		}
-		tlsConf = &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12}
+	httpTLS, grpcTLS, err := listenerTLS(c) // tlsreload.go
+	if err != nil {
+		return nil, err
 	}
 	if c.HTTPAddr != "" {
 		ln, err := listen(c.HTTPAddr)
@@ -200,8 +205,8 @@ func New(c Config) (*Server, error) {
 			return nil, fmt.Errorf("server: HTTP: %w", err)
 		}
 		ln = s.conns.wrap(ln, "http")
-		if tlsConf != nil {
-			ln = tls.NewListener(ln, tlsConf)
+		if httpTLS != nil {
+			ln = tls.NewListener(ln, httpTLS)
 		}
 		s.httpLn = ln
 		s.dash.writeTimeout = orDefault(c.HTTPWriteTimeout, DefaultHTTPWriteTimeout)
@@ -252,8 +257,8 @@ func New(c Config) (*Server, error) {
 		case c.GRPCMaxStreams > 0:
 			gopts = append(gopts, grpc.MaxConcurrentStreams(uint32(min(uint64(c.GRPCMaxStreams), math.MaxUint32))))
 		}
-		if tlsConf != nil {
-			gopts = append(gopts, grpc.Creds(credentials.NewTLS(tlsConf)))
+		if grpcTLS != nil {
+			gopts = append(gopts, grpc.Creds(credentials.NewTLS(grpcTLS)))
 		}
 		s.grpcSrv = grpc.NewServer(gopts...)
 		s.grpcSrv.RegisterService(&rlsWireDesc, NewRLS(svc))

@@ -1,0 +1,8 @@
+//go:build !linux
+
+package server
+
+import "io/fs"
+
+// fileID adds nothing outside Linux: size and modification time decide.
+func fileID(fs.FileInfo) string { return "" }
