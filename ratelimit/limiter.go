@@ -115,9 +115,8 @@ type Limiter struct {
 	redis    *backend.Redis
 	stateKey string          // suffix of the state key on Redis
 	logKey   string          // suffix of the log key, "" without SlidingLog rules
-	fast     *backend.Script // a fast path (one_drain, one_fixed, multi_fast), or nil: limits.lua
-	fastArgs []any           // the fast path's ARGV[3...]
-	byField  []int           // multi_fast: the rule of each field, which orders its reply
+	fast     *backend.Script // the generated fast path (gen.go), or nil: limits.lua
+	byField  []int           // the rule of each field, which orders the fast path's reply
 	reqArgs  []any           // limits.lua's arguments of a request after n
 }
 
@@ -127,23 +126,9 @@ var luaCodec string
 //go:embed lua/limits.lua
 var luaLimits string
 
-//go:embed lua/one_drain.lua
-var luaOneDrain string
-
-//go:embed lua/one_fixed.lua
-var luaOneFixed string
-
-//go:embed lua/multi_fast.lua
-var luaMultiFast string
-
 var (
 	// limitsScript decides any Limiter, and several in AllowAll.
 	limitsScript = backend.NewScript(luaCodec + luaLimits)
-	// The fast paths of a Limiter with a single drain or fixed-window rule,
-	// and with several rules that are all drain or fixed-window rules.
-	oneDrainScript  = backend.NewScript(luaCodec + luaOneDrain)
-	oneFixedScript  = backend.NewScript(luaCodec + luaOneFixed)
-	multiFastScript = backend.NewScript(luaCodec + luaMultiFast)
 )
 
 // New returns a Limiter that admits a request only when every rule admits it.
@@ -258,29 +243,20 @@ func (l *Limiter) scriptArgs() {
 		}
 		l.reqArgs = append(l.reqArgs, p[0], s.field, p[1], p[2], p[3], p[4])
 	}
-	switch s := l.specs[0]; {
-	case !fast:
+	if !fast {
 		return
-	case len(l.specs) > 1:
-		l.fast, l.byField = multiFastScript, make([]int, len(l.specs))
-		for i, s := range l.specs {
-			f, _ := strconv.Atoi(s.field)
-			l.byField[f] = i
-		}
-		for _, i := range l.byField {
-			switch s := l.specs[i]; s.kind {
-			case kindFixed:
-				l.fastArgs = append(l.fastArgs, int64(kindFixed), s.limit, s.window)
-			default:
-				l.fastArgs = append(l.fastArgs, int64(kindDrain), s.capacity, s.per, s.rate, s.delay)
-			}
-		}
-	case s.kind == kindDrain:
-		l.fast, l.fastArgs = oneDrainScript, []any{s.capacity, s.per, s.rate, s.delay}
-	default:
-		l.fast, l.fastArgs = oneFixedScript, []any{s.limit, s.window}
 	}
 	l.reqArgs[1] = "s"
+	l.byField = make([]int, len(l.specs))
+	for i, s := range l.specs {
+		f, _ := strconv.Atoi(s.field)
+		l.byField[f] = i
+	}
+	ordered := make([]spec, len(l.specs))
+	for f, i := range l.byField {
+		ordered[f] = l.specs[i]
+	}
+	l.fast = fastScript(ordered)
 }
 
 // redisKeys appends the Redis keys of key's state to keys.
@@ -494,9 +470,7 @@ func (l *Limiter) allowRedis(ctx context.Context, key string, n int64, vs []verd
 		_, err := runAllowAll(ctx, l.redis, []Request{{Limiter: l, Key: key, N: n}}, res[:], modeDecide, vs)
 		return err
 	}
-	args := make([]any, 2, 2+len(l.fastArgs))
-	args[0], args[1] = l.redis.NowArg(), n
-	reply, err := l.redis.RunArgs(ctx, l.fast, []string{l.redis.Key(key, l.stateKey)}, append(args, l.fastArgs...))
+	reply, err := l.redis.RunArgs(ctx, l.fast, []string{l.redis.Key(key, l.stateKey)}, []any{l.redis.NowArg(), n})
 	if err != nil {
 		return fmt.Errorf("ratelimit: %w", err)
 	}

@@ -1,0 +1,105 @@
+package ratelimit
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/floodgate-dev/floodgate/backend"
+	"github.com/floodgate-dev/floodgate/clock"
+	"github.com/floodgate-dev/floodgate/internal/testenv"
+)
+
+// TestGenCacheBound: a process generates at most max scripts; the same rules
+// get the same script, and rule sets the generator does not take get none.
+func TestGenCacheBound(t *testing.T) {
+	c := &genCache{m: map[string]*backend.Script{}, max: 2}
+	rule := func(limit int64) []spec {
+		s, err := FixedWindow{Limit: limit, Window: time.Second}.compile()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return []spec{s}
+	}
+	a, b := c.get(rule(1)), c.get(rule(2))
+	if a == nil || b == nil || a == b {
+		t.Fatalf("first two scripts: %p %p", a, b)
+	}
+	if again := c.get(rule(1)); again != a {
+		t.Errorf("the same rules got another script")
+	}
+	if third := c.get(rule(3)); third != nil {
+		t.Errorf("a third script beyond the bound of 2")
+	}
+	if c.get(make([]spec, maxGenRules+1)) != nil {
+		t.Errorf("a script for %d rules", maxGenRules+1)
+	}
+}
+
+// TestGeneratedAndArgumentScriptsAgree: a Limiter past the bound of
+// generated scripts runs limits.lua with its parameters as arguments; random
+// calls of both kinds on the same keys give the memory backend's results.
+func TestGeneratedAndArgumentScriptsAgree(t *testing.T) {
+	srv := testenv.SharedRedis(t)
+	rc := redis.NewClient(&redis.Options{Addr: srv.Addr})
+	t.Cleanup(func() { rc.Close() })
+	sets := [][]Rule{
+		{GCRA{Rate: 3, Per: time.Second, Burst: 4}},
+		{FixedWindow{Limit: 5, Window: time.Second}},
+		{LeakyBucket{Rate: 2, Per: time.Second, Burst: 3, Delay: 1}},
+		{TokenBucket{Capacity: 4, Refill: 1, Every: 300 * time.Millisecond}, FixedWindow{Limit: 7, Window: 2 * time.Second}, Named("b", GCRA{Rate: 5, Per: time.Second, Burst: 2})},
+	}
+	start := time.Unix(1_700_000_000, 250_000_000)
+	mclk, rclk := clock.NewFake(start), clock.NewFake(start)
+	mem := backend.NewMemory(backend.WithClock(mclk))
+	t.Cleanup(func() { mem.Close() })
+	rb, err := backend.NewRedisE(rc, backend.WithClock(rclk), backend.WithPrefix(fmt.Sprintf("gen%d", rand.Int64())))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	rng := rand.New(rand.NewPCG(3, 4))
+	for si, rules := range sets {
+		ml, err := New(mem, rules...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		gen, err := New(rb, rules...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		arg, err := New(rb, rules...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if gen.fast == nil {
+			t.Fatalf("set %d: no generated script", si)
+		}
+		arg.fast = nil // as past the bound
+		for i := range 200 {
+			d := time.Duration(rng.Int64N(int64(150 * time.Millisecond)))
+			mclk.Advance(d)
+			rclk.Advance(d)
+			n := rng.Int64N(3)
+			l := gen
+			if rng.IntN(2) == 0 {
+				l = arg
+			}
+			want, err := ml.AllowN(ctx, "k", n)
+			if err != nil {
+				t.Fatal(err)
+			}
+			got, err := l.AllowN(ctx, "k", n)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got != want {
+				t.Fatalf("set %d call %d (generated %v, n %d): %+v, memory %+v", si, i, l == gen, n, got, want)
+			}
+		}
+	}
+}
