@@ -2,9 +2,13 @@ package server
 
 import (
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
+	"net"
 	neturl "net/url"
 	"strconv"
 	"strings"
@@ -20,13 +24,17 @@ import (
 //
 //	""  or  memory://                                   the embedded memory backend (state in this process)
 //	redis://[user:pass@]host:port[/db]                  a Redis server; a Cluster is detected by itself
-//	rediss://...                                        the same over TLS (?skip_verify=true to skip verification)
+//	rediss://...                                        the same over TLS (?skip_verify=true to skip verification;
+//	                                                    RedisTLS adds a CA file and a client certificate)
 //	unix:///path/to/redis.sock[?db=N]                   a Redis server on a unix socket
 //	redis://host1:port,host2:port                       Cluster seed nodes (also redis+cluster://, or ?addr=host2:port)
 //	redis+sentinel://[user:pass@]h1:26379,h2:26379/mymaster[/db]
 //	                                                    Sentinel: the master named mymaster (also rediss+sentinel://,
 //	                                                    or redis://h1:26379?master_set=mymaster); credentials are the master's,
 //	                                                    ?sentinel_password=... authenticates to the sentinels
+//
+// RedisTLS adds a CA file, a client certificate and host-name leniency to
+// the TLS of rediss:// URLs (standalone, Cluster and Sentinel alike).
 //
 // Other query parameters are rueidis.ParseURL's (dial_timeout, client_name,
 // protocol=2, ...). State keys start with prefix (for example "floodgate").
@@ -68,19 +76,22 @@ func OpenStore(url, prefix string, timeout time.Duration, opts ...StoreOption) (
 		}
 		opt.Sentinel.Password = sc.sentinelPassword
 	}
+	if err := applyRedisTLS(&opt, url, sc.tls, sc.logger); err != nil {
+		return fail(err)
+	}
 	opt.DisableCache = true // floodgate runs scripts; client-side caching only costs
 	if timeout > 0 {
 		opt.Dialer.Timeout = timeout
 	}
 	c, err := rueidis.NewClient(opt)
 	if err != nil {
-		return fail(err)
+		return fail(fmt.Errorf("%w%s", err, tlsHint(err, opt.TLSConfig != nil, sc.tls)))
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), max(timeout, time.Second))
 	defer cancel()
 	if err := c.Do(ctx, c.B().Ping().Build()).Error(); err != nil {
 		c.Close()
-		return fail(fmt.Errorf("PING: %w", err))
+		return fail(fmt.Errorf("PING: %w%s", err, tlsHint(err, opt.TLSConfig != nil, sc.tls)))
 	}
 	b, err := rueidisadapter.New(c, backend.WithPrefix(prefix))
 	if err != nil {
@@ -96,7 +107,42 @@ type StoreOption func(*storeConfig)
 type storeConfig struct {
 	password, sentinelPassword string
 	memory                     []backend.Option
+	tls                        RedisTLSOptions
+	logger                     *slog.Logger
 }
+
+// RedisTLSOptions configure TLS to Redis, beyond a rediss:// URL's
+// defaults (the system's CAs, the host name verified, no client
+// certificate). They are envoyproxy/ratelimit's REDIS_TLS_* settings.
+type RedisTLSOptions struct {
+	// Enable speaks TLS even when the URL says redis:// (REDIS_TLS=true).
+	// Without it the options below need a rediss:// URL.
+	Enable bool
+	// CAFile is a PEM file of CA certificates that the server's
+	// certificate may be signed by, besides the system's
+	// (REDIS_TLS_CACERT).
+	CAFile string
+	// CertFile and KeyFile are a client certificate and key, PEM, to
+	// present to a server that asks for one (tls-auth-clients)
+	// (REDIS_TLS_CLIENT_CERT, REDIS_TLS_CLIENT_KEY).
+	CertFile, KeyFile string
+	// SkipHostnameVerification verifies the server's certificate chain
+	// but not that it names the host dialled
+	// (REDIS_TLS_SKIP_HOSTNAME_VERIFICATION): for Cluster nodes and
+	// Sentinel masters known by IP addresses their certificates lack.
+	SkipHostnameVerification bool
+}
+
+func (o RedisTLSOptions) files() bool { return o.CAFile != "" || o.CertFile != "" || o.KeyFile != "" }
+
+// RedisTLS configures TLS to Redis. The CA and the client certificate are
+// read again when their files change: each new connection uses the files'
+// current content (a reload that fails is logged, see StoreLogger, and the
+// previous content stays in use).
+func RedisTLS(o RedisTLSOptions) StoreOption { return func(c *storeConfig) { c.tls = o } }
+
+// StoreLogger receives the store's events: certificate reloads.
+func StoreLogger(l *slog.Logger) StoreOption { return func(c *storeConfig) { c.logger = l } }
 
 // RedisPassword authenticates to Redis with p instead of a password in the
 // URL (a user name, if any, stays in the URL). "" changes nothing.
@@ -110,6 +156,124 @@ func SentinelPassword(p string) StoreOption { return func(c *storeConfig) { c.se
 // the URL names no Redis.
 func MemoryOptions(opts ...backend.Option) StoreOption {
 	return func(c *storeConfig) { c.memory = append(c.memory, opts...) }
+}
+
+// applyRedisTLS sets up TLS for every connection opt makes (to
+// standalone servers, Cluster nodes, Sentinels and their masters): each
+// verifies the host it dials (not only the URL's first host), with o's CA
+// and client certificate as their files currently are.
+func applyRedisTLS(opt *rueidis.ClientOption, url string, o RedisTLSOptions, log *slog.Logger) error {
+	isUnix := strings.HasPrefix(url, "unix:")
+	if opt.TLSConfig == nil {
+		if !o.Enable && !o.files() && !o.SkipHostnameVerification {
+			return nil
+		}
+		if !o.Enable || isUnix {
+			return errors.New("TLS options (CA, client certificate, host name verification) are given but the URL does not use TLS: write rediss:// (rediss+sentinel://, rediss+cluster://)")
+		}
+		opt.TLSConfig = &tls.Config{MinVersion: tls.VersionTLS12}
+		if opt.Sentinel.MasterSet != "" {
+			opt.Sentinel.TLSConfig = &tls.Config{MinVersion: tls.VersionTLS12}
+		}
+	}
+	if (o.CertFile == "") != (o.KeyFile == "") {
+		return errors.New("TLS: a client certificate needs both a certificate and a key file")
+	}
+	var ca *reloading[*x509.CertPool]
+	var cert *reloading[*tls.Certificate]
+	var err error
+	if o.CAFile != "" {
+		ca, err = newReloading("Redis TLS CA", log, func() (*x509.CertPool, error) { return loadCAPool(o.CAFile, true) }, o.CAFile)
+		if err != nil {
+			return fmt.Errorf("TLS: %w", err)
+		}
+	}
+	if o.CertFile != "" {
+		cert, err = newReloading("Redis TLS client certificate", log, func() (*tls.Certificate, error) {
+			return loadKeyPair(o.CertFile, o.KeyFile)
+		}, o.CertFile, o.KeyFile)
+		if err != nil {
+			return fmt.Errorf("TLS: %w", err)
+		}
+	}
+	// rueidis verifies every connection against the URL's first host; each
+	// connection verifies the host it dials instead.
+	opt.TLSConfig.ServerName = ""
+	if opt.Sentinel.TLSConfig != nil {
+		opt.Sentinel.TLSConfig.ServerName = ""
+	}
+	opt.DialCtxFn = func(ctx context.Context, dst string, d *net.Dialer, base *tls.Config) (net.Conn, error) {
+		if base == nil { // a Sentinel without TLS
+			return d.DialContext(ctx, "tcp", dst)
+		}
+		conf := base.Clone()
+		if conf.ServerName == "" {
+			conf.ServerName, _, _ = net.SplitHostPort(dst)
+		}
+		if ca != nil {
+			conf.RootCAs = ca.get()
+		}
+		if cert != nil {
+			conf.GetClientCertificate = func(*tls.CertificateRequestInfo) (*tls.Certificate, error) { return cert.get(), nil }
+		}
+		if o.SkipHostnameVerification && !conf.InsecureSkipVerify {
+			conf.InsecureSkipVerify = true // and the chain verified below
+			conf.VerifyConnection = verifyChain(conf.RootCAs)
+		}
+		return (&tls.Dialer{NetDialer: d, Config: conf}).DialContext(ctx, "tcp", dst)
+	}
+	return nil
+}
+
+// verifyChain verifies a server's certificate chain against roots (the
+// system's when nil) without its host name.
+func verifyChain(roots *x509.CertPool) func(tls.ConnectionState) error {
+	return func(cs tls.ConnectionState) error {
+		if len(cs.PeerCertificates) == 0 {
+			return errors.New("tls: the server sent no certificate")
+		}
+		opts := x509.VerifyOptions{Roots: roots, Intermediates: x509.NewCertPool()}
+		for _, c := range cs.PeerCertificates[1:] {
+			opts.Intermediates.AddCert(c)
+		}
+		_, err := cs.PeerCertificates[0].Verify(opts)
+		return err
+	}
+}
+
+// tlsHint explains the common TLS failures of a first connection.
+func tlsHint(err error, tlsOn bool, o RedisTLSOptions) string {
+	var unknown x509.UnknownAuthorityError
+	var host x509.HostnameError
+	msg := err.Error()
+	has := func(subs ...string) bool {
+		for _, s := range subs {
+			if strings.Contains(msg, s) {
+				return true
+			}
+		}
+		return false
+	}
+	switch {
+	case errors.As(err, &unknown) || has("unknown authority"):
+		if o.CAFile != "" {
+			return fmt.Sprintf(" (the server's certificate is signed by no CA in %s nor the system's)", o.CAFile)
+		}
+		return " (the server's certificate is signed by no CA the system trusts: give its CA file, --redis-tls-ca)"
+	case errors.As(err, &host) || has("certificate is valid for", "cannot validate certificate for"):
+		return " (the server's certificate does not name the host dialled; --redis-tls-insecure-skip-verify verifies its chain only)"
+	case has("first record does not look like a TLS handshake"):
+		return " (the server does not speak TLS: redis:// rather than rediss://?)"
+	case !tlsOn && has("connection reset", "EOF"):
+		return " (the server closed the connection: if it speaks only TLS, write rediss://)"
+	case !tlsOn:
+		return ""
+	case o.CertFile == "" && has("certificate required", "connection reset", "EOF", "broken pipe"):
+		return " (the server closed the connection after the TLS handshake: does it require a client certificate? --redis-tls-cert and --redis-tls-key)"
+	case has("bad certificate", "unknown certificate authority", "certificate required", "connection reset", "EOF", "broken pipe"):
+		return fmt.Sprintf(" (the server closed the connection after the TLS handshake: does it trust the CA of the client certificate %s?)", o.CertFile)
+	}
+	return ""
 }
 
 type closer func() error
