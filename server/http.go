@@ -28,7 +28,8 @@ type HTTPOptions struct {
 	Token        string
 	MaxBodyBytes int64 // DefaultMaxBodyBytes when 0
 
-	dash *dashboard // Server's; serves /ui
+	dash    *dashboard  // Server's; serves /ui
+	healthy func() bool // Server's; answers /healthcheck (always healthy when nil)
 }
 
 // NewHTTPHandler returns the HTTP API of s:
@@ -36,6 +37,7 @@ type HTTPOptions struct {
 //	POST /json      Envoy's RateLimitRequest as protojson → RateLimitResponse; 200 OK, 429 OVER_LIMIT
 //	POST /v1/check  {"domain": "d", "descriptors": [{"key": "value", ...}], "cost": 1} → decision; 200 or 429
 //	GET  /healthz   200 while the process serves
+//	GET  /healthcheck  envoyproxy/ratelimit's: 200 "OK" while healthy (not shutting down; see Server.Healthy), else 500
 //	GET  /readyz    200 when a configuration is loaded and the store is not failing as a whole; else 503
 //	GET  /metrics   Prometheus metrics (when s has Metrics)
 //
@@ -58,6 +60,14 @@ func NewHTTPHandler(s *Service, o HTTPOptions) http.Handler {
 	mux.HandleFunc("POST /v1/check", h.auth(h.post(h.check)))
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
 		io.WriteString(w, "ok\n")
+	})
+	mux.HandleFunc("GET /healthcheck", func(w http.ResponseWriter, _ *http.Request) {
+		// As envoyproxy/ratelimit's: 200 "OK", or 500 with no body.
+		if o.healthy != nil && !o.healthy() {
+			w.WriteHeader(http.StatusInternalServerError)
+			return
+		}
+		io.WriteString(w, "OK")
 	})
 	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, _ *http.Request) {
 		if !s.Ready() {
@@ -179,25 +189,33 @@ func (h *httpAPI) json(w http.ResponseWriter, r *http.Request) {
 }
 
 func (h *httpAPI) serveJSON(w http.ResponseWriter, r *http.Request) string {
+	if h.s.opts.Envoy.Enabled {
+		return h.decideJSON(w, r, h.envoyJSONError)
+	}
+	return h.decideJSON(w, r, h.error)
+}
+
+// decideJSON answers POST /json, its errors through fail.
+func (h *httpAPI) decideJSON(w http.ResponseWriter, r *http.Request, fail func(http.ResponseWriter, error) string) string {
 	data, err := h.body(w, r)
 	if err != nil {
-		return h.error(w, err)
+		return fail(w, err)
 	}
 	var req rls.RateLimitRequest
 	if err := protojson.Unmarshal(data, &req); err != nil {
-		return h.error(w, inputErrorf("request is not a RateLimitRequest in protojson: %v", err))
+		return fail(w, inputErrorf("request is not a RateLimitRequest in protojson: %v", err))
 	}
 	in, err := fromProto(&req)
 	if err != nil {
-		return h.error(w, err)
+		return fail(w, err)
 	}
 	out, err := h.s.Decide(r.Context(), in)
 	if err != nil {
-		return h.error(w, err)
+		return fail(w, err)
 	}
 	resp, err := protojson.Marshal(toProto(out))
 	if err != nil {
-		return h.error(w, err)
+		return fail(w, err)
 	}
 	w.Header().Set("Content-Type", "application/json")
 	if out.Code == CodeOverLimit {
@@ -214,6 +232,21 @@ func (h *httpAPI) error(w http.ResponseWriter, err error) string {
 	return codeLabel(kind)
 }
 
+// envoyJSONError answers an error of POST /json as envoyproxy/ratelimit does
+// in envoy compatibility mode: 400 with the body "Bad Request" for a body it
+// cannot read or parse and for every error of the service (no configuration,
+// an empty domain, a failing store); a body over the size limit keeps 413 and
+// the caller's own cancellation 503.
+func (h *httpAPI) envoyJSONError(w http.ResponseWriter, err error) string {
+	kind := errorKind(err)
+	switch kind {
+	case "too_large", "canceled", "deadline":
+		return h.error(w, err)
+	}
+	http.Error(w, http.StatusText(http.StatusBadRequest), http.StatusBadRequest)
+	return codeLabel(kind)
+}
+
 // httpStatuses maps an errorKind to an HTTP status.
 var httpStatuses = map[string]int{
 	"invalid":      http.StatusBadRequest,
@@ -223,6 +256,7 @@ var httpStatuses = map[string]int{
 	"canceled":     http.StatusServiceUnavailable,
 	"deadline":     http.StatusServiceUnavailable,
 	"error":        http.StatusInternalServerError,
+	"envoy":        http.StatusBadRequest,
 }
 
 // CheckRequest is the body of POST /v1/check. Descriptors are JSON objects

@@ -6,6 +6,7 @@ import (
 	"math"
 	"time"
 
+	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	rls "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -59,7 +60,13 @@ func (r *RLS) answer(ctx context.Context, start time.Time, in *Request, decodeEr
 		m.request("grpc", code, time.Since(start))
 	}
 	if err != nil {
-		return nil, status.Error(grpcCodes[kind], err.Error())
+		code := grpcCodes[kind]
+		if kind == "envoy" || kind == "unavailable" && r.s.opts.Envoy.Enabled {
+			// envoyproxy/ratelimit returns its service and Redis errors as
+			// plain errors, which gRPC sends as Unknown.
+			code = codes.Unknown
+		}
+		return nil, status.Error(code, err.Error())
 	}
 	return out, nil
 }
@@ -72,6 +79,8 @@ func codeLabel(kind string) string {
 		return "error"
 	case "too_large", "body_timeout":
 		return "invalid"
+	case "envoy":
+		return "error"
 	}
 	return kind
 }
@@ -84,6 +93,7 @@ var grpcCodes = map[string]codes.Code{
 	"canceled":    codes.Canceled,
 	"deadline":    codes.DeadlineExceeded,
 	"error":       codes.Internal,
+	"envoy":       codes.Unknown,
 }
 
 // errorKind sorts an error of a request for the APIs' answers and the
@@ -94,9 +104,12 @@ func errorKind(err error) string {
 	var ie *InputError
 	var tl *TooLargeError
 	var be *bodyError
+	var ee *envoyError
 	switch {
 	case err == nil:
 		return ""
+	case errors.As(err, &ee):
+		return "envoy"
 	case errors.As(err, &tl):
 		return "too_large"
 	case errors.As(err, &be):
@@ -221,6 +234,9 @@ func toProto(r *Response) *rls.RateLimitResponse {
 			ps.DurationUntilReset = durationpb.New(reset)
 		}
 		out.Statuses[i] = ps
+	}
+	for _, h := range r.Headers {
+		out.ResponseHeadersToAdd = append(out.ResponseHeadersToAdd, &corev3.HeaderValue{Key: h.Key, Value: h.Value})
 	}
 	return out
 }

@@ -478,6 +478,10 @@ type wireResponse Response
 const (
 	respOverallCode = 1 // RateLimitResponse
 	respStatuses    = 2
+	respHeaders     = 3 // response_headers_to_add
+
+	headerKey   = 1 // envoy.config.core.v3.HeaderValue
+	headerValue = 2
 
 	statusCode               = 1 // DescriptorStatus
 	statusCurrentLimit       = 2
@@ -503,6 +507,12 @@ func (r *wireResponse) size() (int, error) {
 		}
 		n += sizeMessageField(respStatuses, statusSize(st))
 	}
+	for _, h := range r.Headers {
+		if !utf8.ValidString(h.Key) || !utf8.ValidString(h.Value) {
+			return 0, fmt.Errorf("server: response header %q is not valid UTF-8", h.Key)
+		}
+		n += sizeMessageField(respHeaders, headerSize(h))
+	}
 	return n, nil
 }
 
@@ -515,7 +525,35 @@ func (r *wireResponse) appendTo(b []byte) []byte {
 		b = protowire.AppendVarint(b, uint64(statusSize(st)))
 		b = appendStatus(b, st)
 	}
+	for _, h := range r.Headers {
+		b = protowire.AppendTag(b, respHeaders, protowire.BytesType)
+		b = protowire.AppendVarint(b, uint64(headerSize(h)))
+		b = appendStringField(b, headerKey, h.Key)
+		b = appendStringField(b, headerValue, h.Value)
+	}
 	return b
+}
+
+// headerSize is the length of the HeaderValue of h.
+func headerSize(h Header) int {
+	return sizeStringField(headerKey, h.Key) + sizeStringField(headerValue, h.Value)
+}
+
+// sizeStringField is the length of a string field; proto3 omits "".
+func sizeStringField(num protowire.Number, v string) int {
+	if v == "" {
+		return 0
+	}
+	return protowire.SizeTag(num) + protowire.SizeBytes(len(v))
+}
+
+// appendStringField appends a string field, unless v is "".
+func appendStringField(b []byte, num protowire.Number, v string) []byte {
+	if v == "" {
+		return b
+	}
+	b = protowire.AppendTag(b, num, protowire.BytesType)
+	return protowire.AppendString(b, v)
 }
 
 // statusSize is the length of the DescriptorStatus of st.

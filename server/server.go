@@ -16,6 +16,7 @@ import (
 	"sort"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"google.golang.org/grpc"
@@ -145,6 +146,8 @@ type Server struct {
 	grpcSrv        *grpc.Server
 	conns          *connLimit // over both listeners
 
+	draining atomic.Bool // set on shutdown: health checks fail
+
 	reloadMu sync.Mutex
 	version  string
 	rejected string // fingerprint of the last rejected configuration, counted and logged once
@@ -187,7 +190,13 @@ func New(c Config) (*Server, error) {
 	s.svc = svc
 	s.dash = newDashboard(svc, s.metrics)
 	if err := s.Reload(); err != nil {
-		return nil, err
+		if !opts.Envoy.Enabled {
+			return nil, err
+		}
+		// envoyproxy/ratelimit starts without a configuration and answers
+		// "no rate limit configuration loaded" until a valid one is read.
+		s.metrics.reload(false)
+		s.log.Error("the configuration is invalid; serving without one until it is fixed (envoy compatibility)", "path", c.ConfigPath, "error", err)
 	}
 	maxConns := c.MaxConns
 	if maxConns == 0 {
@@ -211,7 +220,7 @@ func New(c Config) (*Server, error) {
 		s.httpLn = ln
 		s.dash.writeTimeout = orDefault(c.HTTPWriteTimeout, DefaultHTTPWriteTimeout)
 		s.httpSrv = &http.Server{
-			Handler:      answerEarly(NewHTTPHandler(svc, HTTPOptions{Token: c.Token, MaxBodyBytes: c.MaxBodyBytes, dash: s.dash})),
+			Handler:      answerEarly(NewHTTPHandler(svc, HTTPOptions{Token: c.Token, MaxBodyBytes: c.MaxBodyBytes, dash: s.dash, healthy: s.Healthy})),
 			ReadTimeout:  orDefault(c.HTTPReadTimeout, DefaultHTTPReadTimeout),
 			WriteTimeout: s.dash.writeTimeout,
 			IdleTimeout:  orDefault(c.HTTPIdleTimeout, DefaultHTTPIdleTimeout),
@@ -285,6 +294,31 @@ func tokenInterceptor(token string, m *Metrics) grpc.UnaryServerInterceptor {
 	}
 }
 
+// HealthService is the gRPC health service name envoyproxy/ratelimit
+// reports its health under (and floodgate too): SERVING while Healthy.
+const HealthService = "ratelimit"
+
+// Healthy reports the health envoyproxy/ratelimit's checks report (gRPC
+// Health.Check of service "ratelimit", GET /healthcheck): false once the
+// server is shutting down and, in envoy compatibility mode with
+// HealthyWithAtLeastOneConfig, until a configuration with a domain is
+// loaded.
+func (s *Server) Healthy() bool {
+	return !s.draining.Load() && s.svc.envoyHealthy()
+}
+
+// setHealth publishes Healthy on the gRPC health service.
+func (s *Server) setHealth() {
+	if s.health == nil {
+		return
+	}
+	st := healthpb.HealthCheckResponse_NOT_SERVING
+	if s.Healthy() {
+		st = healthpb.HealthCheckResponse_SERVING
+	}
+	s.health.SetServingStatus(HealthService, st)
+}
+
 // Service returns the decision service.
 func (s *Server) Service() *Service { return s.svc }
 
@@ -343,6 +377,7 @@ func (s *Server) Reload() error {
 		return err
 	}
 	s.rejected = ""
+	s.setHealth()
 	s.metrics.reload(true)
 	s.log.Info("configuration loaded", "path", s.cfg.ConfigPath, "version", version, "domains", len(cfg.Domains))
 	s.version = version
@@ -402,6 +437,7 @@ func (s *Server) Serve(ctx context.Context) error {
 	if s.grpcSrv != nil {
 		s.health.SetServingStatus("", healthpb.HealthCheckResponse_SERVING)
 		s.health.SetServingStatus("envoy.service.ratelimit.v3.RateLimitService", healthpb.HealthCheckResponse_SERVING)
+		s.setHealth()
 		go func() {
 			if err := s.grpcSrv.Serve(s.grpcLn); err != nil && !errors.Is(err, grpc.ErrServerStopped) {
 				errc <- fmt.Errorf("server: gRPC: %w", err)
@@ -438,6 +474,8 @@ loop:
 
 // shutdown stops both APIs, letting in-flight requests finish.
 func (s *Server) shutdown() {
+	s.draining.Store(true)
+	s.setHealth()
 	s.log.Info("shutting down; draining in-flight requests", "timeout", s.cfg.ShutdownTimeout)
 	ctx, cancel := context.WithTimeout(context.Background(), s.cfg.ShutdownTimeout)
 	defer cancel()

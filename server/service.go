@@ -72,7 +72,14 @@ type Response struct {
 	// Failed reports that the store could not decide (an error, a timeout or
 	// the circuit breaker): the codes are the failure mode's.
 	Failed bool
+	// Headers are the response_headers_to_add of the answer: envoy
+	// compatibility mode's RateLimit-Limit, -Remaining and -Reset
+	// (EnvoyOptions.ResponseHeaders); nil otherwise.
+	Headers []Header
 }
+
+// Header is one header of Response.Headers.
+type Header struct{ Key, Value string }
 
 // Status is the decision for one descriptor.
 type Status struct {
@@ -176,6 +183,9 @@ type Options struct {
 	// counts as near the limit in metrics (envoyproxy/ratelimit's
 	// NEAR_LIMIT_RATIO); 0.8 by default.
 	NearLimitRatio float64
+	// Envoy selects envoyproxy/ratelimit's behaviour where it differs from
+	// floodgate's (see EnvoyOptions); the zero value keeps floodgate's.
+	Envoy EnvoyOptions
 }
 
 // Service decides rate limit requests against a configuration on a backend.
@@ -336,11 +346,24 @@ func (s *Service) StoreHealth() (open, total int) { return s.breakers.open() }
 // ratelimit.AllowAll. Shadow-mode descriptors are decided on their own after
 // it and never change the codes.
 func (s *Service) Decide(ctx context.Context, req *Request) (*Response, error) {
+	envoy := s.opts.Envoy.Enabled
+	if envoy && req != nil {
+		// envoyproxy/ratelimit's checks, in its order, with its texts.
+		switch {
+		case req.Domain == "":
+			return nil, &envoyError{envoyEmptyDomain}
+		case len(req.Descriptors) == 0:
+			return nil, &envoyError{envoyNoDescriptor}
+		}
+	}
 	if err := s.validate(req); err != nil {
 		return nil, err
 	}
 	resp := &Response{Code: CodeOK, Statuses: make([]Status, len(req.Descriptors))}
 	rs := s.rules.Load()
+	if rs == nil && envoy {
+		return nil, &envoyError{envoyNoConfig}
+	}
 	if rs == nil {
 		for i := range resp.Statuses {
 			resp.Statuses[i].Code = CodeOK
@@ -384,7 +407,20 @@ func (s *Service) Decide(ctx context.Context, req *Request) (*Response, error) {
 		} else {
 			results = resBuf[:len(gate)]
 		}
-		_, err := s.allow(ctx, gate, results)
+		var err error
+		if envoy && !s.opts.Envoy.StopIncrementWhenOverLimit && len(gate) > 1 {
+			// envoyproxy/ratelimit counts every descriptor on its own.
+			for j := range gate {
+				if _, err = s.allow(ctx, gate[j:j+1], results[j:j+1]); err != nil {
+					break
+				}
+			}
+		} else {
+			_, err = s.allow(ctx, gate, results)
+		}
+		if err == nil && envoy {
+			err = s.envoySpend(ctx, gate, results)
+		}
 		if err != nil {
 			return s.fail(ctx, req.Domain, resp, err)
 		}
@@ -417,9 +453,36 @@ func (s *Service) Decide(ctx context.Context, req *Request) (*Response, error) {
 		}
 		st.Remaining, st.RetryAfter, st.ResetAfter = r[0].Remaining, r[0].RetryAfter, r[0].ResetAfter
 		st.Shadow = r[0].RetryAfter != 0
+		if st.Shadow && envoy {
+			// envoyproxy/ratelimit counts shadow-mode hits over the limit too.
+			s.envoySpend(ctx, []ratelimit.Request{{Limiter: s.limiter(rs, l), Key: stateKey(l, req.Descriptors[i].Entries), N: req.Descriptors[i].Cost}}, r[:])
+		}
+	}
+	if envoy {
+		s.envoyFinish(resp, time.Now())
 	}
 	s.record(rs, req, resp)
 	return resp, nil
+}
+
+// envoySpend spends, for each request of reqs that results say is over its
+// limit, what its limit has left: envoyproxy/ratelimit counts a hit over
+// the limit (its counter goes past the limit), so a later, smaller request in
+// the same window is over the limit too, where floodgate's denial spends
+// nothing. results keep the denials.
+func (s *Service) envoySpend(ctx context.Context, reqs []ratelimit.Request, results []ratelimit.Result) error {
+	for j, r := range results {
+		if r.RetryAfter == 0 || r.Remaining <= 0 || reqs[j].N <= 0 {
+			continue
+		}
+		q := reqs[j]
+		q.N = r.Remaining
+		var out [1]ratelimit.Result
+		if _, err := s.allow(ctx, []ratelimit.Request{q}, out[:]); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 func (s *Service) validate(req *Request) error {

@@ -155,6 +155,9 @@ func startServerEnv(t *testing.T, env []string, cfg string, args ...string) *fgS
 type serveOpts struct {
 	env    []string // added to the environment
 	nofile int      // > 0: the process's descriptor limit (ulimit -n), set by a shell
+	// bare leaves out the --config, address and log format flags (cfg is
+	// ignored; the environment gives them) and the wait for /readyz.
+	bare bool
 }
 
 func startServerWith(t *testing.T, o serveOpts, cfg string, args ...string) *fgServer {
@@ -162,6 +165,9 @@ func startServerWith(t *testing.T, o serveOpts, cfg string, args ...string) *fgS
 	bin := floodgateBinary(t)
 	argv := append([]string{"serve", "--config", cfg,
 		"--http-addr", "127.0.0.1:0", "--grpc-addr", "127.0.0.1:0", "--log-format", "json"}, args...)
+	if o.bare {
+		argv = append([]string{"serve"}, args...)
+	}
 	cmd := exec.Command(bin, argv...)
 	if o.nofile > 0 {
 		cmd = exec.Command("/bin/sh", append([]string{"-c", fmt.Sprintf(`ulimit -n %d && exec "$@"`, o.nofile), "sh", bin}, argv...)...)
@@ -243,7 +249,9 @@ func startServerWith(t *testing.T, o serveOpts, cfg string, args ...string) *fgS
 	}
 	t.Cleanup(func() { s.conn.Close() })
 	s.client = rls.NewRateLimitServiceClient(s.conn)
-	s.waitReady(10 * time.Second)
+	if !o.bare {
+		s.waitReady(10 * time.Second)
+	}
 	return s
 }
 

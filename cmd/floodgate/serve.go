@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"errors"
+	"flag"
 	"fmt"
 	"io"
 	"log/slog"
@@ -38,7 +39,8 @@ Flags:
 %s
 Redis URLs:
   redis://[user:pass@]host:6379[/db]        standalone, or a Cluster (detected by itself)
-  rediss://host:6380                        TLS
+  rediss://host:6380                        TLS (--redis-tls-ca, --redis-tls-cert and --redis-tls-key:
+                                            a private CA, a client certificate)
   redis://host1:7000,host2:7001             Cluster seed nodes
   redis+sentinel://host1:26379,host2:26379/mymaster[/db]   Sentinel
   unix:///run/redis.sock
@@ -61,6 +63,10 @@ func runServe(args []string, stdout, stderr io.Writer) int {
 		redisURL      = fs.String("redis", "", "Redis `URL`; empty for the embedded memory backend. Keep passwords out of it: see --redis-password-file")
 		redisPassFile = fs.String("redis-password-file", "", "`file` holding the Redis password (also $FLOODGATE_REDIS_PASSWORD), instead of one in the --redis URL")
 		sentPassFile  = fs.String("redis-sentinel-password-file", "", "`file` holding the Sentinels' password (also $FLOODGATE_REDIS_SENTINEL_PASSWORD), instead of ?sentinel_password=")
+		redisTLSCA    = fs.String("redis-tls-ca", "", "CA certificates `file` (PEM) the Redis server's certificate may be signed by, besides the system's; needs a rediss:// URL")
+		redisTLSCert  = fs.String("redis-tls-cert", "", "client certificate `file` (PEM) to present to Redis (with --redis-tls-key); reloaded when it changes")
+		redisTLSKey   = fs.String("redis-tls-key", "", "client private key `file` (PEM) for --redis-tls-cert")
+		redisTLSSkip  = fs.Bool("redis-tls-insecure-skip-verify", false, "do not verify that the Redis server's certificate names the host dialled (its chain is still verified, against --redis-tls-ca or the system's CAs): for Cluster nodes and Sentinel masters known by IP")
 		memMax        = fs.Int64("memory-max-bytes", 0, "bound on the embedded memory backend's estimated state, in `bytes`: rate limit state beyond it is forgotten, expired first, then least recently used (those keys start afresh). 0 for the default (128 MiB, under 512 MB RSS), negative for no bound. Ignored with --redis")
 		prefix        = fs.String("redis-prefix", "floodgate", "prefix of every Redis key")
 		timeout       = fs.Duration("timeout", server.DefaultTimeout, "per-call store `timeout`")
@@ -70,6 +76,8 @@ func runServe(args []string, stdout, stderr io.Writer) int {
 		tokenFile     = fs.String("token-file", "", "`file` holding a bearer token required on HTTP and gRPC (also $FLOODGATE_TOKEN)")
 		tlsCert       = fs.String("tls-cert", "", "TLS certificate `file` (with --tls-key: TLS on both APIs)")
 		tlsKey        = fs.String("tls-key", "", "TLS private key `file`")
+		tlsClientCA   = fs.String("tls-client-ca", "", "CA certificates `file` (PEM): with --tls-cert, both APIs require a client certificate signed by one of them (mutual TLS). Certificate, key and CA files are reloaded when they change")
+		tlsClientSAN  = fs.String("tls-client-san", "", "with --tls-client-ca, admit only client certificates carrying this subject alternative `name` (DNS name, IP, URI or e-mail)")
 		maxBody       = fs.Int64("max-body-bytes", server.DefaultMaxBodyBytes, "largest HTTP body or gRPC message")
 		maxDesc       = fs.Int("max-descriptors", server.DefaultMaxDescriptors, "most descriptors in one request")
 		reloadEvery   = fs.Duration("reload-interval", time.Second, "how often to look for configuration changes; 0 only on SIGHUP")
@@ -83,6 +91,7 @@ func runServe(args []string, stdout, stderr io.Writer) int {
 		maxConns      = fs.Int("max-conns", 0, "most connections open on the HTTP and gRPC listeners together, idle ones shed first; 0 from the descriptor limit (ulimit -n), negative for no limit")
 		logFormat     = fs.String("log-format", "text", "log format: text or json")
 		logLevel      = fs.String("log-level", "info", "log level: debug, info, warn or error")
+		compat        = fs.String("compat", "", "compatibility `mode`: envoy selects envoyproxy/ratelimit's behaviour and reads its environment variables (also $FLOODGATE_COMPAT); empty for floodgate's own")
 		debugAddr     = fs.String("debug-addr", "", "`address` of a profiling endpoint (/debug/pprof/, Go's net/http/pprof); empty for none. Loopback only, unless a token is set, which it then requires too")
 	)
 	help := fmt.Sprintf(serveUsage, flagDefaults(fs))
@@ -92,6 +101,35 @@ func runServe(args []string, stdout, stderr io.Writer) int {
 	}
 	if len(rest) > 0 {
 		return usageError(stderr, "floodgate serve", fmt.Sprintf("unexpected argument %q", rest[0]))
+	}
+	given := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { given[f.Name] = true })
+	if !given["compat"] {
+		*compat = os.Getenv("FLOODGATE_COMPAT")
+	}
+	var envoy *envoySettings
+	switch *compat {
+	case "":
+	case "envoy":
+		es, err := readEnvoyEnv(os.LookupEnv)
+		if err != nil {
+			fmt.Fprintf(stderr, "floodgate serve: envoy compatibility: %v\n", err)
+			return exitFailure
+		}
+		for name, v := range es.flags {
+			if !given[name] {
+				if err := fs.Set(name, v); err != nil {
+					fmt.Fprintf(stderr, "floodgate serve: envoy compatibility: --%s from the environment: %v\n", name, err)
+					return exitFailure
+				}
+			}
+		}
+		if !given["failure-mode"] {
+			*failMode = "error" // envoyproxy/ratelimit answers a Redis failure with an error
+		}
+		envoy = es
+	default:
+		return usageError(stderr, "floodgate serve", fmt.Sprintf("--compat %q: want envoy, or nothing", *compat))
 	}
 	if *cfgPath == "" {
 		return usageError(stderr, "floodgate serve", "--config is required (a file or a directory of *.yaml files; try examples/floodgate.yaml)")
@@ -119,6 +157,21 @@ func runServe(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "floodgate serve: %v\n", err)
 		return exitFailure
 	}
+	svcOpts := server.Options{}
+	if envoy != nil {
+		// REDIS_AUTH and REDIS_SENTINEL_AUTH, unless floodgate's own are given.
+		if redisPass == "" && *redisURL != "" {
+			redisPass = envoy.redisPassword
+		}
+		if sentinelPass == "" && *redisURL != "" {
+			sentinelPass = envoy.sentinelPassword
+		}
+		svcOpts.Envoy = envoy.envoy
+		svcOpts.NearLimitRatio = envoy.nearLimitRatio
+		for _, n := range envoy.notices {
+			logger.Warn("envoy compatibility: " + n)
+		}
+	}
 	if (redisPass != "" || sentinelPass != "") && *redisURL == "" {
 		return usageError(stderr, "floodgate serve", "a Redis password is given but no --redis URL")
 	}
@@ -139,6 +192,8 @@ func runServe(args []string, stdout, stderr io.Writer) int {
 
 	b, closer, err := server.OpenStore(*redisURL, *prefix, max(*timeout, 2*time.Second),
 		server.RedisPassword(redisPass), server.SentinelPassword(sentinelPass),
+		server.RedisTLS(server.RedisTLSOptions{CAFile: *redisTLSCA, CertFile: *redisTLSCert, KeyFile: *redisTLSKey, SkipHostnameVerification: *redisTLSSkip}),
+		server.StoreLogger(logger),
 		server.MemoryOptions(backend.WithMaxBytes(*memMax)))
 	if err != nil {
 		fmt.Fprintf(stderr, "floodgate serve: %v\nCheck that Redis runs at that address, or leave out --redis to keep limits in this process.\n", err)
@@ -156,10 +211,14 @@ func runServe(args []string, stdout, stderr io.Writer) int {
 			FailureMode:    mode,
 			MaxDescriptors: *maxDesc,
 			Breaker:        server.BreakerOptions{Failures: *brkFailures, Cooldown: *brkCooldown},
+			NearLimitRatio: svcOpts.NearLimitRatio,
+			Envoy:          svcOpts.Envoy,
 		},
 		Token:           token,
 		TLSCertFile:     *tlsCert,
 		TLSKeyFile:      *tlsKey,
+		TLSClientCAFile: *tlsClientCA,
+		TLSClientSAN:    *tlsClientSAN,
 		MaxBodyBytes:    *maxBody,
 		ReloadInterval:  interval,
 		ShutdownTimeout: *shutdownAfter,
@@ -195,7 +254,7 @@ func runServe(args []string, stdout, stderr io.Writer) int {
 	info, _ := debug.ReadBuildInfo()
 	logger.Info("floodgate starting", "version", versionString(info), "backend", backendName,
 		"store", server.RedactURL(*redisURL),
-		"http", srv.HTTPAddr(), "grpc", srv.GRPCAddr(), "failure_mode", mode.String(), "timeout", *timeout)
+		"http", srv.HTTPAddr(), "grpc", srv.GRPCAddr(), "failure_mode", mode.String(), "timeout", *timeout, "compat", *compat)
 
 	if debugLn != nil {
 		go func() { _ = http.Serve(debugLn, debugHandler(token)) }()

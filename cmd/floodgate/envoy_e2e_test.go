@@ -1,0 +1,299 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	rls "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"google.golang.org/grpc/codes"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/status"
+
+	"github.com/floodgate-dev/floodgate/internal/testenv"
+)
+
+// Tests of `floodgate serve --compat envoy`, started as envoyproxy/ratelimit
+// is, by its environment variables alone, against a Redis of the test's own.
+// The expected values are envoyproxy/ratelimit's (f2fb157): its
+// test/integration/integration_test.go and test/service/ratelimit_test.go.
+
+const envoyTestConfig = `domain: envoy-compat
+descriptors:
+  - key: per_second
+    rate_limit: {unit: second, requests_per_unit: 50}
+  - key: per_minute
+    rate_limit: {unit: minute, requests_per_unit: 3}
+  - key: per_hour
+    rate_limit: {unit: hour, requests_per_unit: 2}
+  - key: per_day
+    rate_limit: {unit: day, requests_per_unit: 10}
+  - key: shadow
+    shadow_mode: true
+    rate_limit: {unit: minute, requests_per_unit: 1}
+  - key: quota_a
+    quota_mode: true
+    rate_limit: {unit: minute, requests_per_unit: 1}
+  - key: quota_b
+    quota_mode: true
+    rate_limit: {unit: minute, requests_per_unit: 5}
+`
+
+// envoyRuntime lays out envoy's runtime directory, ROOT/SUBDIR/config, with
+// config.yaml holding cfg; it returns ROOT.
+func envoyRuntime(t *testing.T, cfg string) string {
+	t.Helper()
+	root := t.TempDir()
+	dir := filepath.Join(root, "ratelimit", "config")
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "config.yaml"), []byte(cfg), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return root
+}
+
+// startEnvoyCompat starts `floodgate serve --compat envoy` with envoy's
+// variables for r and root and the extra ones.
+func startEnvoyCompat(t *testing.T, r *testenv.Redis, root string, extra ...string) *fgServer {
+	t.Helper()
+	env := []string{
+		"HOST=127.0.0.1", "PORT=0", "GRPC_HOST=127.0.0.1", "GRPC_PORT=0", "LOG_FORMAT=json",
+		"REDIS_SOCKET_TYPE=tcp", "REDIS_URL=" + r.Addr, "REDIS_TIMEOUT=2s",
+		"CACHE_KEY_PREFIX=" + uniquePrefix(t),
+		"RUNTIME_ROOT=" + root, "RUNTIME_SUBDIRECTORY=ratelimit", "RUNTIME_WATCH_ROOT=false",
+	}
+	return startServerWith(t, serveOpts{env: append(env, extra...), bare: true}, "", "--compat", "envoy")
+}
+
+// wholeSeconds checks envoy's duration_until_reset: whole seconds, the
+// unit's length less the Unix time modulo it; units are in seconds, one per
+// status.
+func wholeSeconds(t *testing.T, what string, resp *rls.RateLimitResponse, units ...int64) {
+	t.Helper()
+	for i, st := range resp.GetStatuses() {
+		unit := units[i]
+		d := st.GetDurationUntilReset()
+		if d == nil {
+			t.Errorf("%s: statuses[%d] has no duration_until_reset", what, i)
+			continue
+		}
+		now := time.Now().Unix()
+		want, wantBefore := unit-now%unit, unit-(now-1)%unit
+		if d.GetNanos() != 0 || d.GetSeconds() != want && d.GetSeconds() != wantBefore {
+			t.Errorf("%s: statuses[%d].duration_until_reset = %v, want {seconds:%d}", what, i, d, want)
+		}
+	}
+}
+
+func TestEnvoyCompatResponses(t *testing.T) {
+	r := testenv.NewRedis(t)
+	s := startEnvoyCompat(t, r, envoyRuntime(t, envoyTestConfig))
+
+	t.Run("whole seconds", func(t *testing.T) {
+		// integration_test.go: a 50 per second limit answers {seconds:1}.
+		resp := s.mustRL(request("envoy-compat", entries("per_second", "a")))
+		checkResponse(t, "per_second", resp, ok(50, second, 49))
+		if d := resp.GetStatuses()[0].GetDurationUntilReset(); d.GetSeconds() != 1 || d.GetNanos() != 0 {
+			t.Errorf("per_second: duration_until_reset = %v, want {seconds:1}", d)
+		}
+		avoidWindowEdge(time.Hour, 5*time.Second)
+		resp = s.mustRL(request("envoy-compat", entries("per_hour", "a")))
+		wholeSeconds(t, "per_hour", resp, 3600)
+	})
+
+	t.Run("over limit counts the others", func(t *testing.T) {
+		avoidWindowEdge(time.Minute, 5*time.Second)
+		// per_hour "b" is spent; per_day "b" is still counted by every request.
+		for range 2 {
+			s.mustRL(request("envoy-compat", entries("per_hour", "b")))
+		}
+		resp := s.mustRL(request("envoy-compat", entries("per_hour", "b"), entries("per_day", "b")))
+		checkResponse(t, "one over", resp, over(2, hour, 0), ok(10, day, 9))
+		resp = s.mustRL(request("envoy-compat", entries("per_hour", "b"), entries("per_day", "b")))
+		checkResponse(t, "one over again", resp, over(2, hour, 0), ok(10, day, 8))
+		wholeSeconds(t, "over", resp, 3600, 3600*24)
+	})
+
+	t.Run("an over-limit request spends what is left", func(t *testing.T) {
+		avoidWindowEdge(time.Minute, 5*time.Second)
+		// 3 per minute: 1 spent, a request of 5 is over, and so is a later
+		// request of 1, since envoy counted the 5.
+		checkResponse(t, "first", s.mustRL(request("envoy-compat", entries("per_minute", "c"))), ok(3, minute, 2))
+		checkResponse(t, "five", s.mustRL(request("envoy-compat", withHits(entries("per_minute", "c"), 5))), over(3, minute, 0))
+		checkResponse(t, "one more", s.mustRL(request("envoy-compat", entries("per_minute", "c"))), over(3, minute, 0))
+	})
+
+	t.Run("shadow mode descriptor", func(t *testing.T) {
+		avoidWindowEdge(time.Minute, 5*time.Second)
+		checkResponse(t, "first", s.mustRL(request("envoy-compat", entries("shadow", "d"))), ok(1, minute, 0))
+		checkResponse(t, "second", s.mustRL(request("envoy-compat", entries("shadow", "d"))), ok(1, minute, 0))
+	})
+
+	t.Run("quota mode descriptors", func(t *testing.T) {
+		avoidWindowEdge(time.Minute, 5*time.Second)
+		s.mustRL(request("envoy-compat", entries("quota_a", "e")))
+		// quota_a over, quota_b within: OK overall, quota_a's status OVER_LIMIT.
+		resp := s.mustRL(request("envoy-compat", entries("quota_a", "e"), entries("quota_b", "e")))
+		if resp.GetOverallCode() != codeOK {
+			t.Errorf("one quota descriptor over: overall %v, want OK", resp.GetOverallCode())
+		}
+		if c := resp.GetStatuses()[0].GetCode(); c != codeOver {
+			t.Errorf("quota_a: %v, want OVER_LIMIT", c)
+		}
+		// Alone, every quota descriptor is over: OVER_LIMIT.
+		resp = s.mustRL(request("envoy-compat", entries("quota_a", "e")))
+		if resp.GetOverallCode() != codeOver {
+			t.Errorf("every quota descriptor over: overall %v, want OVER_LIMIT", resp.GetOverallCode())
+		}
+	})
+
+	t.Run("errors", func(t *testing.T) {
+		_, err := s.rl(request("", entries("per_minute", "x")))
+		if status.Code(err) != codes.Unknown || status.Convert(err).Message() != "rate limit domain must not be empty" {
+			t.Errorf("empty domain: %v, want Unknown \"rate limit domain must not be empty\"", err)
+		}
+		_, err = s.rl(request("envoy-compat"))
+		if status.Code(err) != codes.Unknown || status.Convert(err).Message() != "rate limit descriptor list must not be empty" {
+			t.Errorf("no descriptors: %v, want Unknown \"rate limit descriptor list must not be empty\"", err)
+		}
+		code, body := s.post("/json", "", `{"domain": ""}`)
+		if code != http.StatusBadRequest || body != "Bad Request\n" {
+			t.Errorf("/json with an empty domain: %d %q, want 400 \"Bad Request\\n\"", code, body)
+		}
+		code, body = s.post("/json", "", `{not json`)
+		if code != http.StatusBadRequest || body != "Bad Request\n" {
+			t.Errorf("/json not JSON: %d %q, want 400 \"Bad Request\\n\"", code, body)
+		}
+		code, body = s.post("/json", "", `{"domain": "envoy-compat", "descriptors": [{"entries": [{"key": "per_second", "value": "j"}]}]}`)
+		if code != http.StatusOK || !strings.Contains(body, `"durationUntilReset":"1s"`) {
+			t.Errorf("/json: %d %s, want 200 with durationUntilReset 1s", code, body)
+		}
+	})
+
+	t.Run("health", func(t *testing.T) {
+		hc := healthpb.NewHealthClient(s.conn)
+		for _, name := range []string{"ratelimit", ""} {
+			resp, err := hc.Check(context.Background(), &healthpb.HealthCheckRequest{Service: name})
+			if err != nil || resp.GetStatus() != healthpb.HealthCheckResponse_SERVING {
+				t.Errorf("Health.Check(%q) = %v, %v; want SERVING", name, resp, err)
+			}
+		}
+		code, body := s.get("/healthcheck", "")
+		if code != http.StatusOK || body != "OK" {
+			t.Errorf("/healthcheck: %d %q, want 200 \"OK\"", code, body)
+		}
+	})
+}
+
+func TestEnvoyCompatStopIncrementWhenOverLimit(t *testing.T) {
+	r := testenv.NewRedis(t)
+	s := startEnvoyCompat(t, r, envoyRuntime(t, envoyTestConfig), "STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT=true")
+	avoidWindowEdge(time.Minute, 5*time.Second)
+	s.mustRL(request("envoy-compat", entries("per_hour", "b")))
+	s.mustRL(request("envoy-compat", entries("per_hour", "b")))
+	resp := s.mustRL(request("envoy-compat", entries("per_hour", "b"), entries("per_day", "b")))
+	checkResponse(t, "one over", resp, over(2, hour, 0), ok(10, day, 10))
+	resp = s.mustRL(request("envoy-compat", entries("per_day", "b")))
+	checkResponse(t, "per_day alone", resp, ok(10, day, 9))
+}
+
+func TestEnvoyCompatResponseHeadersAndShadowMode(t *testing.T) {
+	r := testenv.NewRedis(t)
+	s := startEnvoyCompat(t, r, envoyRuntime(t, envoyTestConfig),
+		"LIMIT_RESPONSE_HEADERS_ENABLED=true", "LIMIT_REMAINING_HEADER=X-Left", "SHADOW_MODE=true")
+	avoidWindowEdge(time.Minute, 5*time.Second)
+	// service/ratelimit_test.go: the headers are those of the descriptor
+	// closest to its limit; reset in whole seconds of its unit.
+	resp := s.mustRL(request("envoy-compat", entries("per_day", "h"), entries("per_minute", "h")))
+	now := time.Now().Unix()
+	want := map[string]string{"RateLimit-Limit": "3", "X-Left": "2"}
+	got := map[string]string{}
+	for _, h := range resp.GetResponseHeadersToAdd() {
+		got[h.GetKey()] = h.GetValue()
+	}
+	for k, v := range want {
+		if got[k] != v {
+			t.Errorf("header %s = %q, want %q (headers %v)", k, got[k], v, got)
+		}
+	}
+	if r := got["RateLimit-Reset"]; r != fmt.Sprint(60-now%60) && r != fmt.Sprint(60-(now-1)%60) {
+		t.Errorf("RateLimit-Reset = %q, want %d", r, 60-now%60)
+	}
+	// SHADOW_MODE: over the limit, the overall code is OK, the status keeps OVER_LIMIT.
+	for range 3 {
+		resp = s.mustRL(request("envoy-compat", entries("per_minute", "h")))
+	}
+	if resp.GetOverallCode() != codeOK || resp.GetStatuses()[0].GetCode() != codeOver {
+		t.Errorf("SHADOW_MODE: %v, want overall OK with an OVER_LIMIT status", resp)
+	}
+}
+
+func TestEnvoyCompatRedisDown(t *testing.T) {
+	r := testenv.NewRedis(t)
+	s := startEnvoyCompat(t, r, envoyRuntime(t, envoyTestConfig), "REDIS_TIMEOUT=300ms")
+	s.mustRL(request("envoy-compat", entries("per_minute", "z")))
+	if err := r.Stop(); err != nil {
+		t.Fatal(err)
+	}
+	_, err := s.rl(request("envoy-compat", entries("per_minute", "z")))
+	if status.Code(err) != codes.Unknown {
+		t.Errorf("Redis down: %v, want an error with code Unknown, as envoy's", err)
+	}
+}
+
+func TestEnvoyCompatInvalidInitialConfig(t *testing.T) {
+	r := testenv.NewRedis(t)
+	root := envoyRuntime(t, "domain: envoy-compat\ndescriptors:\n  - key: a\n    rate_limit: {unit: fortnight, requests_per_unit: 1}\n")
+	s := startEnvoyCompat(t, r, root, "HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED=true")
+	_, err := s.rl(request("envoy-compat", entries("per_minute", "a")))
+	if status.Code(err) != codes.Unknown || status.Convert(err).Message() != "no rate limit configuration loaded" {
+		t.Errorf("no configuration: %v, want Unknown \"no rate limit configuration loaded\"", err)
+	}
+	if code, body := s.get("/healthcheck", ""); code != http.StatusInternalServerError || body != "" {
+		t.Errorf("/healthcheck without a configuration: %d %q, want 500 \"\"", code, body)
+	}
+	hc := healthpb.NewHealthClient(s.conn)
+	if resp, err := hc.Check(context.Background(), &healthpb.HealthCheckRequest{Service: "ratelimit"}); err != nil || resp.GetStatus() != healthpb.HealthCheckResponse_NOT_SERVING {
+		t.Errorf("Health.Check(ratelimit) without a configuration = %v, %v; want NOT_SERVING", resp, err)
+	}
+	writeConfig(t, filepath.Join(root, "ratelimit", "config", "config.yaml"), envoyTestConfig)
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		code, body := s.get("/healthcheck", "")
+		if code == http.StatusOK && body == "OK" {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("/healthcheck after a valid configuration: %d %q, want 200 \"OK\"", code, body)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	checkResponse(t, "after reload", s.mustRL(request("envoy-compat", entries("per_minute", "a"))), ok(3, minute, 2))
+}
+
+func TestEnvoyCompatRefusedAndIgnoredVariables(t *testing.T) {
+	bin := floodgateBinary(t)
+	cmd := execServe(bin, "BACKEND_TYPE=memcache")
+	out, err := cmd.CombinedOutput()
+	if err == nil || !strings.Contains(string(out), "BACKEND_TYPE") {
+		t.Errorf("BACKEND_TYPE=memcache: %v, %s; want a start-up error naming BACKEND_TYPE", err, out)
+	}
+	r := testenv.NewRedis(t)
+	s := startEnvoyCompat(t, r, envoyRuntime(t, envoyTestConfig), "USE_STATSD=true", "REDIS_AUTH=")
+	s.waitLog(10*time.Second, "USE_STATSD", "ignored")
+}
+
+// execServe is `floodgate serve --compat envoy` with env added.
+func execServe(bin string, env ...string) *exec.Cmd {
+	c := exec.Command(bin, "serve", "--compat", "envoy")
+	c.Env = append(os.Environ(), env...)
+	return c
+}

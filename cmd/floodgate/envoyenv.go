@@ -1,0 +1,403 @@
+package main
+
+import (
+	"fmt"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/floodgate-dev/floodgate/server"
+)
+
+// envoyproxy/ratelimit's environment variables (src/settings/settings.go at
+// commit f2fb157), read by `floodgate serve --compat envoy` and by nothing
+// else. Each is honoured (mapped to a flag or an option), accepted and
+// ignored (a notice naming it is logged once at start when it is set), or
+// refused (when set to a value floodgate cannot serve as envoy would, start-up
+// fails with an error naming it). Flags given on the command line win over
+// the variables.
+
+// envHandling is what floodgate does with one of envoy's variables.
+type envHandling int
+
+const (
+	envHonoured envHandling = iota // mapped to a flag or an option
+	envIgnored                     // accepted; a notice when set
+	envRefused                     // refused when set to a value it cannot serve (see note)
+)
+
+func (h envHandling) String() string {
+	switch h {
+	case envHonoured:
+		return "honoured"
+	case envRefused:
+		return "refused"
+	}
+	return "ignored"
+}
+
+// envoyEnvVar is one of envoy's variables: how floodgate handles it, and a
+// note saying to what it maps or why it is ignored.
+type envoyEnvVar struct {
+	Name     string
+	Handling envHandling
+	Note     string
+}
+
+// envoyEnvVars is every variable of envoy's settings.go, in its order.
+var envoyEnvVars = []envoyEnvVar{
+	{"HOST", envHonoured, "--http-addr HOST:PORT"},
+	{"PORT", envHonoured, "--http-addr HOST:PORT"},
+	{"DEBUG_HOST", envIgnored, "floodgate's --debug-addr serves pprof only, on loopback unless a token is set"},
+	{"DEBUG_PORT", envIgnored, "see DEBUG_HOST"},
+	{"GRPC_UDS", envHonoured, "--grpc-addr unix:PATH (before GRPC_HOST/GRPC_PORT)"},
+	{"GRPC_HOST", envHonoured, "--grpc-addr GRPC_HOST:GRPC_PORT"},
+	{"GRPC_PORT", envHonoured, "--grpc-addr GRPC_HOST:GRPC_PORT"},
+	{"GRPC_MAX_CONNECTION_AGE", envIgnored, "floodgate closes idle connections instead (--grpc-max-idle)"},
+	{"GRPC_MAX_CONNECTION_AGE_GRACE", envIgnored, "see GRPC_MAX_CONNECTION_AGE"},
+	{"GRPC_SERVER_USE_TLS", envRefused, "true is refused (it would serve plaintext): use --tls-cert and --tls-key, TLS on both APIs"},
+	{"GRPC_SERVER_TLS_CERT", envIgnored, "see GRPC_SERVER_USE_TLS"},
+	{"GRPC_SERVER_TLS_KEY", envIgnored, "see GRPC_SERVER_USE_TLS"},
+	{"GRPC_CLIENT_TLS_CACERT", envIgnored, "client certificate verification: not yet"},
+	{"GRPC_CLIENT_TLS_SAN", envIgnored, "see GRPC_CLIENT_TLS_CACERT"},
+	{"LOG_LEVEL", envHonoured, "--log-level (trace → debug; fatal, panic → error)"},
+	{"LOG_FORMAT", envHonoured, "--log-format (text, json)"},
+	{"CONFIG_TYPE", envRefused, "FILE is honoured; GRPC_XDS_SOTW (xDS) is refused: not yet"},
+	{"FORCE_START_WITHOUT_INITIAL_CONFIG", envHonoured, "envoy compatibility always starts without a valid initial configuration"},
+	{"CONFIG_GRPC_XDS_NODE_ID", envIgnored, "xDS: not yet"},
+	{"CONFIG_GRPC_XDS_NODE_METADATA", envIgnored, "xDS: not yet"},
+	{"CONFIG_GRPC_XDS_SERVER_URL", envIgnored, "xDS: not yet"},
+	{"CONFIG_GRPC_XDS_SERVER_CONNECT_RETRY_INTERVAL", envIgnored, "xDS: not yet"},
+	{"CONFIG_GRPC_XDS_CLIENT_ADDITIONAL_HEADERS", envIgnored, "xDS: not yet"},
+	{"CONFIG_GRPC_XDS_SERVER_USE_TLS", envIgnored, "xDS: not yet"},
+	{"CONFIG_GRPC_XDS_CLIENT_TLS_CERT", envIgnored, "xDS: not yet"},
+	{"CONFIG_GRPC_XDS_CLIENT_TLS_KEY", envIgnored, "xDS: not yet"},
+	{"CONFIG_GRPC_XDS_SERVER_TLS_CACERT", envIgnored, "xDS: not yet"},
+	{"CONFIG_GRPC_XDS_SERVER_TLS_SAN", envIgnored, "xDS: not yet"},
+	{"XDS_CLIENT_BACKOFF_INITIAL_INTERVAL", envIgnored, "xDS: not yet"},
+	{"XDS_CLIENT_BACKOFF_MAX_INTERVAL", envIgnored, "xDS: not yet"},
+	{"XDS_CLIENT_BACKOFF_RANDOM_FACTOR", envIgnored, "xDS: not yet"},
+	{"XDS_CLIENT_BACKOFF_JITTER", envIgnored, "xDS: not yet"},
+	{"XDS_CLIENT_MAX_MSG_SIZE_IN_BYTES", envIgnored, "xDS: not yet"},
+	{"USE_DOG_STATSD", envIgnored, "StatsD: not yet; Prometheus metrics at /metrics"},
+	{"USE_DOG_STATSD_MOGRIFIERS", envIgnored, "StatsD: not yet"},
+	{"USE_STATSD", envIgnored, "StatsD: not yet; Prometheus metrics at /metrics"},
+	{"STATSD_HOST", envIgnored, "StatsD: not yet"},
+	{"STATSD_PORT", envIgnored, "StatsD: not yet"},
+	{"EXTRA_TAGS", envIgnored, "StatsD: not yet"},
+	{"STATS_FLUSH_INTERVAL", envIgnored, "StatsD: not yet"},
+	{"DISABLE_STATS", envIgnored, "Prometheus metrics are always served at /metrics"},
+	{"USE_PROMETHEUS", envIgnored, "Prometheus metrics are always served at /metrics on the HTTP address, under floodgate's names"},
+	{"PROMETHEUS_ADDR", envIgnored, "see USE_PROMETHEUS"},
+	{"PROMETHEUS_PATH", envIgnored, "see USE_PROMETHEUS"},
+	{"PROMETHEUS_MAPPER_YAML", envIgnored, "see USE_PROMETHEUS"},
+	{"PROMETHEUS_RESPONSE_TIME_AS_MILLISECONDS", envIgnored, "see USE_PROMETHEUS"},
+	{"RUNTIME_ROOT", envHonoured, "--config RUNTIME_ROOT/RUNTIME_SUBDIRECTORY/RUNTIME_APPDIRECTORY (its *.yaml files)"},
+	{"RUNTIME_SUBDIRECTORY", envHonoured, "see RUNTIME_ROOT"},
+	{"RUNTIME_APPDIRECTORY", envHonoured, "see RUNTIME_ROOT (default config)"},
+	{"RUNTIME_IGNOREDOTFILES", envIgnored, "floodgate always ignores dot files"},
+	{"RUNTIME_WATCH_ROOT", envHonoured, "either way the directory is checked for changes every --reload-interval (symbolic-link swaps of the root included)"},
+	{"EXPIRATION_JITTER_MAX_SECONDS", envIgnored, "floodgate's keys expire with their state"},
+	{"LOCAL_CACHE_SIZE_IN_BYTES", envIgnored, "the local over-limit cache: not yet"},
+	{"NEAR_LIMIT_RATIO", envHonoured, "the near-limit ratio of metrics"},
+	{"CACHE_KEY_PREFIX", envHonoured, "--redis-prefix (floodgate's keys are named differently from envoy's: counts are not shared with a running envoyproxy/ratelimit)"},
+	{"BACKEND_TYPE", envRefused, "redis is honoured; memcache is refused"},
+	{"STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT", envHonoured, "an over-limit descriptor stops the others being counted"},
+	{"LIMIT_RESPONSE_HEADERS_ENABLED", envHonoured, "response_headers_to_add"},
+	{"LIMIT_LIMIT_HEADER", envHonoured, "the limit header's name"},
+	{"LIMIT_REMAINING_HEADER", envHonoured, "the remaining header's name"},
+	{"LIMIT_RESET_HEADER", envHonoured, "the reset header's name"},
+	{"HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED", envHonoured, "health fails until a configuration with a domain is loaded"},
+	{"REDIS_SOCKET_TYPE", envHonoured, "tcp or unix: the form of --redis"},
+	{"REDIS_TYPE", envHonoured, "SINGLE → redis://, SENTINEL → redis+sentinel://, CLUSTER → redis+cluster://"},
+	{"REDIS_URL", envHonoured, "--redis"},
+	{"REDIS_POOL_SIZE", envIgnored, "floodgate's client pipelines on few connections"},
+	{"REDIS_AUTH", envHonoured, "the Redis password ([user:]password), never logged"},
+	{"REDIS_TLS", envHonoured, "rediss:// (system roots)"},
+	{"REDIS_TLS_CLIENT_CERT", envIgnored, "Redis client certificates: not yet"},
+	{"REDIS_TLS_CLIENT_KEY", envIgnored, "Redis client certificates: not yet"},
+	{"REDIS_TLS_CACERT", envIgnored, "a Redis CA file: not yet (system roots)"},
+	{"REDIS_TLS_SKIP_HOSTNAME_VERIFICATION", envIgnored, "not yet"},
+	{"REDIS_PIPELINE_WINDOW", envIgnored, "floodgate's client pipelines by itself"},
+	{"REDIS_PIPELINE_LIMIT", envIgnored, "floodgate's client pipelines by itself"},
+	{"REDIS_CLUSTER_PIPELINE_PARALLELISM", envIgnored, "floodgate's client pipelines by itself"},
+	{"REDIS_PERSECOND", envIgnored, "a separate Redis for per-second limits: not yet (they use REDIS_URL's)"},
+	{"REDIS_PERSECOND_SOCKET_TYPE", envIgnored, "see REDIS_PERSECOND"},
+	{"REDIS_PERSECOND_TYPE", envIgnored, "see REDIS_PERSECOND"},
+	{"REDIS_PERSECOND_URL", envIgnored, "see REDIS_PERSECOND"},
+	{"REDIS_PERSECOND_POOL_SIZE", envIgnored, "see REDIS_PERSECOND"},
+	{"REDIS_PERSECOND_AUTH", envIgnored, "see REDIS_PERSECOND"},
+	{"REDIS_PERSECOND_TLS", envIgnored, "see REDIS_PERSECOND"},
+	{"REDIS_SENTINEL_AUTH", envHonoured, "the Sentinels' password, never logged"},
+	{"REDIS_PERSECOND_SENTINEL_AUTH", envIgnored, "see REDIS_PERSECOND"},
+	{"REDIS_PERSECOND_PIPELINE_WINDOW", envIgnored, "see REDIS_PERSECOND"},
+	{"REDIS_PERSECOND_PIPELINE_LIMIT", envIgnored, "see REDIS_PERSECOND"},
+	{"REDIS_PERSECOND_CLUSTER_PIPELINE_PARALLELISM", envIgnored, "see REDIS_PERSECOND"},
+	{"REDIS_HEALTH_CHECK_ACTIVE_CONNECTION", envIgnored, "floodgate's circuit breaker and /readyz follow the store"},
+	{"REDIS_TIMEOUT", envHonoured, "--timeout (per store call)"},
+	{"REDIS_PERSECOND_TIMEOUT", envIgnored, "see REDIS_PERSECOND"},
+	{"REDIS_POOL_ON_EMPTY_BEHAVIOR", envIgnored, "floodgate's client pipelines by itself"},
+	{"REDIS_PERSECOND_POOL_ON_EMPTY_BEHAVIOR", envIgnored, "see REDIS_PERSECOND"},
+	{"REDIS_STARTUP_INITIAL_INTERVAL", envIgnored, "floodgate starts without waiting for Redis; calls fail by --failure-mode until it answers"},
+	{"REDIS_STARTUP_MAX_INTERVAL", envIgnored, "see REDIS_STARTUP_INITIAL_INTERVAL"},
+	{"REDIS_STARTUP_MAX_ELAPSED_TIME", envIgnored, "see REDIS_STARTUP_INITIAL_INTERVAL"},
+	{"MEMCACHE_HOST_PORT", envIgnored, "memcached is not supported (BACKEND_TYPE=memcache is refused)"},
+	{"MEMCACHE_MAX_IDLE_CONNS", envIgnored, "see MEMCACHE_HOST_PORT"},
+	{"MEMCACHE_SRV", envIgnored, "see MEMCACHE_HOST_PORT"},
+	{"MEMCACHE_SRV_REFRESH", envIgnored, "see MEMCACHE_HOST_PORT"},
+	{"MEMCACHE_TLS", envIgnored, "see MEMCACHE_HOST_PORT"},
+	{"MEMCACHE_TLS_CLIENT_CERT", envIgnored, "see MEMCACHE_HOST_PORT"},
+	{"MEMCACHE_TLS_CLIENT_KEY", envIgnored, "see MEMCACHE_HOST_PORT"},
+	{"MEMCACHE_TLS_CACERT", envIgnored, "see MEMCACHE_HOST_PORT"},
+	{"MEMCACHE_TLS_SKIP_HOSTNAME_VERIFICATION", envIgnored, "see MEMCACHE_HOST_PORT"},
+	{"SHADOW_MODE", envHonoured, "global shadow mode: OVER_LIMIT answered OK"},
+	{"QUOTA_MODE", envHonoured, "global quota mode"},
+	{"RESPONSE_DYNAMIC_METADATA", envIgnored, "dynamic_metadata: not yet"},
+	{"MERGE_DOMAIN_CONFIG", envIgnored, "merging files of one domain: not yet (a domain in two files is an error)"},
+	{"TRACING_ENABLED", envIgnored, "tracing: not yet"},
+	{"TRACING_SERVICE_NAME", envIgnored, "tracing: not yet"},
+	{"TRACING_SERVICE_NAMESPACE", envIgnored, "tracing: not yet"},
+	{"TRACING_SERVICE_INSTANCE_ID", envIgnored, "tracing: not yet"},
+	{"TRACING_EXPORTER_PROTOCOL", envIgnored, "tracing: not yet"},
+	{"TRACING_SAMPLING_RATE", envIgnored, "tracing: not yet"},
+}
+
+// Envoy's defaults that floodgate applies in envoy compatibility mode.
+const (
+	envoyRuntimeRoot   = "/srv/runtime_data/current"
+	envoyAppDirectory  = "config"
+	envoyRedisURL      = "/var/run/nutcracker/ratelimit.sock"
+	envoySocketType    = "unix"
+	envoyRedisType     = "SINGLE"
+	envoyDefaultHost   = "0.0.0.0"
+	envoyDefaultPort   = "8080"
+	envoyDefaultGRPC   = "8081"
+	envoyLimitHeader   = "RateLimit-Limit"
+	envoyRemainHeader  = "RateLimit-Remaining"
+	envoyResetHeader   = "RateLimit-Reset"
+	envoyNearLimitDflt = 0.8
+)
+
+// envoySettings is what envoy's variables say, for runServe.
+type envoySettings struct {
+	// flags are values for floodgate's flags (by name), applied to those
+	// not given on the command line.
+	flags            map[string]string
+	envoy            server.EnvoyOptions
+	nearLimitRatio   float64
+	redisPassword    string // REDIS_AUTH's password; never logged
+	sentinelPassword string // REDIS_SENTINEL_AUTH
+	notices          []string
+}
+
+// readEnvoyEnv reads envoy's variables through lookup (os.LookupEnv). The
+// error names the variable at fault.
+func readEnvoyEnv(lookup func(string) (string, bool)) (*envoySettings, error) {
+	es := &envoySettings{flags: map[string]string{}, nearLimitRatio: envoyNearLimitDflt}
+	get := func(name, def string) string {
+		if v, ok := lookup(name); ok {
+			return v
+		}
+		return def
+	}
+	var firstErr error
+	bad := func(name, format string, args ...any) {
+		if firstErr == nil {
+			firstErr = fmt.Errorf("%s: %s", name, fmt.Sprintf(format, args...))
+		}
+	}
+	boolean := func(name string, def bool) bool {
+		v, ok := lookup(name)
+		if !ok || v == "" {
+			return def
+		}
+		b, err := strconv.ParseBool(v)
+		if err != nil {
+			bad(name, "%q is not a boolean", v)
+		}
+		return b
+	}
+
+	// Refusals.
+	if v := get("BACKEND_TYPE", "redis"); !strings.EqualFold(v, "redis") && v != "" {
+		bad("BACKEND_TYPE", "%q is not supported: floodgate keeps limits in Redis (memcached is not supported)", v)
+	}
+	if v := get("CONFIG_TYPE", "FILE"); !strings.EqualFold(v, "FILE") && v != "" {
+		bad("CONFIG_TYPE", "%q is not supported yet: floodgate reads the configuration from files (RUNTIME_ROOT)", v)
+	}
+	if boolean("GRPC_SERVER_USE_TLS", false) {
+		bad("GRPC_SERVER_USE_TLS", "gRPC-only TLS is not supported: use --tls-cert and --tls-key (TLS on both the gRPC and the HTTP API)")
+	}
+
+	// Listeners.
+	_, hostSet := lookup("HOST")
+	_, portSet := lookup("PORT")
+	if hostSet || portSet {
+		es.flags["http-addr"] = hostPort("PORT", get("HOST", envoyDefaultHost), get("PORT", envoyDefaultPort), bad)
+	}
+	if uds := get("GRPC_UDS", ""); uds != "" {
+		es.flags["grpc-addr"] = "unix:" + uds
+	} else {
+		_, ghSet := lookup("GRPC_HOST")
+		_, gpSet := lookup("GRPC_PORT")
+		if ghSet || gpSet {
+			es.flags["grpc-addr"] = hostPort("GRPC_PORT", get("GRPC_HOST", envoyDefaultHost), get("GRPC_PORT", envoyDefaultGRPC), bad)
+		}
+	}
+
+	// Logging.
+	if v, ok := lookup("LOG_LEVEL"); ok && v != "" {
+		switch strings.ToLower(v) {
+		case "trace", "debug":
+			es.flags["log-level"] = "debug"
+		case "info":
+			es.flags["log-level"] = "info"
+		case "warn", "warning":
+			es.flags["log-level"] = "warn"
+		case "error", "fatal", "panic":
+			es.flags["log-level"] = "error"
+		default:
+			bad("LOG_LEVEL", "%q is not a log level (trace, debug, info, warn, error, fatal, panic)", v)
+		}
+	}
+	if v, ok := lookup("LOG_FORMAT"); ok && v != "" {
+		switch strings.ToLower(v) {
+		case "text", "json":
+			es.flags["log-format"] = strings.ToLower(v)
+		default:
+			bad("LOG_FORMAT", "%q is not text or json", v)
+		}
+	}
+
+	// Configuration: RUNTIME_ROOT/RUNTIME_SUBDIRECTORY/RUNTIME_APPDIRECTORY.
+	es.flags["config"] = filepath.Join(get("RUNTIME_ROOT", envoyRuntimeRoot), get("RUNTIME_SUBDIRECTORY", ""), get("RUNTIME_APPDIRECTORY", envoyAppDirectory))
+	boolean("RUNTIME_WATCH_ROOT", true)
+	boolean("FORCE_START_WITHOUT_INITIAL_CONFIG", false)
+
+	// Redis.
+	url, err := envoyRedisURLOf(get("REDIS_URL", envoyRedisURL), get("REDIS_SOCKET_TYPE", envoySocketType), get("REDIS_TYPE", envoyRedisType), boolean("REDIS_TLS", false))
+	if err != nil {
+		bad(err.name, "%s", err.msg)
+	}
+	if auth := get("REDIS_AUTH", ""); auth != "" {
+		user, pass, hasUser := strings.Cut(auth, ":")
+		if !hasUser {
+			user, pass = "", auth
+		}
+		es.redisPassword = pass
+		if user != "" {
+			url = withUser(url, user)
+		}
+	}
+	es.flags["redis"] = url
+	es.sentinelPassword = get("REDIS_SENTINEL_AUTH", "")
+	if v, ok := lookup("REDIS_TIMEOUT"); ok && v != "" {
+		d, err := time.ParseDuration(v)
+		if err != nil || d <= 0 {
+			bad("REDIS_TIMEOUT", "%q is not a positive duration (10s, 50ms)", v)
+		} else {
+			es.flags["timeout"] = d.String()
+		}
+	}
+	if v := get("CACHE_KEY_PREFIX", ""); v != "" {
+		es.flags["redis-prefix"] = v
+	}
+	if v, ok := lookup("NEAR_LIMIT_RATIO"); ok && v != "" {
+		f, err := strconv.ParseFloat(v, 64)
+		if err != nil || f <= 0 || f > 1 {
+			bad("NEAR_LIMIT_RATIO", "%q is not a ratio in (0, 1]", v)
+		} else {
+			es.nearLimitRatio = f
+		}
+	}
+
+	// Behaviour.
+	es.envoy = server.EnvoyOptions{
+		Enabled:                     true,
+		StopIncrementWhenOverLimit:  boolean("STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT", false),
+		ShadowMode:                  boolean("SHADOW_MODE", false),
+		QuotaMode:                   boolean("QUOTA_MODE", false),
+		ResponseHeaders:             boolean("LIMIT_RESPONSE_HEADERS_ENABLED", false),
+		LimitHeader:                 get("LIMIT_LIMIT_HEADER", envoyLimitHeader),
+		RemainingHeader:             get("LIMIT_REMAINING_HEADER", envoyRemainHeader),
+		ResetHeader:                 get("LIMIT_RESET_HEADER", envoyResetHeader),
+		HealthyWithAtLeastOneConfig: boolean("HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED", false),
+	}
+	if firstErr != nil {
+		return nil, firstErr
+	}
+
+	// Notices: every ignored variable that is set, once.
+	for _, v := range envoyEnvVars {
+		if v.Handling != envIgnored {
+			continue
+		}
+		if _, ok := lookup(v.Name); ok {
+			es.notices = append(es.notices, v.Name+": accepted and ignored: "+v.Note)
+		}
+	}
+	sort.Strings(es.notices)
+	return es, nil
+}
+
+// hostPort joins an envoy HOST and PORT pair; a bad port is reported on
+// portVar.
+func hostPort(portVar, host, port string, bad func(string, string, ...any)) string {
+	if n, err := strconv.Atoi(port); err != nil || n < 0 || n > 65535 {
+		bad(portVar, "%q is not a port", port)
+	}
+	if strings.Contains(host, ":") && !strings.HasPrefix(host, "[") {
+		host = "[" + host + "]" // IPv6
+	}
+	return host + ":" + port
+}
+
+type envError struct{ name, msg string }
+
+// envoyRedisURLOf maps envoy's REDIS_URL, REDIS_SOCKET_TYPE, REDIS_TYPE and
+// REDIS_TLS to floodgate's --redis URL.
+func envoyRedisURLOf(url, socketType, redisType string, useTLS bool) (string, *envError) {
+	if url == "" {
+		return "", &envError{"REDIS_URL", "is empty"}
+	}
+	scheme := "redis"
+	if useTLS {
+		scheme = "rediss"
+	}
+	switch strings.ToLower(redisType) {
+	case "single", "":
+		switch strings.ToLower(socketType) {
+		case "unix":
+			if useTLS {
+				return "", &envError{"REDIS_TLS", "TLS over a Unix socket is not supported"}
+			}
+			return "unix://" + url, nil
+		case "tcp", "":
+			if strings.Contains(url, "://") {
+				return url, nil
+			}
+			return scheme + "://" + url, nil
+		}
+		return "", &envError{"REDIS_SOCKET_TYPE", fmt.Sprintf("%q is not tcp or unix", socketType)}
+	case "sentinel":
+		parts := strings.Split(url, ",")
+		if len(parts) < 2 || parts[0] == "" {
+			return "", &envError{"REDIS_URL", "a Sentinel REDIS_URL is <master name>,<sentinel1>,...,<sentinelN>"}
+		}
+		return scheme + "+sentinel://" + strings.Join(parts[1:], ",") + "/" + parts[0], nil
+	case "cluster":
+		return scheme + "+cluster://" + url, nil
+	}
+	return "", &envError{"REDIS_TYPE", fmt.Sprintf("%q is not SINGLE, SENTINEL or CLUSTER", redisType)}
+}
+
+// withUser puts user in url's user information.
+func withUser(url, user string) string {
+	scheme, rest, ok := strings.Cut(url, "://")
+	if !ok || strings.HasPrefix(scheme, "unix") {
+		return url
+	}
+	return scheme + "://" + user + "@" + rest
+}

@@ -1,0 +1,142 @@
+package main
+
+import (
+	"strings"
+	"testing"
+)
+
+// envoySettingsNames are the variables of envoyproxy/ratelimit's
+// src/settings/settings.go at commit f2fb157, in its order.
+var envoySettingsNames = strings.Fields(`HOST PORT DEBUG_HOST DEBUG_PORT GRPC_UDS GRPC_HOST GRPC_PORT
+GRPC_MAX_CONNECTION_AGE GRPC_MAX_CONNECTION_AGE_GRACE GRPC_SERVER_USE_TLS GRPC_SERVER_TLS_CERT
+GRPC_SERVER_TLS_KEY GRPC_CLIENT_TLS_CACERT GRPC_CLIENT_TLS_SAN LOG_LEVEL LOG_FORMAT CONFIG_TYPE
+FORCE_START_WITHOUT_INITIAL_CONFIG CONFIG_GRPC_XDS_NODE_ID CONFIG_GRPC_XDS_NODE_METADATA
+CONFIG_GRPC_XDS_SERVER_URL CONFIG_GRPC_XDS_SERVER_CONNECT_RETRY_INTERVAL
+CONFIG_GRPC_XDS_CLIENT_ADDITIONAL_HEADERS CONFIG_GRPC_XDS_SERVER_USE_TLS CONFIG_GRPC_XDS_CLIENT_TLS_CERT
+CONFIG_GRPC_XDS_CLIENT_TLS_KEY CONFIG_GRPC_XDS_SERVER_TLS_CACERT CONFIG_GRPC_XDS_SERVER_TLS_SAN
+XDS_CLIENT_BACKOFF_INITIAL_INTERVAL XDS_CLIENT_BACKOFF_MAX_INTERVAL XDS_CLIENT_BACKOFF_RANDOM_FACTOR
+XDS_CLIENT_BACKOFF_JITTER XDS_CLIENT_MAX_MSG_SIZE_IN_BYTES USE_DOG_STATSD USE_DOG_STATSD_MOGRIFIERS
+USE_STATSD STATSD_HOST STATSD_PORT EXTRA_TAGS STATS_FLUSH_INTERVAL DISABLE_STATS USE_PROMETHEUS
+PROMETHEUS_ADDR PROMETHEUS_PATH PROMETHEUS_MAPPER_YAML PROMETHEUS_RESPONSE_TIME_AS_MILLISECONDS
+RUNTIME_ROOT RUNTIME_SUBDIRECTORY RUNTIME_APPDIRECTORY RUNTIME_IGNOREDOTFILES RUNTIME_WATCH_ROOT
+EXPIRATION_JITTER_MAX_SECONDS LOCAL_CACHE_SIZE_IN_BYTES NEAR_LIMIT_RATIO CACHE_KEY_PREFIX BACKEND_TYPE
+STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT LIMIT_RESPONSE_HEADERS_ENABLED LIMIT_LIMIT_HEADER
+LIMIT_REMAINING_HEADER LIMIT_RESET_HEADER HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED REDIS_SOCKET_TYPE
+REDIS_TYPE REDIS_URL REDIS_POOL_SIZE REDIS_AUTH REDIS_TLS REDIS_TLS_CLIENT_CERT REDIS_TLS_CLIENT_KEY
+REDIS_TLS_CACERT REDIS_TLS_SKIP_HOSTNAME_VERIFICATION REDIS_PIPELINE_WINDOW REDIS_PIPELINE_LIMIT
+REDIS_CLUSTER_PIPELINE_PARALLELISM REDIS_PERSECOND REDIS_PERSECOND_SOCKET_TYPE REDIS_PERSECOND_TYPE
+REDIS_PERSECOND_URL REDIS_PERSECOND_POOL_SIZE REDIS_PERSECOND_AUTH REDIS_PERSECOND_TLS
+REDIS_SENTINEL_AUTH REDIS_PERSECOND_SENTINEL_AUTH REDIS_PERSECOND_PIPELINE_WINDOW
+REDIS_PERSECOND_PIPELINE_LIMIT REDIS_PERSECOND_CLUSTER_PIPELINE_PARALLELISM
+REDIS_HEALTH_CHECK_ACTIVE_CONNECTION REDIS_TIMEOUT REDIS_PERSECOND_TIMEOUT REDIS_POOL_ON_EMPTY_BEHAVIOR
+REDIS_PERSECOND_POOL_ON_EMPTY_BEHAVIOR REDIS_STARTUP_INITIAL_INTERVAL REDIS_STARTUP_MAX_INTERVAL
+REDIS_STARTUP_MAX_ELAPSED_TIME MEMCACHE_HOST_PORT MEMCACHE_MAX_IDLE_CONNS MEMCACHE_SRV
+MEMCACHE_SRV_REFRESH MEMCACHE_TLS MEMCACHE_TLS_CLIENT_CERT MEMCACHE_TLS_CLIENT_KEY MEMCACHE_TLS_CACERT
+MEMCACHE_TLS_SKIP_HOSTNAME_VERIFICATION SHADOW_MODE QUOTA_MODE RESPONSE_DYNAMIC_METADATA
+MERGE_DOMAIN_CONFIG TRACING_ENABLED TRACING_SERVICE_NAME TRACING_SERVICE_NAMESPACE
+TRACING_SERVICE_INSTANCE_ID TRACING_EXPORTER_PROTOCOL TRACING_SAMPLING_RATE`)
+
+func TestEnvoyEnvTableIsComplete(t *testing.T) {
+	table := map[string]bool{}
+	for _, v := range envoyEnvVars {
+		if table[v.Name] {
+			t.Errorf("%s is in the table twice", v.Name)
+		}
+		table[v.Name] = true
+		if v.Note == "" {
+			t.Errorf("%s has no note", v.Name)
+		}
+	}
+	for _, n := range envoySettingsNames {
+		if !table[n] {
+			t.Errorf("envoy's %s is not in the table", n)
+		}
+		delete(table, n)
+	}
+	for n := range table {
+		t.Errorf("%s is in the table but not in envoy's settings", n)
+	}
+	if len(envoyEnvVars) != len(envoySettingsNames) {
+		t.Errorf("%d variables in the table, envoy has %d", len(envoyEnvVars), len(envoySettingsNames))
+	}
+}
+
+func lookupOf(env map[string]string) func(string) (string, bool) {
+	return func(k string) (string, bool) { v, ok := env[k]; return v, ok }
+}
+
+func TestReadEnvoyEnv(t *testing.T) {
+	tests := []struct {
+		env   map[string]string
+		flags map[string]string
+		pass  string
+	}{
+		{map[string]string{}, map[string]string{
+			"config": "/srv/runtime_data/current/config", "redis": "unix:///var/run/nutcracker/ratelimit.sock"}, ""},
+		{map[string]string{"REDIS_SOCKET_TYPE": "tcp", "REDIS_URL": "redis:6379", "REDIS_AUTH": "secret",
+			"RUNTIME_ROOT": "/data", "RUNTIME_SUBDIRECTORY": "ratelimit", "PORT": "9080", "GRPC_PORT": "9081",
+			"LOG_LEVEL": "WARNING", "LOG_FORMAT": "JSON", "CACHE_KEY_PREFIX": "rl_", "REDIS_TIMEOUT": "250ms"},
+			map[string]string{"config": "/data/ratelimit/config", "redis": "redis://redis:6379",
+				"http-addr": "0.0.0.0:9080", "grpc-addr": "0.0.0.0:9081", "log-level": "warn", "log-format": "json",
+				"redis-prefix": "rl_", "timeout": "250ms"}, "secret"},
+		{map[string]string{"REDIS_SOCKET_TYPE": "tcp", "REDIS_TYPE": "sentinel", "REDIS_URL": "mymaster,s1:26379,s2:26379",
+			"REDIS_AUTH": "alice:pw", "GRPC_UDS": "/run/rl.sock", "GRPC_PORT": "1"},
+			map[string]string{"redis": "redis+sentinel://alice@s1:26379,s2:26379/mymaster", "grpc-addr": "unix:/run/rl.sock"}, "pw"},
+		{map[string]string{"REDIS_SOCKET_TYPE": "tcp", "REDIS_TYPE": "CLUSTER", "REDIS_URL": "a:7000,b:7001", "REDIS_TLS": "true"},
+			map[string]string{"redis": "rediss+cluster://a:7000,b:7001"}, ""},
+	}
+	for _, tc := range tests {
+		es, err := readEnvoyEnv(lookupOf(tc.env))
+		if err != nil {
+			t.Errorf("%v: %v", tc.env, err)
+			continue
+		}
+		for k, v := range tc.flags {
+			if es.flags[k] != v {
+				t.Errorf("%v: --%s = %q, want %q", tc.env, k, es.flags[k], v)
+			}
+		}
+		if es.redisPassword != tc.pass {
+			t.Errorf("%v: password %q, want %q", tc.env, es.redisPassword, tc.pass)
+		}
+	}
+}
+
+func TestReadEnvoyEnvRefusesAndNotices(t *testing.T) {
+	for _, env := range []map[string]string{
+		{"BACKEND_TYPE": "memcache"},
+		{"CONFIG_TYPE": "GRPC_XDS_SOTW"},
+		{"GRPC_SERVER_USE_TLS": "true"},
+		{"REDIS_TYPE": "ring"},
+		{"REDIS_SOCKET_TYPE": "udp"},
+		{"LOG_LEVEL": "loud"},
+		{"SHADOW_MODE": "maybe"},
+		{"NEAR_LIMIT_RATIO": "2"},
+		{"PORT": "http"},
+	} {
+		var name string
+		for k := range env {
+			name = k
+		}
+		_, err := readEnvoyEnv(lookupOf(env))
+		if err == nil || !strings.Contains(err.Error(), name) {
+			t.Errorf("%v: error %v, want one naming %s", env, err, name)
+		}
+	}
+	es, err := readEnvoyEnv(lookupOf(map[string]string{"USE_STATSD": "true", "REDIS_POOL_SIZE": "20",
+		"SHADOW_MODE": "true", "QUOTA_MODE": "1", "STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT": "true",
+		"LIMIT_RESPONSE_HEADERS_ENABLED": "true", "NEAR_LIMIT_RATIO": "0.9", "HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED": "true"}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(es.notices) != 2 || !strings.HasPrefix(es.notices[0], "REDIS_POOL_SIZE") || !strings.HasPrefix(es.notices[1], "USE_STATSD") {
+		t.Errorf("notices %q, want REDIS_POOL_SIZE's and USE_STATSD's", es.notices)
+	}
+	e := es.envoy
+	if !e.Enabled || !e.ShadowMode || !e.QuotaMode || !e.StopIncrementWhenOverLimit || !e.ResponseHeaders || !e.HealthyWithAtLeastOneConfig || es.nearLimitRatio != 0.9 {
+		t.Errorf("options %+v, near limit %v", e, es.nearLimitRatio)
+	}
+	if e.LimitHeader != "RateLimit-Limit" || e.RemainingHeader != "RateLimit-Remaining" || e.ResetHeader != "RateLimit-Reset" {
+		t.Errorf("header names %q %q %q", e.LimitHeader, e.RemainingHeader, e.ResetHeader)
+	}
+}

@@ -1,0 +1,150 @@
+package server
+
+import (
+	"math"
+	"strconv"
+	"time"
+
+	"github.com/floodgate-dev/floodgate/server/config"
+)
+
+// EnvoyOptions select envoyproxy/ratelimit's behaviour where it differs from
+// floodgate's (`floodgate serve --compat envoy`). With Enabled false, the
+// other fields are ignored and floodgate's own behaviour applies.
+//
+// With Enabled, as envoyproxy/ratelimit (commit f2fb157) does:
+//   - duration_until_reset is in whole seconds: the unit's length less the
+//     Unix time modulo it (its utils.CalculateReset), for every descriptor
+//     with a limit, over it or not;
+//   - the descriptors of a request are decided each on its own: those within
+//     their limits are counted even when another is over its limit (unless
+//     StopIncrementWhenOverLimit), and a descriptor over its limit spends
+//     what its limit had left (its counter goes past the limit), so the
+//     window stays over the limit;
+//   - an over-limit descriptor (shadow mode included) reports
+//     limit_remaining 0;
+//   - quota mode (QuotaMode, or a descriptor's quota_mode) and global shadow
+//     mode (ShadowMode) decide the overall code as envoy does;
+//   - a request with an empty domain or no descriptors, or before any
+//     configuration is loaded, is answered with envoy's error texts (gRPC
+//     code Unknown; /json 400 "Bad Request").
+type EnvoyOptions struct {
+	Enabled bool
+	// StopIncrementWhenOverLimit is STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT:
+	// when one descriptor is over its limit, the others are not counted.
+	StopIncrementWhenOverLimit bool
+	// ShadowMode is the global SHADOW_MODE: an OVER_LIMIT overall code is
+	// answered OK; the statuses keep their codes.
+	ShadowMode bool
+	// QuotaMode is the global QUOTA_MODE: every descriptor is a quota
+	// descriptor, which makes the overall code OVER_LIMIT only when every
+	// quota descriptor is over its limit.
+	QuotaMode bool
+	// ResponseHeaders is LIMIT_RESPONSE_HEADERS_ENABLED: the response carries
+	// response_headers_to_add with the limit, remaining and reset (seconds)
+	// of the descriptor closest to its limit (the last over-limit one, when
+	// any is). The header names are LimitHeader, RemainingHeader and
+	// ResetHeader; RateLimit-Limit, RateLimit-Remaining and RateLimit-Reset
+	// when empty.
+	ResponseHeaders                           bool
+	LimitHeader, RemainingHeader, ResetHeader string
+	// HealthyWithAtLeastOneConfig is HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED:
+	// health checks fail until a configuration with at least one domain is
+	// loaded.
+	HealthyWithAtLeastOneConfig bool
+}
+
+// Envoy's error texts, which its clients see.
+const (
+	envoyNoConfig     = "no rate limit configuration loaded"
+	envoyEmptyDomain  = "rate limit domain must not be empty"
+	envoyNoDescriptor = "rate limit descriptor list must not be empty"
+)
+
+// envoyError is an error envoyproxy/ratelimit answers with its text alone
+// (its serviceError and RedisError): gRPC code Unknown, /json 400.
+type envoyError struct{ msg string }
+
+func (e *envoyError) Error() string { return e.msg }
+
+// envoyReset is envoyproxy/ratelimit's duration_until_reset for a limit of
+// unit u at now: the unit's length less now's Unix seconds modulo it, in
+// whole seconds (1 to the unit's length).
+func envoyReset(u config.Unit, now time.Time) time.Duration {
+	sec := int64(u.Duration() / time.Second)
+	if sec <= 0 {
+		return 0
+	}
+	return time.Duration(sec-now.Unix()%sec) * time.Second
+}
+
+// envoyFinish makes resp, decided as usual, envoyproxy/ratelimit's answer:
+// whole-second resets, remaining 0 when over the limit, the overall code
+// under quota and global shadow modes, and the response headers.
+func (s *Service) envoyFinish(resp *Response, now time.Time) {
+	e := &s.opts.Envoy
+	var failedRate, failedQuota, totalQuota int
+	var closest *Status
+	closestRemaining := int64(math.MaxUint32)
+	for i := range resp.Statuses {
+		st := &resp.Statuses[i]
+		l := st.Limit
+		if l == nil || l.Unlimited {
+			continue
+		}
+		st.ResetAfter = envoyReset(l.Unit, now)
+		if st.Code == CodeOverLimit || st.Shadow {
+			st.Remaining = 0
+		}
+		if e.ResponseHeaders && st.Remaining < closestRemaining {
+			closest, closestRemaining = st, st.Remaining
+		}
+		quota := e.QuotaMode || l.QuotaMode
+		if quota {
+			totalQuota++
+		}
+		if st.Code != CodeOverLimit {
+			continue
+		}
+		if quota {
+			failedQuota++
+		} else {
+			failedRate++
+			closest, closestRemaining = st, 0
+		}
+	}
+	resp.Code = CodeOK
+	if failedRate > 0 || totalQuota > 0 && totalQuota == failedQuota {
+		resp.Code = CodeOverLimit
+	}
+	if resp.Code == CodeOverLimit && e.ShadowMode {
+		resp.Code = CodeOK
+	}
+	if e.ResponseHeaders && closest != nil {
+		resp.Headers = []Header{
+			{orString(e.LimitHeader, "RateLimit-Limit"), strconv.FormatUint(uint64(closest.Limit.RequestsPerUnit), 10)},
+			{orString(e.RemainingHeader, "RateLimit-Remaining"), strconv.FormatInt(clampRemaining(closest.Remaining), 10)},
+			{orString(e.ResetHeader, "RateLimit-Reset"), strconv.FormatInt(int64(envoyReset(closest.Limit.Unit, now)/time.Second), 10)},
+		}
+	}
+}
+
+func clampRemaining(v int64) int64 { return int64(clampUint32(v)) }
+
+func orString(s, def string) string {
+	if s == "" {
+		return def
+	}
+	return s
+}
+
+// envoyHealthy reports whether envoyproxy/ratelimit's health check would
+// pass for s: with HealthyWithAtLeastOneConfig, once a configuration with a
+// domain is loaded; else always (the caller adds draining).
+func (s *Service) envoyHealthy() bool {
+	if !s.opts.Envoy.HealthyWithAtLeastOneConfig {
+		return true
+	}
+	rs := s.rules.Load()
+	return rs != nil && len(rs.cfg.Domains) > 0
+}
