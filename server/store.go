@@ -50,6 +50,9 @@ func OpenStore(url, prefix string, timeout time.Duration, opts ...StoreOption) (
 		o(&sc)
 	}
 	if url == "" || url == "memory://" || url == "memory" {
+		if o := sc.tls; o.Enable || o.files() || o.SkipHostnameVerification {
+			return nil, nil, errors.New("Redis TLS options (a CA, a client certificate) are given but no Redis URL")
+		}
 		m := backend.NewMemory(sc.memory...)
 		return m, m, nil
 	}

@@ -148,6 +148,7 @@ func TestTLSFileErrors(t *testing.T) {
 		o    RedisTLSOptions
 		want string
 	}{
+		{"no Redis URL", "", RedisTLSOptions{CAFile: ca.CertFile}, "no Redis URL"},
 		{"files with redis://", "redis://127.0.0.1:1", RedisTLSOptions{CAFile: ca.CertFile}, "does not use TLS: write rediss://"},
 		{"files with unix", "unix:///tmp/x.sock", RedisTLSOptions{Enable: true}, "does not use TLS"},
 		{"CA missing", "rediss://127.0.0.1:1", RedisTLSOptions{CAFile: missing}, "CA file " + missing + ": not found"},
