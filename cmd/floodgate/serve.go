@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"errors"
+	"flag"
 	"fmt"
 	"io"
 	"log/slog"
@@ -90,6 +91,7 @@ func runServe(args []string, stdout, stderr io.Writer) int {
 		maxConns      = fs.Int("max-conns", 0, "most connections open on the HTTP and gRPC listeners together, idle ones shed first; 0 from the descriptor limit (ulimit -n), negative for no limit")
 		logFormat     = fs.String("log-format", "text", "log format: text or json")
 		logLevel      = fs.String("log-level", "info", "log level: debug, info, warn or error")
+		compat        = fs.String("compat", "", "compatibility `mode`: envoy selects envoyproxy/ratelimit's behaviour and reads its environment variables (also $FLOODGATE_COMPAT); empty for floodgate's own")
 		debugAddr     = fs.String("debug-addr", "", "`address` of a profiling endpoint (/debug/pprof/, Go's net/http/pprof); empty for none. Loopback only, unless a token is set, which it then requires too")
 	)
 	help := fmt.Sprintf(serveUsage, flagDefaults(fs))
@@ -99,6 +101,35 @@ func runServe(args []string, stdout, stderr io.Writer) int {
 	}
 	if len(rest) > 0 {
 		return usageError(stderr, "floodgate serve", fmt.Sprintf("unexpected argument %q", rest[0]))
+	}
+	given := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { given[f.Name] = true })
+	if !given["compat"] {
+		*compat = os.Getenv("FLOODGATE_COMPAT")
+	}
+	var envoy *envoySettings
+	switch *compat {
+	case "":
+	case "envoy":
+		es, err := readEnvoyEnv(os.LookupEnv)
+		if err != nil {
+			fmt.Fprintf(stderr, "floodgate serve: envoy compatibility: %v\n", err)
+			return exitFailure
+		}
+		for name, v := range es.flags {
+			if !given[name] {
+				if err := fs.Set(name, v); err != nil {
+					fmt.Fprintf(stderr, "floodgate serve: envoy compatibility: --%s from the environment: %v\n", name, err)
+					return exitFailure
+				}
+			}
+		}
+		if !given["failure-mode"] {
+			*failMode = "error" // envoyproxy/ratelimit answers a Redis failure with an error
+		}
+		envoy = es
+	default:
+		return usageError(stderr, "floodgate serve", fmt.Sprintf("--compat %q: want envoy, or nothing", *compat))
 	}
 	if *cfgPath == "" {
 		return usageError(stderr, "floodgate serve", "--config is required (a file or a directory of *.yaml files; try examples/floodgate.yaml)")
@@ -125,6 +156,21 @@ func runServe(args []string, stdout, stderr io.Writer) int {
 	if err != nil {
 		fmt.Fprintf(stderr, "floodgate serve: %v\n", err)
 		return exitFailure
+	}
+	svcOpts := server.Options{}
+	if envoy != nil {
+		// REDIS_AUTH and REDIS_SENTINEL_AUTH, unless floodgate's own are given.
+		if redisPass == "" && *redisURL != "" {
+			redisPass = envoy.redisPassword
+		}
+		if sentinelPass == "" && *redisURL != "" {
+			sentinelPass = envoy.sentinelPassword
+		}
+		svcOpts.Envoy = envoy.envoy
+		svcOpts.NearLimitRatio = envoy.nearLimitRatio
+		for _, n := range envoy.notices {
+			logger.Warn("envoy compatibility: " + n)
+		}
 	}
 	if (redisPass != "" || sentinelPass != "") && *redisURL == "" {
 		return usageError(stderr, "floodgate serve", "a Redis password is given but no --redis URL")
@@ -165,6 +211,8 @@ func runServe(args []string, stdout, stderr io.Writer) int {
 			FailureMode:    mode,
 			MaxDescriptors: *maxDesc,
 			Breaker:        server.BreakerOptions{Failures: *brkFailures, Cooldown: *brkCooldown},
+			NearLimitRatio: svcOpts.NearLimitRatio,
+			Envoy:          svcOpts.Envoy,
 		},
 		Token:           token,
 		TLSCertFile:     *tlsCert,
@@ -206,7 +254,7 @@ func runServe(args []string, stdout, stderr io.Writer) int {
 	info, _ := debug.ReadBuildInfo()
 	logger.Info("floodgate starting", "version", versionString(info), "backend", backendName,
 		"store", server.RedactURL(*redisURL),
-		"http", srv.HTTPAddr(), "grpc", srv.GRPCAddr(), "failure_mode", mode.String(), "timeout", *timeout)
+		"http", srv.HTTPAddr(), "grpc", srv.GRPCAddr(), "failure_mode", mode.String(), "timeout", *timeout, "compat", *compat)
 
 	if debugLn != nil {
 		go func() { _ = http.Serve(debugLn, debugHandler(token)) }()
