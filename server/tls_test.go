@@ -486,3 +486,33 @@ func readSerial(t *testing.T, certFile string) *big.Int {
 	}
 	return pool.Leaf.SerialNumber
 }
+
+// TestRedisTLSOptionsTopologies: TLS options reach every connection of a
+// Sentinel URL (the Sentinels' and the master's) and of a Cluster seed
+// list, each verifying the host it dials.
+func TestRedisTLSOptionsTopologies(t *testing.T) {
+	for _, tc := range []struct {
+		url      string
+		o        RedisTLSOptions
+		sentinel bool
+	}{
+		{"rediss+sentinel://s1:26379,s2:26379/mymaster", RedisTLSOptions{}, true},
+		{"redis+sentinel://s1:26379/mymaster", RedisTLSOptions{Enable: true}, true},
+		{"rediss://n1:7000,n2:7001", RedisTLSOptions{SkipHostnameVerification: true}, false},
+		{"n1:7000,n2:7001", RedisTLSOptions{Enable: true}, false},
+	} {
+		opt, err := parseRedisURL(tc.url)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := applyRedisTLS(&opt, tc.url, tc.o, nil); err != nil {
+			t.Fatalf("%s: %v", tc.url, err)
+		}
+		if opt.TLSConfig == nil || opt.TLSConfig.ServerName != "" || opt.DialCtxFn == nil {
+			t.Errorf("%s: TLSConfig %+v, DialCtxFn set %v: want TLS, verifying each dialled host", tc.url, opt.TLSConfig, opt.DialCtxFn != nil)
+		}
+		if tc.sentinel && (opt.Sentinel.TLSConfig == nil || opt.Sentinel.TLSConfig.ServerName != "") {
+			t.Errorf("%s: the Sentinels' connections do not use TLS: %+v", tc.url, opt.Sentinel.TLSConfig)
+		}
+	}
+}
