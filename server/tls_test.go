@@ -162,6 +162,10 @@ func TestTLSFileErrors(t *testing.T) {
 	}
 }
 
+// tlsOpts give the store calls of the TLS tests time for handshakes and
+// script loads on a loaded machine.
+var tlsOpts = Options{Timeout: 5 * time.Second}
+
 // TestRedisTLSStore: floodgate's store opens a TLS-only redis-server that
 // requires client certificates, with a CA file and a client certificate,
 // and decides; a wrong CA, a missing client certificate, a host name the
@@ -177,7 +181,7 @@ func TestRedisTLSStore(t *testing.T) {
 	if err != nil {
 		t.Fatalf("OpenStore over TLS with a client certificate: %v", err)
 	}
-	s := newService(t, b, Options{})
+	s := newService(t, b, tlsOpts)
 	if got := decide(t, s, desc(1, "user", "tls")); got.Failed || got.Code != CodeOK {
 		t.Fatalf("decision over TLS: %+v", got)
 	}
@@ -190,7 +194,7 @@ func TestRedisTLSStore(t *testing.T) {
 	if err != nil {
 		t.Fatalf("OpenStore host:port with Enable: %v", err)
 	}
-	if got := decide(t, newService(t, b, Options{}), desc(1, "user", "tls")); got.Failed {
+	if got := decide(t, newService(t, b, tlsOpts), desc(1, "user", "tls")); got.Failed {
 		t.Fatalf("decision with Enable: %+v", got)
 	}
 	c.Close()
@@ -239,7 +243,7 @@ func TestRedisTLSStore(t *testing.T) {
 	if err != nil {
 		t.Fatalf("host name not verified: %v", err)
 	}
-	if got := decide(t, newService(t, b, Options{}), desc(1, "user", "tls")); got.Failed {
+	if got := decide(t, newService(t, b, tlsOpts), desc(1, "user", "tls")); got.Failed {
 		t.Fatalf("decision without host name verification: %+v", got)
 	}
 	c.Close()
@@ -275,7 +279,7 @@ func TestRedisTLSClientCertRotation(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer c.Close()
-	s := newService(t, b, Options{Breaker: BreakerOptions{Failures: -1}})
+	s := newService(t, b, Options{Timeout: 5 * time.Second, Breaker: BreakerOptions{Failures: -1}})
 	if got := decide(t, s, desc(1, "user", "rot")); got.Failed {
 		t.Fatalf("before the rotation: %+v", got)
 	}
