@@ -71,7 +71,8 @@ type Limit struct {
 	File string // where the rate_limit block is
 	Line int
 
-	vary []bool // per level: the request's value is part of the state key
+	vary []bool      // per level: the request's value is part of the state key
+	stat []statLevel // per level: what envoy's stat names need (statkey.go)
 }
 
 // Window is the length of the limit's unit (0 when Unlimited).

@@ -7,6 +7,7 @@ import (
 	"io"
 	"math"
 	"regexp"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -54,6 +55,7 @@ type parser struct {
 	names     map[string]bool // rate_limit names of the domain
 	refs      []ref           // replaces entries, checked against names at the end
 	mem       *backend.Memory // for ratelimit.New, which validates rules
+	stat      []statLevel     // the descriptors being read, root first: for envoy's stat names
 }
 
 type ref struct {
@@ -467,6 +469,7 @@ func (p *parser) descriptor(m *yaml.Node, lvl *level, parentPath string, vary []
 		rl, rlKey, children, meta      *yaml.Node
 		shareLine                      int
 		shadow, detailed, quota, share bool
+		toMetric                       bool
 	)
 	p.fields(m, secDescriptor, func(name string, k, v *yaml.Node) {
 		switch name {
@@ -485,7 +488,7 @@ func (p *parser) descriptor(m *yaml.Node, lvl *level, parentPath string, vary []
 		case "quota_mode":
 			quota = p.boolean(v, name)
 		case "value_to_metric":
-			p.boolean(v, name)
+			toMetric = p.boolean(v, name)
 		case "share_threshold":
 			share, shareLine = p.boolean(v, name), k.Line
 		case "metadata":
@@ -515,6 +518,8 @@ func (p *parser) descriptor(m *yaml.Node, lvl *level, parentPath string, vary []
 		path += "_" + EscapePath(value)
 	}
 	vary = append(vary[:len(vary):len(vary)], value == "" || nd.pattern && !share)
+	p.stat = append(p.stat, statLevel{value: value, share: share && nd.pattern, toMetric: toMetric})
+	defer func() { p.stat = p.stat[:len(p.stat)-1] }()
 	if rl != nil {
 		var metadata any
 		if meta != nil {
@@ -522,7 +527,7 @@ func (p *parser) descriptor(m *yaml.Node, lvl *level, parentPath string, vary []
 		}
 		nd.limit = p.rateLimit(rl, rlKey.Line, &Limit{
 			ShadowMode: shadow, DetailedMetric: detailed, QuotaMode: quota, Metadata: metadata,
-			Path: path, File: p.file, Line: rlKey.Line, vary: vary,
+			Path: path, File: p.file, Line: rlKey.Line, vary: vary, stat: slices.Clone(p.stat),
 		})
 		if nd.limit != nil {
 			p.d.limits = append(p.d.limits, nd.limit)
