@@ -1,9 +1,13 @@
 package server
 
 import (
+	"fmt"
 	"math"
 	"strconv"
 	"time"
+
+	rls "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"google.golang.org/protobuf/types/known/structpb"
 
 	"github.com/floodgate-dev/floodgate/server/config"
 )
@@ -52,6 +56,10 @@ type EnvoyOptions struct {
 	// health checks fail until a configuration with at least one domain is
 	// loaded.
 	HealthyWithAtLeastOneConfig bool
+	// DynamicMetadata is RESPONSE_DYNAMIC_METADATA: the RLS response (gRPC
+	// and /json) carries dynamic_metadata as envoyproxy/ratelimit builds it
+	// (envoyDynamicMetadata).
+	DynamicMetadata bool
 }
 
 // Envoy's error texts, which its clients see.
@@ -147,4 +155,122 @@ func (s *Service) envoyHealthy() bool {
 	}
 	rs := s.rules.Load()
 	return rs != nil && len(rs.cfg.Domains) > 0
+}
+
+// envoyDynamicMetadataOn reports whether RLS responses carry
+// dynamic_metadata (EnvoyOptions.DynamicMetadata in envoy mode).
+func (s *Service) envoyDynamicMetadataOn() bool {
+	return s.opts.Envoy.Enabled && s.opts.Envoy.DynamicMetadata
+}
+
+// envoyDynamicMetadata is the dynamic_metadata of resp, the answer to req,
+// as envoyproxy/ratelimit (its ratelimitToMetadata) builds it; nil unless
+// envoyDynamicMetadataOn, or without req. Its fields:
+//   - domain: the request's domain;
+//   - descriptors: one struct per descriptor, with entries (a list of
+//     "key=value"), limit (the override's protobuf text, when the descriptor
+//     has one) and hitsAddend (the descriptor's own, when set);
+//   - hitsAddend: the request's hits_addend, when not 0;
+//   - metadata: the metadata of the limits of the descriptors that passed
+//     (not over their limit, not unlimited), merged in request order: the
+//     first value of a key wins, except that two mappings merge.
+func (s *Service) envoyDynamicMetadata(req *rls.RateLimitRequest, resp *Response) *structpb.Struct {
+	if !s.envoyDynamicMetadataOn() || req == nil || resp == nil {
+		return nil
+	}
+	fields := map[string]*structpb.Value{"domain": structpb.NewStringValue(req.GetDomain())}
+	descs := make([]*structpb.Value, 0, len(req.GetDescriptors()))
+	for _, d := range req.GetDescriptors() {
+		if d == nil {
+			continue
+		}
+		entries := make([]*structpb.Value, 0, len(d.GetEntries()))
+		for _, e := range d.GetEntries() {
+			entries = append(entries, structpb.NewStringValue(e.GetKey()+"="+e.GetValue()))
+		}
+		df := map[string]*structpb.Value{"entries": structpb.NewListValue(&structpb.ListValue{Values: entries})}
+		if l := d.GetLimit(); l != nil {
+			df["limit"] = structpb.NewStringValue(l.String())
+		}
+		if h := d.GetHitsAddend(); h != nil {
+			df["hitsAddend"] = structpb.NewNumberValue(float64(h.GetValue()))
+		}
+		descs = append(descs, structpb.NewStructValue(&structpb.Struct{Fields: df}))
+	}
+	fields["descriptors"] = structpb.NewListValue(&structpb.ListValue{Values: descs})
+	if h := req.GetHitsAddend(); h != 0 {
+		fields["hitsAddend"] = structpb.NewNumberValue(float64(h))
+	}
+	passed := &structpb.Struct{Fields: map[string]*structpb.Value{}}
+	for i := range resp.Statuses {
+		st := &resp.Statuses[i]
+		l := st.Limit
+		if l == nil || l.Unlimited || st.Code == CodeOverLimit || l.Metadata == nil {
+			continue
+		}
+		if m, ok := metadataValue(l.Metadata).GetKind().(*structpb.Value_StructValue); ok {
+			mergeMetadata(passed, m.StructValue)
+		}
+	}
+	if len(passed.Fields) > 0 {
+		fields["metadata"] = structpb.NewStructValue(passed)
+	}
+	return &structpb.Struct{Fields: fields}
+}
+
+// mergeMetadata merges src into dest as envoyproxy/ratelimit does: a key
+// dest lacks is added; a key both hold as mappings is merged; otherwise
+// dest's value stays.
+func mergeMetadata(dest, src *structpb.Struct) {
+	for k, v := range src.GetFields() {
+		old, ok := dest.Fields[k]
+		if !ok {
+			dest.Fields[k] = v
+			continue
+		}
+		if ds, ss := old.GetStructValue(), v.GetStructValue(); ds != nil && ss != nil {
+			mergeMetadata(ds, ss)
+		}
+	}
+}
+
+// metadataValue converts a limit's metadata, as the configuration decoded
+// it, to a google.protobuf.Value: mappings to structs (keys as text),
+// sequences to lists, numbers to numbers, and any other scalar to its text.
+func metadataValue(v any) *structpb.Value {
+	switch v := v.(type) {
+	case nil:
+		return structpb.NewNullValue()
+	case map[string]any:
+		f := make(map[string]*structpb.Value, len(v))
+		for k, x := range v {
+			f[k] = metadataValue(x)
+		}
+		return structpb.NewStructValue(&structpb.Struct{Fields: f})
+	case map[any]any:
+		f := make(map[string]*structpb.Value, len(v))
+		for k, x := range v {
+			f[fmt.Sprint(k)] = metadataValue(x)
+		}
+		return structpb.NewStructValue(&structpb.Struct{Fields: f})
+	case []any:
+		l := make([]*structpb.Value, len(v))
+		for i, x := range v {
+			l[i] = metadataValue(x)
+		}
+		return structpb.NewListValue(&structpb.ListValue{Values: l})
+	case bool:
+		return structpb.NewBoolValue(v)
+	case string:
+		return structpb.NewStringValue(v)
+	case int:
+		return structpb.NewNumberValue(float64(v))
+	case int64:
+		return structpb.NewNumberValue(float64(v))
+	case uint64:
+		return structpb.NewNumberValue(float64(v))
+	case float64:
+		return structpb.NewNumberValue(v)
+	}
+	return structpb.NewStringValue(fmt.Sprint(v))
 }

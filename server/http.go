@@ -213,7 +213,9 @@ func (h *httpAPI) decideJSON(w http.ResponseWriter, r *http.Request, fail func(h
 	if err != nil {
 		return fail(w, err)
 	}
-	resp, err := protojson.Marshal(toProto(out))
+	p := toProto(out)
+	p.DynamicMetadata = h.s.envoyDynamicMetadata(&req, out)
+	resp, err := protojson.Marshal(p)
 	if err != nil {
 		return fail(w, err)
 	}

@@ -38,7 +38,9 @@ func (r *RLS) ShouldRateLimit(ctx context.Context, req *rls.RateLimitRequest) (*
 	if err != nil {
 		return nil, err
 	}
-	return toProto(out), nil
+	p := toProto(out)
+	p.DynamicMetadata = r.s.envoyDynamicMetadata(req, out)
+	return p, nil
 }
 
 // answer decides in, a request received at start, and counts it in the

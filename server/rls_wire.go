@@ -16,10 +16,13 @@ import (
 
 	rls "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/encoding"
 	grpcproto "google.golang.org/grpc/encoding/proto"
 	"google.golang.org/grpc/mem"
+	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/encoding/protowire"
+	"google.golang.org/protobuf/proto"
 
 	"github.com/floodgate-dev/floodgate/server/config"
 )
@@ -47,6 +50,9 @@ type wireServer interface {
 // interceptor included, for wireRequest and wireResponse.
 func shouldRateLimitHandler(srv any, ctx context.Context, dec func(any) error, interceptor grpc.UnaryServerInterceptor) (any, error) {
 	in := new(wireRequest)
+	if r, ok := srv.(*RLS); ok {
+		in.keepRaw = r.s.envoyDynamicMetadataOn()
+	}
 	if err := dec(in); err != nil {
 		return nil, err
 	}
@@ -68,7 +74,13 @@ func (r *RLS) shouldRateLimitWire(ctx context.Context, in *wireRequest) (any, er
 	if err != nil {
 		return nil, err
 	}
-	return (*wireResponse)(out), nil
+	in.resp = wireResponse{Response: out}
+	if m := r.s.envoyDynamicMetadata(in.raw, out); m != nil {
+		if in.resp.metadata, err = (proto.MarshalOptions{Deterministic: true}).Marshal(m); err != nil {
+			return nil, status.Error(codes.Internal, err.Error())
+		}
+	}
+	return &in.resp, nil
 }
 
 // rlsCodec is the gRPC server's codec, named "proto": it reads wireRequest
@@ -116,6 +128,12 @@ func (c rlsCodec) Unmarshal(data mem.BufferSlice, v any) error {
 	buf := data.MaterializeToBuffer(mem.DefaultBufferPool())
 	defer buf.Free()
 	w.decode(buf.ReadOnlyData())
+	if w.keepRaw && w.err == nil {
+		raw := new(rls.RateLimitRequest)
+		if proto.Unmarshal(buf.ReadOnlyData(), raw) == nil {
+			w.raw = raw
+		}
+	}
 	return nil
 }
 
@@ -130,6 +148,11 @@ type wireRequest struct {
 	err   error
 	descs [4]Descriptor
 	ents  [8]config.Entry
+	// keepRaw asks Unmarshal for raw, the request as proto.Unmarshal reads
+	// it, which dynamic_metadata is built from (EnvoyOptions.DynamicMetadata).
+	keepRaw bool
+	raw     *rls.RateLimitRequest
+	resp    wireResponse // the answer, kept here to spare an allocation
 }
 
 // decode sets w from msg, the wire bytes of a RateLimitRequest: w.req to
@@ -471,14 +494,19 @@ func wireInputError(err error) error {
 // wireResponse is a Response that rlsCodec writes as an
 // envoy.service.ratelimit.v3.RateLimitResponse by hand: the message toProto
 // returns, fields in number order, so its bytes are those of a deterministic
-// proto.Marshal.
-type wireResponse Response
+// proto.Marshal. metadata, when not nil, is the encoding of its
+// dynamic_metadata (a google.protobuf.Struct).
+type wireResponse struct {
+	*Response
+	metadata []byte
+}
 
 // Field numbers of the response's messages.
 const (
 	respOverallCode = 1 // RateLimitResponse
 	respStatuses    = 2
 	respHeaders     = 3 // response_headers_to_add
+	respMetadata    = 6 // dynamic_metadata
 
 	headerKey   = 1 // envoy.config.core.v3.HeaderValue
 	headerValue = 2
@@ -513,6 +541,9 @@ func (r *wireResponse) size() (int, error) {
 		}
 		n += sizeMessageField(respHeaders, headerSize(h))
 	}
+	if r.metadata != nil {
+		n += sizeMessageField(respMetadata, len(r.metadata))
+	}
 	return n, nil
 }
 
@@ -530,6 +561,10 @@ func (r *wireResponse) appendTo(b []byte) []byte {
 		b = protowire.AppendVarint(b, uint64(headerSize(h)))
 		b = appendStringField(b, headerKey, h.Key)
 		b = appendStringField(b, headerValue, h.Value)
+	}
+	if r.metadata != nil {
+		b = protowire.AppendTag(b, respMetadata, protowire.BytesType)
+		b = protowire.AppendBytes(b, r.metadata)
 	}
 	return b
 }

@@ -28,6 +28,7 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/structpb"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
 	"github.com/floodgate-dev/floodgate/backend"
@@ -376,13 +377,31 @@ func TestRLSWireEncode(t *testing.T) {
 		responses = append(responses, r)
 	}
 
+	responses = append(responses, &Response{Code: CodeOverLimit, Statuses: []Status{{Code: CodeOverLimit, Limit: named}},
+		Headers: []Header{{"RateLimit-Limit", "2"}, {"RateLimit-Remaining", "0"}}})
+	meta, err := structpb.NewStruct(map[string]any{"domain": "api", "descriptors": []any{map[string]any{"entries": []any{"user=gil"}}}, "hitsAddend": 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	metaWire, err := proto.MarshalOptions{Deterministic: true}.Marshal(meta)
+	if err != nil {
+		t.Fatal(err)
+	}
+	withMeta := len(responses)
+	responses = append(responses, responses[len(responses)-1], responses[3])
+
 	c := newRLSCodec()
 	for i, r := range responses {
-		want, err := proto.MarshalOptions{Deterministic: true}.Marshal(toProto(r))
+		pm := toProto(r)
+		w := &wireResponse{Response: r}
+		if i >= withMeta {
+			pm.DynamicMetadata, w.metadata = meta, metaWire
+		}
+		want, err := proto.MarshalOptions{Deterministic: true}.Marshal(pm)
 		if err != nil {
 			t.Fatal(err)
 		}
-		data, err := c.Marshal((*wireResponse)(r))
+		data, err := c.Marshal(w)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -397,7 +416,7 @@ func TestRLSWireEncode(t *testing.T) {
 	if _, err := proto.Marshal(toProto(bad)); err == nil {
 		t.Fatal("proto.Marshal took invalid UTF-8")
 	}
-	if _, err := c.Marshal((*wireResponse)(bad)); err == nil {
+	if _, err := c.Marshal(&wireResponse{Response: bad}); err == nil {
 		t.Fatal("invalid UTF-8 encoded")
 	}
 }
@@ -617,7 +636,7 @@ func BenchmarkRLSEncode(b *testing.B) {
 	b.Run("hand", func(b *testing.B) {
 		b.ReportAllocs()
 		for b.Loop() {
-			data, err := c.Marshal((*wireResponse)(r))
+			data, err := c.Marshal(&wireResponse{Response: r})
 			if err != nil {
 				b.Fatal(err)
 			}

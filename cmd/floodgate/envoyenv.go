@@ -154,7 +154,7 @@ var envoyEnvVars = []envoyEnvVar{
 	{"MEMCACHE_TLS_SKIP_HOSTNAME_VERIFICATION", envIgnored, "see MEMCACHE_HOST_PORT"},
 	{"SHADOW_MODE", envHonoured, "global shadow mode: OVER_LIMIT answered OK"},
 	{"QUOTA_MODE", envHonoured, "global quota mode"},
-	{"RESPONSE_DYNAMIC_METADATA", envIgnored, "dynamic_metadata: not yet"},
+	{"RESPONSE_DYNAMIC_METADATA", envHonoured, "dynamic_metadata on the response: domain, descriptors, hitsAddend, the passed limits' metadata"},
 	{"MERGE_DOMAIN_CONFIG", envIgnored, "merging files of one domain: not yet (a domain in two files is an error)"},
 	{"TRACING_ENABLED", envIgnored, "tracing: not yet"},
 	{"TRACING_SERVICE_NAME", envIgnored, "tracing: not yet"},
@@ -324,6 +324,7 @@ func readEnvoyEnv(lookup func(string) (string, bool)) (*envoySettings, error) {
 		RemainingHeader:             get("LIMIT_REMAINING_HEADER", envoyRemainHeader),
 		ResetHeader:                 get("LIMIT_RESET_HEADER", envoyResetHeader),
 		HealthyWithAtLeastOneConfig: boolean("HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED", false),
+		DynamicMetadata:             boolean("RESPONSE_DYNAMIC_METADATA", false),
 	}
 	if firstErr != nil {
 		return nil, firstErr
