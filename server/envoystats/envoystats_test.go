@@ -1,0 +1,223 @@
+package envoystats
+
+import (
+	"net"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	gostats "github.com/lyft/gostats"
+
+	"github.com/floodgate-dev/floodgate/server/config"
+)
+
+// udpStatsd is a StatsD server of the test's own: it collects the lines it
+// receives.
+type udpStatsd struct {
+	conn  *net.UDPConn
+	lines chan string
+}
+
+func listenUDP(t *testing.T) *udpStatsd {
+	t.Helper()
+	conn, err := net.ListenUDP("udp", &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	u := &udpStatsd{conn: conn, lines: make(chan string, 1024)}
+	t.Cleanup(func() { conn.Close() })
+	go func() {
+		buf := make([]byte, 65536)
+		for {
+			n, err := conn.Read(buf)
+			if err != nil {
+				return
+			}
+			for _, l := range strings.Split(string(buf[:n]), "\n") {
+				if l != "" {
+					u.lines <- l
+				}
+			}
+		}
+	}()
+	return u
+}
+
+func (u *udpStatsd) port() int { return u.conn.LocalAddr().(*net.UDPAddr).Port }
+
+// expect waits for the lines with prefix until there are as many as want
+// and compares them, in any order, with want.
+func (u *udpStatsd) expect(t *testing.T, prefix string, want ...string) {
+	t.Helper()
+	var got []string
+	deadline := time.After(5 * time.Second)
+	for len(got) < len(want) {
+		select {
+		case l := <-u.lines:
+			if strings.HasPrefix(l, prefix) {
+				got = append(got, l)
+			}
+		case <-deadline:
+			t.Fatalf("got %d lines %q, want %q", len(got), got, want)
+		}
+	}
+	// Nothing more is coming from this flush.
+	quiet := time.After(200 * time.Millisecond)
+	for done := false; !done; {
+		select {
+		case l := <-u.lines:
+			if strings.HasPrefix(l, prefix) {
+				got = append(got, l)
+			}
+		case <-quiet:
+			done = true
+		}
+	}
+	slices.Sort(got)
+	want = slices.Clone(want)
+	slices.Sort(want)
+	if !slices.Equal(got, want) {
+		t.Fatalf("lines:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
+	}
+}
+
+// TestDecidedArithmetic replays envoyproxy/ratelimit's
+// test/redis/fixed_cache_impl_test.go TestNearLimit: a limit, the counter
+// after the increment and the hits, and the counters it expects.
+func TestDecidedArithmetic(t *testing.T) {
+	s := newStats(newMemStore(), Options{NearLimitRatio: 0.8})
+	type counts struct{ within, near, over uint64 }
+	for _, c := range []struct {
+		limit       uint32
+		steps       [][2]uint64 // after, hits
+		want        counts
+		description string
+	}{
+		{15, [][2]uint64{{11, 1}}, counts{1, 0, 0}, "under the threshold"},
+		{15, [][2]uint64{{11, 1}, {13, 1}}, counts{2, 1, 0}, "past the threshold"},
+		{15, [][2]uint64{{11, 1}, {13, 1}, {16, 1}}, counts{2, 1, 1}, "over, from the limit"},
+		{20, [][2]uint64{{5, 3}}, counts{3, 0, 0}, "hits_addend under"},
+		{8, [][2]uint64{{7, 2}}, counts{2, 1, 0}, "hits_addend across the threshold (6)"},
+		{20, [][2]uint64{{19, 3}}, counts{3, 3, 0}, "hits_addend from the threshold"},
+		{20, [][2]uint64{{22, 3}}, counts{0, 1, 2}, "hits_addend across the limit"},
+		{20, [][2]uint64{{22, 7}}, counts{0, 4, 2}, "hits_addend across both"},
+		{20, [][2]uint64{{27, 5}}, counts{0, 0, 5}, "already over"},
+	} {
+		r := s.Rule("domain." + c.description)
+		for _, st := range c.steps {
+			s.Decided(r, c.limit, st[0]-st[1], st[0], st[1], false, false)
+		}
+		got := counts{r.WithinLimit.Value(), r.NearLimit.Value(), r.OverLimit.Value()}
+		if got != c.want {
+			t.Errorf("%s: within, near, over %v, want %v", c.description, got, c.want)
+		}
+	}
+
+	r := s.Rule("domain.shadow")
+	s.Decided(r, 10, 9, 12, 3, true, false)
+	if o, sh := r.OverLimit.Value(), r.ShadowMode.Value(); o != 2 || sh != 2 {
+		t.Errorf("shadow: over_limit %d, shadow_mode %d, want 2, 2", o, sh)
+	}
+	r = s.Rule("domain.local")
+	s.Decided(r, 10, 0, 0, 2, false, true)
+	if o, l := r.OverLimit.Value(), r.OverLimitWithLocalCache.Value(); o != 2 || l != 2 {
+		t.Errorf("local cache: over_limit %d, over_limit_with_local_cache %d, want 2, 2", o, l)
+	}
+}
+
+func TestSanitize(t *testing.T) {
+	for in, want := range map[string]string{
+		"domain.key_value":              "domain.key_value",
+		"domain.remote_address_1.2.3.4": "domain.remote_address_1_2_3_4",
+		"domain.a:b|c":                  "domain.a_b_c",
+	} {
+		if got := Sanitize(in); got != want {
+			t.Errorf("Sanitize(%q) = %q, want %q", in, got, want)
+		}
+	}
+	if got := OverrideKey("d", []config.Entry{{Key: "k", Value: "v"}, {Key: "e"}}); got != "d.k_v.e" {
+		t.Errorf("OverrideKey = %q", got)
+	}
+}
+
+// TestStatsdUDP sends over plain StatsD (gostats' sink, STATSD_PROTOCOL=udp):
+// envoy's names, deltas per flush, EXTRA_TAGS in the name.
+func TestStatsdUDP(t *testing.T) {
+	u := listenUDP(t)
+	s, err := New(Options{Host: "127.0.0.1", Port: u.port(), Protocol: "udp", FlushInterval: time.Hour,
+		ExtraTags: map[string]string{"env": "test"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	r := s.Rule("mongo_cps.database_users")
+	r.TotalHits.Add(3)
+	s.Decided(r, 2, 0, 3, 3, false, false)
+	s.ConfigLoadSuccess.Inc()
+	s.Flush()
+	u.expect(t, "ratelimit.",
+		"ratelimit.service.rate_limit.mongo_cps.database_users.total_hits.__env=test:3|c",
+		"ratelimit.service.rate_limit.mongo_cps.database_users.over_limit.__env=test:1|c",
+		"ratelimit.service.rate_limit.mongo_cps.database_users.near_limit.__env=test:1|c",
+		"ratelimit.service.config_load_success.__env=test:1|c")
+
+	// The next flush sends what changed since, only.
+	r.TotalHits.Inc()
+	s.Flush()
+	u.expect(t, "ratelimit.", "ratelimit.service.rate_limit.mongo_cps.database_users.total_hits.__env=test:1|c")
+}
+
+// TestDogStatsdUDP sends DogStatsD: EXTRA_TAGS as tags.
+func TestDogStatsdUDP(t *testing.T) {
+	u := listenUDP(t)
+	s, err := New(Options{DogStatsD: true, Host: "127.0.0.1", Port: u.port(), FlushInterval: time.Hour,
+		ExtraTags: map[string]string{"env": "test", "commit": "abc"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	s.RedisError.Inc()
+	s.Flush()
+	u.expect(t, "ratelimit.", "ratelimit.service.call.should_rate_limit.redis_error:1|c|#commit:abc,env:test")
+}
+
+// TestDisabled sends nothing, and Close returns.
+func TestDisabled(t *testing.T) {
+	u := listenUDP(t)
+	s, err := New(Options{Disabled: true, Host: "127.0.0.1", Port: u.port(), Protocol: "udp", FlushInterval: time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.ServiceError.Inc()
+	time.Sleep(20 * time.Millisecond)
+	s.Close()
+	select {
+	case l := <-u.lines:
+		t.Fatalf("sent %q", l)
+	case <-time.After(100 * time.Millisecond):
+	}
+}
+
+func TestFlushInterval(t *testing.T) {
+	u := listenUDP(t)
+	s, err := New(Options{Host: "127.0.0.1", Port: u.port(), Protocol: "udp", FlushInterval: 50 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	s.GlobalShadowMode.Add(2)
+	u.expect(t, "ratelimit.", "ratelimit.service.global_shadow_mode:2|c")
+}
+
+func TestParseExtraTags(t *testing.T) {
+	m, err := ParseExtraTags("a:1,b:2")
+	if err != nil || len(m) != 2 || m["a"] != "1" || m["b"] != "2" {
+		t.Fatalf("%v %v", m, err)
+	}
+	if _, err := ParseExtraTags("a"); err == nil {
+		t.Fatal("no error for a")
+	}
+}
+
+func newMemStore() gostats.Store { return gostats.NewStore(gostats.NewNullSink(), false) }
