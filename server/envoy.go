@@ -127,6 +127,7 @@ func (s *Service) envoyFinish(resp *Response, now time.Time) {
 	}
 	if resp.Code == CodeOverLimit && e.ShadowMode {
 		resp.Code = CodeOK
+		s.envoyStatsGlobalShadow()
 	}
 	if e.ResponseHeaders && closest != nil {
 		resp.Headers = []Header{

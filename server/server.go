@@ -196,6 +196,7 @@ func New(c Config) (*Server, error) {
 		// envoyproxy/ratelimit starts without a configuration and answers
 		// "no rate limit configuration loaded" until a valid one is read.
 		s.metrics.reload(false)
+		s.svc.EnvoyConfigLoaded(false)
 		s.log.Error("the configuration is invalid; serving without one until it is fixed (envoy compatibility)", "path", c.ConfigPath, "error", err)
 	}
 	maxConns := c.MaxConns
@@ -369,6 +370,10 @@ func (s *Server) Reload() error {
 		err = s.svc.SetConfig(cfg, version)
 	}
 	if err != nil {
+		if rejected != s.rejected && (s.version != "" || s.rejected != "") {
+			// Not the first load, which New counts.
+			s.svc.EnvoyConfigLoaded(false)
+		}
 		if s.version != "" && rejected != s.rejected {
 			s.metrics.reload(false)
 			s.log.Error("configuration rejected; the previous one keeps serving", "path", s.cfg.ConfigPath, "error", err)

@@ -17,6 +17,7 @@ import (
 	"github.com/floodgate-dev/floodgate/backend"
 	"github.com/floodgate-dev/floodgate/ratelimit"
 	"github.com/floodgate-dev/floodgate/server/config"
+	"github.com/floodgate-dev/floodgate/server/envoystats"
 )
 
 // Code is the verdict of a request or of one descriptor; its values are those
@@ -186,6 +187,10 @@ type Options struct {
 	// Envoy selects envoyproxy/ratelimit's behaviour where it differs from
 	// floodgate's (see EnvoyOptions); the zero value keeps floodgate's.
 	Envoy EnvoyOptions
+	// EnvoyStats, when set, counts envoyproxy/ratelimit's StatsD statistics
+	// under its names (envoystats_hooks.go); Prometheus metrics are counted
+	// as usual either way.
+	EnvoyStats *envoystats.Stats
 }
 
 // Service decides rate limit requests against a configuration on a backend.
@@ -219,8 +224,11 @@ type ruleset struct {
 	cfg      *config.Config
 	limiters map[*config.Limit]*ratelimit.Limiter
 	stats    map[*config.Limit]*limitStats
-	version  string
-	loaded   time.Time
+	// envoyRules are the EnvoyStats counters of the limits whose stats key
+	// does not depend on the request.
+	envoyRules map[*config.Limit]*envoystats.Rule
+	version    string
+	loaded     time.Time
 }
 
 // NewService returns a Service on b. It has no configuration until
@@ -296,10 +304,12 @@ func (s *Service) SetConfig(cfg *config.Config, version string) error {
 			}
 		}
 	}
+	s.envoyStatsRules(rs)
 	s.rules.Store(rs)
 	if m := s.opts.Metrics; m != nil {
 		m.configSet(version, rs.loaded)
 	}
+	s.EnvoyConfigLoaded(true)
 	return nil
 }
 
@@ -351,9 +361,9 @@ func (s *Service) Decide(ctx context.Context, req *Request) (*Response, error) {
 		// envoyproxy/ratelimit's checks, in its order, with its texts.
 		switch {
 		case req.Domain == "":
-			return nil, &envoyError{envoyEmptyDomain}
+			return nil, s.envoyServiceError(envoyEmptyDomain)
 		case len(req.Descriptors) == 0:
-			return nil, &envoyError{envoyNoDescriptor}
+			return nil, s.envoyServiceError(envoyNoDescriptor)
 		}
 	}
 	if err := s.validate(req); err != nil {
@@ -362,7 +372,7 @@ func (s *Service) Decide(ctx context.Context, req *Request) (*Response, error) {
 	resp := &Response{Code: CodeOK, Statuses: make([]Status, len(req.Descriptors))}
 	rs := s.rules.Load()
 	if rs == nil && envoy {
-		return nil, &envoyError{envoyNoConfig}
+		return nil, s.envoyServiceError(envoyNoConfig)
 	}
 	if rs == nil {
 		for i := range resp.Statuses {
@@ -371,6 +381,7 @@ func (s *Service) Decide(ctx context.Context, req *Request) (*Response, error) {
 		return resp, nil
 	}
 	limits := s.match(rs, req)
+	envoyRules := s.envoyStatsMatched(rs, req, limits)
 
 	var reqBuf [8]ratelimit.Request
 	var idxBuf [8]int
@@ -428,6 +439,7 @@ func (s *Service) Decide(ctx context.Context, req *Request) (*Response, error) {
 			st := &resp.Statuses[i]
 			r := results[j]
 			st.Remaining, st.RetryAfter, st.ResetAfter = r.Remaining, r.RetryAfter, r.ResetAfter
+			s.envoyStatsDecided(envoyRules, i, st.Limit, req.Descriptors[i].Cost, r)
 			if r.RetryAfter != 0 {
 				st.Code = CodeOverLimit
 				resp.Code = CodeOverLimit
@@ -453,6 +465,7 @@ func (s *Service) Decide(ctx context.Context, req *Request) (*Response, error) {
 		}
 		st.Remaining, st.RetryAfter, st.ResetAfter = r[0].Remaining, r[0].RetryAfter, r[0].ResetAfter
 		st.Shadow = r[0].RetryAfter != 0
+		s.envoyStatsDecided(envoyRules, i, l, req.Descriptors[i].Cost, r[0])
 		if st.Shadow && envoy {
 			// envoyproxy/ratelimit counts shadow-mode hits over the limit too.
 			s.envoySpend(ctx, []ratelimit.Request{{Limiter: s.limiter(rs, l), Key: stateKey(l, req.Descriptors[i].Entries), N: req.Descriptors[i].Cost}}, r[:])
@@ -699,6 +712,7 @@ func (s *Service) fail(ctx context.Context, domain string, resp *Response, err e
 	if errors.As(err, &gone) {
 		return nil, gone.err
 	}
+	s.envoyStatsStoreFailed()
 	reason := "error"
 	switch {
 	case errors.Is(err, errBreakerOpen):

@@ -518,7 +518,7 @@ func (p *parser) descriptor(m *yaml.Node, lvl *level, parentPath string, vary []
 		path += "_" + EscapePath(value)
 	}
 	vary = append(vary[:len(vary):len(vary)], value == "" || nd.pattern && !share)
-	p.stat = append(p.stat, statLevel{value: value, share: share && nd.pattern, toMetric: toMetric})
+	p.stat = append(p.stat, statLevel{key: key, value: value, share: share && nd.pattern, toMetric: toMetric})
 	defer func() { p.stat = p.stat[:len(p.stat)-1] }()
 	if rl != nil {
 		var metadata any

@@ -5,6 +5,7 @@ import "strings"
 // statLevel is what envoyproxy/ratelimit's stat names need of one descriptor
 // on a limit's path.
 type statLevel struct {
+	key      string
 	value    string // the descriptor's value; "" for a default
 	share    bool   // share_threshold (on a value with '*')
 	toMetric bool   // value_to_metric
@@ -24,7 +25,16 @@ type statLevel struct {
 // request's values), except that an entry matched by a share_threshold
 // pattern keeps the pattern's text, and then entries with an empty value are
 // "key".
+//
+// With entries nil, it is the key of the configuration's own keys and values:
+// the key of every request when EnvoyStatKeyVaries is false.
 func (l *Limit) EnvoyStatKey(domain string, entries []Entry) string {
+	if entries == nil {
+		entries = make([]Entry, len(l.stat))
+		for i, lv := range l.stat {
+			entries[i] = Entry{Key: lv.key, Value: lv.value}
+		}
+	}
 	var b strings.Builder
 	b.WriteString(domain)
 	if l.DetailedMetric {

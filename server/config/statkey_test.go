@@ -75,5 +75,8 @@ descriptors:
 		if got := l.EnvoyStatKeyVaries(); got != c.varies {
 			t.Errorf("%v: varies %v, want %v", c.entries, got, c.varies)
 		}
+		if got := l.EnvoyStatKey("test-domain", nil); !c.varies && got != c.want {
+			t.Errorf("%v: the configuration's key %q, want %q", c.entries, got, c.want)
+		}
 	}
 }
