@@ -60,6 +60,10 @@ type EnvoyOptions struct {
 	// and /json) carries dynamic_metadata as envoyproxy/ratelimit builds it
 	// (envoyDynamicMetadata).
 	DynamicMetadata bool
+	// MergeDomainConfig is MERGE_DOMAIN_CONFIG: configuration files of one
+	// domain merge (config.LoadOptions.MergeDomains) rather than being an
+	// error.
+	MergeDomainConfig bool
 }
 
 // Envoy's error texts, which its clients see.

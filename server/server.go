@@ -364,7 +364,8 @@ func (s *Server) Reload() error {
 	}
 	var cfg *config.Config
 	if err == nil {
-		cfg, err = config.Load(s.cfg.ConfigPath)
+		e := &s.cfg.Service.Envoy
+		cfg, err = config.LoadWith(s.cfg.ConfigPath, config.LoadOptions{MergeDomains: e.Enabled && e.MergeDomainConfig, Envoy: e.Enabled})
 	}
 	if err == nil {
 		err = s.svc.SetConfig(cfg, version)

@@ -25,6 +25,11 @@ type Domain struct {
 	root        *level
 	limits      []*Limit
 	descriptors int
+
+	// Left by parse with deferRefs, for Load: the rate_limit names and the
+	// replaces entries.
+	names map[string]bool
+	refs  []ref
 }
 
 // Entry is one key/value pair of a request descriptor, as in Envoy's
@@ -188,7 +193,34 @@ func (c *Config) Match(domain string, descriptors ...[]Entry) []*Limit {
 // file directly in a directory (names starting with '.' are skipped), one
 // domain per file. A domain in two files is an error naming both. The error
 // is an ErrorList with every problem of every file.
-func Load(path string) (*Config, error) {
+func Load(path string) (*Config, error) { return LoadWith(path, LoadOptions{}) }
+
+// LoadOptions change how LoadWith reads a configuration.
+type LoadOptions struct {
+	// MergeDomains is envoyproxy/ratelimit's MERGE_DOMAIN_CONFIG: the files
+	// of one domain merge, in name order. Their top-level descriptors join
+	// (a key and value in two of them is an error, as within one file; their
+	// children are not merged), and a replaces entry may name a rate_limit of
+	// another file of the domain.
+	MergeDomains bool
+	// Envoy starts the message of each problem envoyproxy/ratelimit reports
+	// with its text (Error.Envoy), floodgate's following in parentheses.
+	Envoy bool
+}
+
+// LoadWith is Load with options.
+func LoadWith(path string, opts LoadOptions) (cfg *Config, err error) {
+	if opts.Envoy {
+		defer func() {
+			if l, ok := err.(ErrorList); ok {
+				for _, e := range l {
+					if e.Envoy != "" {
+						e.Msg = e.Envoy + " (" + e.Msg + ")"
+					}
+				}
+			}
+		}()
+	}
 	fi, err := os.Stat(path)
 	if err != nil {
 		return nil, ErrorList{{File: path, Msg: errMsg(err)}}
@@ -203,7 +235,7 @@ func Load(path string) (*Config, error) {
 			return nil, ErrorList{{File: path, Msg: "no *.yaml or *.yml files in the directory"}}
 		}
 	}
-	cfg := &Config{Domains: make(map[string]*Domain, len(files))}
+	cfg = &Config{Domains: make(map[string]*Domain, len(files))}
 	var errs ErrorList
 	for _, f := range files {
 		data, err := os.ReadFile(f)
@@ -211,22 +243,78 @@ func Load(path string) (*Config, error) {
 			errs = append(errs, &Error{File: f, Msg: errMsg(err)})
 			continue
 		}
-		d, err := Parse(f, data)
+		d, err := parse(f, data, opts.MergeDomains)
 		if err != nil {
 			errs = append(errs, err.(ErrorList)...)
 			continue
 		}
 		if prev, dup := cfg.Domains[d.Name]; dup {
+			if opts.MergeDomains {
+				errs = append(errs, prev.merge(d)...)
+				continue
+			}
 			errs = append(errs, &Error{File: d.File, Line: d.Line,
-				Msg: fmt.Sprintf("duplicate domain %q (also in %s:%d)", d.Name, prev.File, prev.Line)})
+				Msg:   fmt.Sprintf("duplicate domain %q (also in %s:%d)", d.Name, prev.File, prev.Line),
+				Envoy: fmt.Sprintf("duplicate domain '%s' in config file", d.Name)})
 			continue
 		}
 		cfg.Domains[d.Name] = d
+	}
+	if opts.MergeDomains {
+		for _, name := range sortedNames(cfg.Domains) {
+			d := cfg.Domains[name]
+			for _, r := range d.refs {
+				if !d.names[r.name] {
+					errs = append(errs, &Error{File: r.file, Line: r.line, Msg: unknownNameMsg(r.name, d.Name)})
+				}
+			}
+			d.names, d.refs = nil, nil
+		}
 	}
 	if len(errs) > 0 {
 		return nil, errs
 	}
 	return cfg, nil
+}
+
+func sortedNames(m map[string]*Domain) []string {
+	names := make([]string, 0, len(m))
+	for n := range m {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	return names
+}
+
+// merge adds the top-level descriptors of o, a later file of d's domain, to
+// d, as envoyproxy/ratelimit's MERGE_DOMAIN_CONFIG does. A descriptor d
+// already has (by its key and value joined with '_') is an error.
+func (d *Domain) merge(o *Domain) ErrorList {
+	var errs ErrorList
+	nodes := make([]*node, 0, len(o.root.joined))
+	joined := make(map[*node]string, len(o.root.joined))
+	for j, n := range o.root.joined {
+		nodes = append(nodes, n)
+		joined[n] = j
+	}
+	sort.Slice(nodes, func(a, b int) bool { return nodes[a].line < nodes[b].line })
+	for _, n := range nodes {
+		j := joined[n]
+		if prev := d.root.joined[j]; prev != nil {
+			errs = append(errs, &Error{File: o.File, Line: n.line,
+				Msg:   fmt.Sprintf("duplicate descriptor: key %q value %q is also in an earlier file of domain %q (merging files joins only their top-level descriptors)", n.key, n.value, d.Name),
+				Envoy: fmt.Sprintf("duplicate descriptor composite key '%s.%s'", d.Name, j)})
+			continue
+		}
+		d.root.add(j, n)
+	}
+	d.limits = append(d.limits, o.limits...)
+	d.descriptors += o.descriptors
+	for name := range o.names {
+		d.names[name] = true
+	}
+	d.refs = append(d.refs, o.refs...)
+	return errs
 }
 
 // configFiles lists the configuration files of dir in name order.

@@ -10,6 +10,10 @@ type Error struct {
 	File string
 	Line int // 1-based; 0 when the problem is not at a line (an unreadable file)
 	Msg  string
+	// Envoy is envoyproxy/ratelimit's text for the problem (without its file
+	// name), when it reports one; "" otherwise. LoadWith with
+	// LoadOptions.Envoy puts it first in Msg.
+	Envoy string
 }
 
 // Error returns "FILE:LINE: problem", or "FILE: problem" without a line.

@@ -32,7 +32,13 @@ const maxDepth = 64
 // messages and Domain.File. The error is an ErrorList with every problem
 // found.
 func Parse(filename string, data []byte) (*Domain, error) {
-	p := &parser{file: filename, budget: maxNodes, names: map[string]bool{}}
+	return parse(filename, data, false)
+}
+
+// parse is Parse; with deferRefs, the replaces names are not checked but
+// kept in the Domain, for Load to check once files of one domain are merged.
+func parse(filename string, data []byte, deferRefs bool) (*Domain, error) {
+	p := &parser{file: filename, budget: maxNodes, names: map[string]bool{}, deferRefs: deferRefs}
 	defer p.close()
 	d := p.parse(data)
 	if len(p.errs) > 0 {
@@ -56,11 +62,13 @@ type parser struct {
 	refs      []ref           // replaces entries, checked against names at the end
 	mem       *backend.Memory // for ratelimit.New, which validates rules
 	stat      []statLevel     // the descriptors being read, root first: for envoy's stat names
+	deferRefs bool            // leave refs to Load (see parse)
 }
 
 type ref struct {
 	name string
 	line int
+	file string
 }
 
 func (p *parser) close() {
@@ -70,11 +78,17 @@ func (p *parser) close() {
 }
 
 func (p *parser) errorf(line int, format string, args ...any) {
+	p.envoyErrorf(line, "", format, args...)
+}
+
+// envoyErrorf is errorf for a problem envoyproxy/ratelimit reports with the
+// text envoy (Error.Envoy).
+func (p *parser) envoyErrorf(line int, envoy, format string, args ...any) {
 	if len(p.errs) >= maxErrors {
 		p.tooMany = true
 		return
 	}
-	p.errs = append(p.errs, &Error{File: p.file, Line: line, Msg: fmt.Sprintf(format, args...)})
+	p.errs = append(p.errs, &Error{File: p.file, Line: line, Msg: fmt.Sprintf(format, args...), Envoy: envoy})
 }
 
 var yamlLineErr = regexp.MustCompile(`^yaml: line (\d+): (.*)$`)
@@ -82,12 +96,13 @@ var yamlLineErr = regexp.MustCompile(`^yaml: line (\d+): (.*)$`)
 // yamlError reports an error of the YAML parser at its line.
 func (p *parser) yamlError(err error) {
 	msg := err.Error()
+	envoy := "error loading config file: " + msg
 	if m := yamlLineErr.FindStringSubmatch(msg); m != nil {
 		line, _ := strconv.Atoi(m[1])
-		p.errorf(line, "%s", m[2])
+		p.envoyErrorf(line, envoy, "%s", m[2])
 		return
 	}
-	p.errorf(0, "%s", strings.TrimPrefix(msg, "yaml: "))
+	p.envoyErrorf(0, envoy, "%s", strings.TrimPrefix(msg, "yaml: "))
 }
 
 // visit resolves aliases and charges the node to the budget. It returns nil
@@ -158,14 +173,18 @@ func (p *parser) parse(data []byte) *Domain {
 	})
 	switch {
 	case !domainSeen:
-		p.errorf(root.Line, "missing domain")
+		p.envoyErrorf(root.Line, envoyEmptyDomain, "missing domain")
 	case domainOK && p.d.Name == "":
-		p.errorf(p.d.Line, "domain is empty")
+		p.envoyErrorf(p.d.Line, envoyEmptyDomain, "domain is empty")
 	}
 	p.descriptorList(descs, p.d.root, EscapePath(p.d.Name), nil)
+	if p.deferRefs {
+		p.d.names, p.d.refs = p.names, p.refs
+		return p.d
+	}
 	for _, r := range p.refs {
 		if !p.names[r.name] {
-			p.errorf(r.line, "replaces names %q, but no rate_limit of domain %q has that name", r.name, p.d.Name)
+			p.errorf(r.line, "%s", unknownNameMsg(r.name, p.d.Name))
 		}
 	}
 	return p.d
@@ -272,7 +291,14 @@ func (p *parser) fields(m *yaml.Node, sec section, f func(key string, k, v *yaml
 		}
 		seen[name] = true
 		if !contains(sec.keys, name) {
-			p.errorf(k.Line, "unknown key %q %s%s", name, sec.name, hint(name, sec))
+			envoy := ""
+			switch {
+			case k.ShortTag() != "!!str":
+				envoy = "config error, key is not of type string: " + name
+			case !envoyKeys[name]:
+				envoy = fmt.Sprintf("config error, unknown key '%s'", name)
+			}
+			p.envoyErrorf(k.Line, envoy, "unknown key %q %s%s", name, sec.name, hint(name, sec))
 			continue
 		}
 		f(name, k, kv.v)
@@ -455,7 +481,7 @@ func (p *parser) descriptorList(n *yaml.Node, lvl *level, path string, vary []bo
 			return
 		}
 		if item.Kind != yaml.MappingNode {
-			p.errorf(item.Line, "a descriptor must be a mapping with a key, got %s", kindOf(item))
+			p.envoyErrorf(item.Line, envoyNonMap(item), "a descriptor must be a mapping with a key, got %s", kindOf(item))
 			continue
 		}
 		p.descriptor(item, lvl, path, vary)
@@ -497,7 +523,7 @@ func (p *parser) descriptor(m *yaml.Node, lvl *level, parentPath string, vary []
 	})
 	p.d.descriptors++
 	if key == "" {
-		p.errorf(m.Line, "descriptor has no key")
+		p.envoyErrorf(m.Line, "descriptor has empty key", "descriptor has no key")
 		return
 	}
 	joined := key
@@ -505,13 +531,14 @@ func (p *parser) descriptor(m *yaml.Node, lvl *level, parentPath string, vary []
 		joined += "_" + value
 	}
 	if prev := lvl.joined[joined]; prev != nil {
-		p.errorf(m.Line, "%s", duplicateMsg(key, value, prev))
+		p.envoyErrorf(m.Line, envoyDuplicateKey(parentPath, joined), "%s", duplicateMsg(key, value, prev))
 		return
 	}
 	nd := &node{key: key, value: value, line: m.Line, pattern: strings.Contains(value, "*")}
 	lvl.add(joined, nd)
 	if share && !nd.pattern {
-		p.errorf(shareLine, "share_threshold needs a value with '*', got %q", value)
+		p.envoyErrorf(shareLine, fmt.Sprintf("share_threshold can only be used with wildcard values (containing '*'), but found key '%s'", joined),
+			"share_threshold needs a value with '*', got %q", value)
 	}
 	path := parentPath + "|" + EscapePath(key)
 	if value != "" {
@@ -670,7 +697,7 @@ func (p *parser) rateLimit(n *yaml.Node, line int, lim *Limit) *Limit {
 	case lim.Unlimited:
 		// As envoyproxy/ratelimit: a valid unit is a mistake, an invalid one is ignored.
 		if valid {
-			p.errorf(nodes["unit"].Line, "unit must not be set when unlimited is true")
+			p.envoyErrorf(nodes["unit"].Line, "should not specify rate limit unit when unlimited", "unit must not be set when unlimited is true")
 		}
 		for _, k := range []string{"algorithm", "burst", "delay", "buckets"} {
 			if nodes[k] != nil {
@@ -679,9 +706,9 @@ func (p *parser) rateLimit(n *yaml.Node, line int, lim *Limit) *Limit {
 		}
 		return lim
 	case nodes["unit"] == nil:
-		p.errorf(line, "rate_limit has no unit (want second, minute, hour, day, week, month or year)")
+		p.envoyErrorf(line, "invalid rate limit unit ''", "rate_limit has no unit (want second, minute, hour, day, week, month or year)")
 	case !valid:
-		p.errorf(nodes["unit"].Line, "invalid unit %q (want second, minute, hour, day, week, month or year)", unit)
+		p.envoyErrorf(nodes["unit"].Line, fmt.Sprintf("invalid rate limit unit '%s'", unit), "invalid unit %q (want second, minute, hour, day, week, month or year)", unit)
 	}
 	lim.Unit = u
 	if params, known := algorithms[algo]; known {
@@ -738,7 +765,7 @@ func (p *parser) replaces(n *yaml.Node, lim *Limit) {
 			return
 		}
 		if item.Kind != yaml.MappingNode {
-			p.errorf(item.Line, "a replaces entry must be a mapping with a name, got %s", kindOf(item))
+			p.envoyErrorf(item.Line, envoyNonMap(item), "a replaces entry must be a mapping with a name, got %s", kindOf(item))
 			continue
 		}
 		var name string
@@ -747,12 +774,12 @@ func (p *parser) replaces(n *yaml.Node, lim *Limit) {
 		})
 		switch {
 		case name == "":
-			p.errorf(item.Line, "replaces entry has no name")
+			p.envoyErrorf(item.Line, "should not have an empty replaces entry", "replaces entry has no name")
 		case name == lim.Name:
-			p.errorf(item.Line, "replaces names the rate_limit's own name %q", name)
+			p.envoyErrorf(item.Line, "replaces should not contain name of same descriptor", "replaces names the rate_limit's own name %q", name)
 		default:
 			lim.Replaces = append(lim.Replaces, name)
-			p.refs = append(p.refs, ref{name, item.Line})
+			p.refs = append(p.refs, ref{name, item.Line, p.file})
 		}
 	}
 }
@@ -795,4 +822,49 @@ func (p *parser) validate(r ratelimit.Rule) error {
 	}
 	_, err := ratelimit.New(p.mem, r)
 	return err
+}
+
+// envoyproxy/ratelimit's texts for the problems it reports (its
+// config_impl.go), kept in Error.Envoy.
+const envoyEmptyDomain = "config file cannot have empty domain"
+
+// envoyKeys are the keys envoyproxy/ratelimit accepts anywhere in a file
+// (its validKeys); others are its "unknown key".
+var envoyKeys = map[string]bool{
+	"domain": true, "key": true, "value": true, "descriptors": true, "rate_limit": true, "unit": true,
+	"requests_per_unit": true, "unlimited": true, "shadow_mode": true, "quota_mode": true, "name": true,
+	"replaces": true, "detailed_metric": true, "value_to_metric": true, "share_threshold": true, "metadata": true,
+}
+
+// envoyNonMap is envoyproxy/ratelimit's text for item, a list element that
+// is not a mapping.
+func envoyNonMap(item *yaml.Node) string {
+	v := item.Value
+	if item.Kind != yaml.ScalarNode {
+		v = kindOf(item)
+	}
+	return "config error, yaml file contains list of type other than map: " + v
+}
+
+// envoyDuplicateKey is envoyproxy/ratelimit's text for a descriptor joined
+// (key_value) given twice under parentPath (a Limit.Path): its composite key
+// is the domain and the joined keys, separated by '.'.
+func envoyDuplicateKey(parentPath, joined string) string {
+	return fmt.Sprintf("duplicate descriptor composite key '%s'", envoyCompositeKey(parentPath)+"."+joined)
+}
+
+// envoyCompositeKey turns a Path into envoyproxy/ratelimit's form:
+// "domain.key_value.key".
+func envoyCompositeKey(path string) string {
+	parts := strings.Split(path, "|")
+	for i, s := range parts {
+		if strings.Contains(s, "%") {
+			parts[i] = strings.NewReplacer("%7C", "|", "%25", "%").Replace(s)
+		}
+	}
+	return strings.Join(parts, ".")
+}
+
+func unknownNameMsg(name, domain string) string {
+	return fmt.Sprintf("replaces names %q, but no rate_limit of domain %q has that name", name, domain)
 }

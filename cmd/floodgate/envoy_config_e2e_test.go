@@ -1,0 +1,72 @@
+package main
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/floodgate-dev/floodgate/internal/testenv"
+)
+
+// Tests of `floodgate serve --compat envoy` with MERGE_DOMAIN_CONFIG,
+// RESPONSE_DYNAMIC_METADATA and envoy's configuration error texts; the
+// expected values are envoyproxy/ratelimit's (f2fb157): test/config and
+// test/service/ratelimit_test.go.
+
+const (
+	envoyMergeKey1 = "domain: test-domain\ndescriptors:\n  - key: key1\n    value: value1\n    rate_limit: {unit: minute, requests_per_unit: 10}\n    metadata: {name: service_1}\n"
+	envoyMergeKey2 = "domain: test-domain\ndescriptors:\n  - key: key2\n    value: value2\n    rate_limit: {unit: minute, requests_per_unit: 20}\n"
+)
+
+// addRuntimeFile writes one more file to the runtime directory root (as
+// envoyRuntime lays it out).
+func addRuntimeFile(t *testing.T, root, name, content string) {
+	t.Helper()
+	if err := os.WriteFile(filepath.Join(root, "ratelimit", "config", name), []byte(content), 0o644); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestEnvoyCompatMergeDomainAndDynamicMetadata(t *testing.T) {
+	r := testenv.NewRedis(t)
+	root := envoyRuntime(t, envoyMergeKey1)
+	addRuntimeFile(t, root, "config2.yaml", envoyMergeKey2)
+	s := startEnvoyCompat(t, r, root, "MERGE_DOMAIN_CONFIG=true", "RESPONSE_DYNAMIC_METADATA=true")
+	avoidWindowEdge(time.Minute, 3*time.Second)
+	// TestDomainMerge: both files' limits serve test-domain.
+	resp := s.mustRL(request("test-domain", entries("key1", "value1"), entries("key2", "value2")))
+	checkResponse(t, "merged", resp, ok(10, minute, 9), ok(20, minute, 19))
+	// dynamic_metadata: domain, descriptors, the passed limits' metadata.
+	md := resp.GetDynamicMetadata().AsMap()
+	if md["domain"] != "test-domain" {
+		t.Errorf("dynamic_metadata domain: %v", md)
+	}
+	if m, _ := md["metadata"].(map[string]any); m["name"] != "service_1" {
+		t.Errorf("dynamic_metadata metadata: %v", md)
+	}
+	if ds, _ := md["descriptors"].([]any); len(ds) != 2 {
+		t.Errorf("dynamic_metadata descriptors: %v", md)
+	}
+}
+
+func TestEnvoyCompatDuplicateDomain(t *testing.T) {
+	r := testenv.NewRedis(t)
+	root := envoyRuntime(t, envoyMergeKey1)
+	addRuntimeFile(t, root, "config2.yaml", envoyMergeKey2)
+	// Without MERGE_DOMAIN_CONFIG: envoy's error, and envoy starts without
+	// a configuration.
+	s := startEnvoyCompat(t, r, root)
+	s.waitLog(10*time.Second, "duplicate domain 'test-domain' in config file")
+	if _, err := s.rl(request("test-domain", entries("key1", "value1"))); err == nil || !strings.Contains(err.Error(), "no rate limit configuration loaded") {
+		t.Errorf("duplicate domain: %v, want no configuration", err)
+	}
+
+	// MERGE_DOMAIN_CONFIG with one key in both files
+	// (TestDuplicateKeyDomainMerge).
+	root2 := envoyRuntime(t, envoyMergeKey1)
+	addRuntimeFile(t, root2, "config2.yaml", envoyMergeKey1)
+	s2 := startEnvoyCompat(t, r, root2, "MERGE_DOMAIN_CONFIG=true")
+	s2.waitLog(10*time.Second, "duplicate descriptor composite key 'test-domain.key1_value1'")
+}
