@@ -13,6 +13,7 @@ import (
 	"os"
 	"os/signal"
 	"runtime/debug"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -20,6 +21,7 @@ import (
 	"github.com/floodgate-dev/floodgate/backend"
 	"github.com/floodgate-dev/floodgate/server"
 	"github.com/floodgate-dev/floodgate/server/config"
+	"github.com/floodgate-dev/floodgate/server/envoystats"
 )
 
 const serveUsage = `Usage: floodgate serve --config FILE|DIR [flags]
@@ -200,6 +202,20 @@ func runServe(args []string, stdout, stderr io.Writer) int {
 		return exitFailure
 	}
 	defer closer.Close()
+	if envoy != nil && envoy.stats != nil {
+		// envoyproxy/ratelimit's stats to StatsD; closed (a last flush)
+		// after the server has stopped.
+		o := *envoy.stats
+		o.NearLimitRatio, o.Logger = envoy.nearLimitRatio, logger
+		es, err := envoystats.New(o)
+		if err != nil {
+			fmt.Fprintf(stderr, "floodgate serve: envoy compatibility: stats: %v\n", err)
+			return exitFailure
+		}
+		defer es.Close()
+		svcOpts.EnvoyStats = es
+		logger.Info("envoy compatibility: stats to StatsD", "address", net.JoinHostPort(o.Host, strconv.Itoa(o.Port)), "dogstatsd", o.DogStatsD, "flush_interval", o.FlushInterval.String())
+	}
 
 	srv, err := server.New(server.Config{
 		ConfigPath: *cfgPath,
@@ -213,6 +229,7 @@ func runServe(args []string, stdout, stderr io.Writer) int {
 			Breaker:        server.BreakerOptions{Failures: *brkFailures, Cooldown: *brkCooldown},
 			NearLimitRatio: svcOpts.NearLimitRatio,
 			Envoy:          svcOpts.Envoy,
+			EnvoyStats:     svcOpts.EnvoyStats,
 		},
 		Token:           token,
 		TLSCertFile:     *tlsCert,
