@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/floodgate-dev/floodgate/server"
+	"github.com/floodgate-dev/floodgate/server/envoystats"
 )
 
 // envoyproxy/ratelimit's environment variables (src/settings/settings.go at
@@ -81,14 +82,14 @@ var envoyEnvVars = []envoyEnvVar{
 	{"XDS_CLIENT_BACKOFF_RANDOM_FACTOR", envIgnored, "xDS: not yet"},
 	{"XDS_CLIENT_BACKOFF_JITTER", envIgnored, "xDS: not yet"},
 	{"XDS_CLIENT_MAX_MSG_SIZE_IN_BYTES", envIgnored, "xDS: not yet"},
-	{"USE_DOG_STATSD", envIgnored, "StatsD: not yet; Prometheus metrics at /metrics"},
-	{"USE_DOG_STATSD_MOGRIFIERS", envIgnored, "StatsD: not yet"},
-	{"USE_STATSD", envIgnored, "StatsD: not yet; Prometheus metrics at /metrics"},
-	{"STATSD_HOST", envIgnored, "StatsD: not yet"},
-	{"STATSD_PORT", envIgnored, "StatsD: not yet"},
-	{"EXTRA_TAGS", envIgnored, "StatsD: not yet"},
-	{"STATS_FLUSH_INTERVAL", envIgnored, "StatsD: not yet"},
-	{"DISABLE_STATS", envIgnored, "Prometheus metrics are always served at /metrics"},
+	{"USE_DOG_STATSD", envHonoured, "envoy's stats as DogStatsD over UDP, EXTRA_TAGS as tags (needs USE_STATSD=false, as envoy)"},
+	{"USE_DOG_STATSD_MOGRIFIERS", envIgnored, "DogStatsD mogrifiers are not supported: names are sent as envoy names them"},
+	{"USE_STATSD", envHonoured, "envoy's stats over StatsD (true by default, as envoy; TCP, or UDP with gostats' STATSD_PROTOCOL=udp); Prometheus metrics stay at /metrics"},
+	{"STATSD_HOST", envHonoured, "the StatsD host"},
+	{"STATSD_PORT", envHonoured, "the StatsD port"},
+	{"EXTRA_TAGS", envHonoured, "k1:v1,k2:v2: tags on every stat (in the name for StatsD, as gostats writes them)"},
+	{"STATS_FLUSH_INTERVAL", envHonoured, "how often counter deltas are sent"},
+	{"DISABLE_STATS", envHonoured, "no StatsD; Prometheus metrics are still served at /metrics"},
 	{"USE_PROMETHEUS", envIgnored, "Prometheus metrics are always served at /metrics on the HTTP address, under floodgate's names"},
 	{"PROMETHEUS_ADDR", envIgnored, "see USE_PROMETHEUS"},
 	{"PROMETHEUS_PATH", envIgnored, "see USE_PROMETHEUS"},
@@ -187,8 +188,9 @@ type envoySettings struct {
 	flags            map[string]string
 	envoy            server.EnvoyOptions
 	nearLimitRatio   float64
-	redisPassword    string // REDIS_AUTH's password; never logged
-	sentinelPassword string // REDIS_SENTINEL_AUTH
+	redisPassword    string              // REDIS_AUTH's password; never logged
+	sentinelPassword string              // REDIS_SENTINEL_AUTH
+	stats            *envoystats.Options // StatsD for envoy's stats; nil for none
 	notices          []string
 }
 
@@ -327,6 +329,7 @@ func readEnvoyEnv(lookup func(string) (string, bool)) (*envoySettings, error) {
 		DynamicMetadata:             boolean("RESPONSE_DYNAMIC_METADATA", false),
 		MergeDomainConfig:           boolean("MERGE_DOMAIN_CONFIG", false),
 	}
+	es.stats = readEnvoyStats(lookup, boolean, bad)
 	if firstErr != nil {
 		return nil, firstErr
 	}
