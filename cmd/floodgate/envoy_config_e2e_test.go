@@ -70,3 +70,24 @@ func TestEnvoyCompatDuplicateDomain(t *testing.T) {
 	s2 := startEnvoyCompat(t, r, root2, "MERGE_DOMAIN_CONFIG=true")
 	s2.waitLog(10*time.Second, "duplicate descriptor composite key 'test-domain.key1_value1'")
 }
+
+// TestReadEnvoySentinelAuth: REDIS_SENTINEL_AUTH is read as envoy's
+// driver_impl.go reads it: "user:password" is split at the first ':', the
+// password going to the Sentinels; without ':', all of it is the password.
+func TestReadEnvoySentinelAuth(t *testing.T) {
+	for auth, want := range map[string]string{
+		"s3cret":           "s3cret",
+		"sentinel:s3cret":  "s3cret",
+		"sentinel:s3:cret": "s3:cret",
+		":s3cret":          "s3cret",
+	} {
+		es, err := readEnvoyEnv(lookupOf(map[string]string{
+			"REDIS_TYPE": "sentinel", "REDIS_URL": "mymaster,127.0.0.1:26379", "REDIS_SENTINEL_AUTH": auth}))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if es.sentinelPassword != want {
+			t.Errorf("REDIS_SENTINEL_AUTH=%q: Sentinel password %q, want %q", auth, es.sentinelPassword, want)
+		}
+	}
+}

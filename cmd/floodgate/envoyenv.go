@@ -131,7 +131,7 @@ var envoyEnvVars = []envoyEnvVar{
 	{"REDIS_PERSECOND_POOL_SIZE", envIgnored, "see REDIS_PERSECOND"},
 	{"REDIS_PERSECOND_AUTH", envIgnored, "see REDIS_PERSECOND"},
 	{"REDIS_PERSECOND_TLS", envIgnored, "see REDIS_PERSECOND"},
-	{"REDIS_SENTINEL_AUTH", envHonoured, "the Sentinels' password, never logged"},
+	{"REDIS_SENTINEL_AUTH", envHonoured, "the Sentinels' password ([user:]password: the part after the first ':'), never logged"},
 	{"REDIS_PERSECOND_SENTINEL_AUTH", envIgnored, "see REDIS_PERSECOND"},
 	{"REDIS_PERSECOND_PIPELINE_WINDOW", envIgnored, "see REDIS_PERSECOND"},
 	{"REDIS_PERSECOND_PIPELINE_LIMIT", envIgnored, "see REDIS_PERSECOND"},
@@ -294,7 +294,15 @@ func readEnvoyEnv(lookup func(string) (string, bool)) (*envoySettings, error) {
 		}
 	}
 	es.flags["redis"] = url
-	es.sentinelPassword = get("REDIS_SENTINEL_AUTH", "")
+	// envoyproxy/ratelimit splits REDIS_SENTINEL_AUTH at its first ':' into
+	// a user and a password, as REDIS_AUTH; the Sentinels get the password.
+	if auth := get("REDIS_SENTINEL_AUTH", ""); auth != "" {
+		_, pass, hasUser := strings.Cut(auth, ":")
+		if !hasUser {
+			pass = auth
+		}
+		es.sentinelPassword = pass
+	}
 	if v, ok := lookup("REDIS_TIMEOUT"); ok && v != "" {
 		d, err := time.ParseDuration(v)
 		if err != nil || d <= 0 {
