@@ -287,8 +287,8 @@ func TestEnvoyCompatRefusedAndIgnoredVariables(t *testing.T) {
 		t.Errorf("BACKEND_TYPE=memcache: %v, %s; want a start-up error naming BACKEND_TYPE", err, out)
 	}
 	r := testenv.NewRedis(t)
-	s := startEnvoyCompat(t, r, envoyRuntime(t, envoyTestConfig), "USE_STATSD=true", "REDIS_AUTH=")
-	s.waitLog(10*time.Second, "USE_STATSD", "ignored")
+	s := startEnvoyCompat(t, r, envoyRuntime(t, envoyTestConfig), "USE_DOG_STATSD_MOGRIFIERS=HITS", "REDIS_AUTH=")
+	s.waitLog(10*time.Second, "USE_DOG_STATSD_MOGRIFIERS", "ignored")
 }
 
 // execServe is `floodgate serve --compat envoy` with env added.

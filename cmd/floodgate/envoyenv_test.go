@@ -123,14 +123,14 @@ func TestReadEnvoyEnvRefusesAndNotices(t *testing.T) {
 			t.Errorf("%v: error %v, want one naming %s", env, err, name)
 		}
 	}
-	es, err := readEnvoyEnv(lookupOf(map[string]string{"USE_STATSD": "true", "REDIS_POOL_SIZE": "20",
+	es, err := readEnvoyEnv(lookupOf(map[string]string{"USE_DOG_STATSD_MOGRIFIERS": "HITS", "REDIS_POOL_SIZE": "20",
 		"SHADOW_MODE": "true", "QUOTA_MODE": "1", "STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT": "true",
 		"LIMIT_RESPONSE_HEADERS_ENABLED": "true", "NEAR_LIMIT_RATIO": "0.9", "HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED": "true"}))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(es.notices) != 2 || !strings.HasPrefix(es.notices[0], "REDIS_POOL_SIZE") || !strings.HasPrefix(es.notices[1], "USE_STATSD") {
-		t.Errorf("notices %q, want REDIS_POOL_SIZE's and USE_STATSD's", es.notices)
+	if len(es.notices) != 2 || !strings.HasPrefix(es.notices[0], "REDIS_POOL_SIZE") || !strings.HasPrefix(es.notices[1], "USE_DOG_STATSD_MOGRIFIERS") {
+		t.Errorf("notices %q, want REDIS_POOL_SIZE's and USE_DOG_STATSD_MOGRIFIERS'", es.notices)
 	}
 	e := es.envoy
 	if !e.Enabled || !e.ShadowMode || !e.QuotaMode || !e.StopIncrementWhenOverLimit || !e.ResponseHeaders || !e.HealthyWithAtLeastOneConfig || es.nearLimitRatio != 0.9 {

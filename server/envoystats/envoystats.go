@@ -175,7 +175,7 @@ func (s *Stats) Flush() {
 }
 
 // Close stops the flushing, after a last flush (waiting for it at most a
-// few seconds: a StatsD that cannot be reached does not hold up a shutdown).
+// second: a StatsD that cannot be reached does not hold up a shutdown).
 func (s *Stats) Close() error {
 	if s == nil {
 		return nil
@@ -184,7 +184,7 @@ func (s *Stats) Close() error {
 		s.stop()
 		select {
 		case <-s.done:
-		case <-time.After(3 * time.Second):
+		case <-time.After(time.Second):
 		}
 		s.close()
 	})
