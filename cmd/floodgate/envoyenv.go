@@ -61,8 +61,8 @@ var envoyEnvVars = []envoyEnvVar{
 	{"GRPC_SERVER_USE_TLS", envRefused, "true is refused (it would serve plaintext): use --tls-cert and --tls-key, TLS on both APIs"},
 	{"GRPC_SERVER_TLS_CERT", envIgnored, "see GRPC_SERVER_USE_TLS"},
 	{"GRPC_SERVER_TLS_KEY", envIgnored, "see GRPC_SERVER_USE_TLS"},
-	{"GRPC_CLIENT_TLS_CACERT", envIgnored, "client certificate verification: not yet"},
-	{"GRPC_CLIENT_TLS_SAN", envIgnored, "see GRPC_CLIENT_TLS_CACERT"},
+	{"GRPC_CLIENT_TLS_CACERT", envHonoured, "--tls-client-ca (with --tls-cert: both APIs require client certificates)"},
+	{"GRPC_CLIENT_TLS_SAN", envHonoured, "--tls-client-san"},
 	{"LOG_LEVEL", envHonoured, "--log-level (trace → debug; fatal, panic → error)"},
 	{"LOG_FORMAT", envHonoured, "--log-format (text, json)"},
 	{"CONFIG_TYPE", envRefused, "FILE is honoured; GRPC_XDS_SOTW (xDS) is refused: not yet"},
@@ -117,10 +117,10 @@ var envoyEnvVars = []envoyEnvVar{
 	{"REDIS_POOL_SIZE", envIgnored, "floodgate's client pipelines on few connections"},
 	{"REDIS_AUTH", envHonoured, "the Redis password ([user:]password), never logged"},
 	{"REDIS_TLS", envHonoured, "rediss:// (system roots)"},
-	{"REDIS_TLS_CLIENT_CERT", envIgnored, "Redis client certificates: not yet"},
-	{"REDIS_TLS_CLIENT_KEY", envIgnored, "Redis client certificates: not yet"},
-	{"REDIS_TLS_CACERT", envIgnored, "a Redis CA file: not yet (system roots)"},
-	{"REDIS_TLS_SKIP_HOSTNAME_VERIFICATION", envIgnored, "not yet"},
+	{"REDIS_TLS_CLIENT_CERT", envHonoured, "--redis-tls-cert"},
+	{"REDIS_TLS_CLIENT_KEY", envHonoured, "--redis-tls-key"},
+	{"REDIS_TLS_CACERT", envHonoured, "--redis-tls-ca (besides the system roots)"},
+	{"REDIS_TLS_SKIP_HOSTNAME_VERIFICATION", envHonoured, "--redis-tls-insecure-skip-verify (the chain is still verified)"},
 	{"REDIS_PIPELINE_WINDOW", envIgnored, "floodgate's client pipelines by itself"},
 	{"REDIS_PIPELINE_LIMIT", envIgnored, "floodgate's client pipelines by itself"},
 	{"REDIS_CLUSTER_PIPELINE_PARALLELISM", envIgnored, "floodgate's client pipelines by itself"},
@@ -294,6 +294,20 @@ func readEnvoyEnv(lookup func(string) (string, bool)) (*envoySettings, error) {
 		}
 	}
 	es.flags["redis"] = url
+	for name, flag := range map[string]string{
+		"REDIS_TLS_CACERT":       "redis-tls-ca",
+		"REDIS_TLS_CLIENT_CERT":  "redis-tls-cert",
+		"REDIS_TLS_CLIENT_KEY":   "redis-tls-key",
+		"GRPC_CLIENT_TLS_CACERT": "tls-client-ca",
+		"GRPC_CLIENT_TLS_SAN":    "tls-client-san",
+	} {
+		if v := get(name, ""); v != "" {
+			es.flags[flag] = v
+		}
+	}
+	if boolean("REDIS_TLS_SKIP_HOSTNAME_VERIFICATION", false) {
+		es.flags["redis-tls-insecure-skip-verify"] = "true"
+	}
 	// envoyproxy/ratelimit splits REDIS_SENTINEL_AUTH at its first ':' into
 	// a user and a password, as REDIS_AUTH; the Sentinels get the password.
 	if auth := get("REDIS_SENTINEL_AUTH", ""); auth != "" {

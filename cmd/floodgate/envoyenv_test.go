@@ -84,6 +84,12 @@ func TestReadEnvoyEnv(t *testing.T) {
 			map[string]string{"redis": "redis+sentinel://alice@s1:26379,s2:26379/mymaster", "grpc-addr": "unix:/run/rl.sock"}, "pw"},
 		{map[string]string{"REDIS_SOCKET_TYPE": "tcp", "REDIS_TYPE": "CLUSTER", "REDIS_URL": "a:7000,b:7001", "REDIS_TLS": "true"},
 			map[string]string{"redis": "rediss+cluster://a:7000,b:7001"}, ""},
+		{map[string]string{"REDIS_SOCKET_TYPE": "tcp", "REDIS_URL": "r:6380", "REDIS_TLS": "true",
+			"REDIS_TLS_CACERT": "/ca.pem", "REDIS_TLS_CLIENT_CERT": "/c.pem", "REDIS_TLS_CLIENT_KEY": "/k.pem",
+			"REDIS_TLS_SKIP_HOSTNAME_VERIFICATION": "true", "GRPC_CLIENT_TLS_CACERT": "/clients.pem", "GRPC_CLIENT_TLS_SAN": "envoy.local"},
+			map[string]string{"redis": "rediss://r:6380", "redis-tls-ca": "/ca.pem", "redis-tls-cert": "/c.pem",
+				"redis-tls-key": "/k.pem", "redis-tls-insecure-skip-verify": "true", "tls-client-ca": "/clients.pem",
+				"tls-client-san": "envoy.local"}, ""},
 	}
 	for _, tc := range tests {
 		es, err := readEnvoyEnv(lookupOf(tc.env))
