@@ -182,7 +182,7 @@ func (e *bodyError) Error() string {
 
 func (h *httpAPI) json(w http.ResponseWriter, r *http.Request) {
 	start := time.Now()
-	code := h.serveJSON(w, r)
+	code := h.traceHTTP(spanJSON, w, r, h.serveJSON)
 	if m := h.s.opts.Metrics; m != nil {
 		m.request("json", code, time.Since(start))
 	}
@@ -209,7 +209,7 @@ func (h *httpAPI) decideJSON(w http.ResponseWriter, r *http.Request, fail func(h
 	if err != nil {
 		return fail(w, err)
 	}
-	out, err := h.s.Decide(r.Context(), in)
+	out, err := h.s.Decide(h.s.traceRequest(r.Context(), in), in)
 	if err != nil {
 		return fail(w, err)
 	}
@@ -295,7 +295,7 @@ type CheckDecision struct {
 
 func (h *httpAPI) check(w http.ResponseWriter, r *http.Request) {
 	start := time.Now()
-	code := h.serveCheck(w, r)
+	code := h.traceHTTP(spanCheck, w, r, h.serveCheck)
 	if m := h.s.opts.Metrics; m != nil {
 		m.request("check", code, time.Since(start))
 	}
@@ -318,7 +318,7 @@ func (h *httpAPI) serveCheck(w http.ResponseWriter, r *http.Request) string {
 	for i, es := range cr.Descriptors {
 		in.Descriptors[i] = Descriptor{Entries: es, Cost: cost}
 	}
-	out, err := h.s.Decide(r.Context(), in)
+	out, err := h.s.Decide(h.s.traceRequest(r.Context(), in), in)
 	if err != nil {
 		return h.error(w, err)
 	}

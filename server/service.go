@@ -191,6 +191,8 @@ type Options struct {
 	// under its names (envoystats_hooks.go); Prometheus metrics are counted
 	// as usual either way.
 	EnvoyStats *envoystats.Stats
+	// Tracing turns on OpenTelemetry spans (tracing.go); off when zero.
+	Tracing TracingOptions
 }
 
 // Service decides rate limit requests against a configuration on a backend.
@@ -256,6 +258,7 @@ func NewService(b backend.Backend, opts Options) (*Service, error) {
 	if opts.Logger == nil {
 		opts.Logger = slog.New(slog.DiscardHandler)
 	}
+	opts.Tracing.init()
 	rb, remote := b.(*backend.Redis)
 	s := &Service{b: b, opts: opts, remote: remote, log: opts.Logger}
 	s.failLog = newLogLimiter(opts.Logger, time.Second)
@@ -622,6 +625,13 @@ const maxStateKey = 512
 // A caller that cancels (goes away) says nothing about the store: its call
 // counts neither as a failure nor as a success.
 func (s *Service) allow(ctx context.Context, reqs []ratelimit.Request, results []ratelimit.Result) (bool, error) {
+	if s.opts.Tracing.tracer != nil {
+		return s.allowTraced(ctx, reqs, results) // tracing.go: under a store span
+	}
+	return s.allowStore(ctx, reqs, results)
+}
+
+func (s *Service) allowStore(ctx context.Context, reqs []ratelimit.Request, results []ratelimit.Result) (bool, error) {
 	if !s.remote {
 		return allowAll(ctx, reqs, results)
 	}
