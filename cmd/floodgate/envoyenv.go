@@ -157,12 +157,12 @@ var envoyEnvVars = []envoyEnvVar{
 	{"QUOTA_MODE", envHonoured, "global quota mode"},
 	{"RESPONSE_DYNAMIC_METADATA", envHonoured, "dynamic_metadata on the response: domain, descriptors, hitsAddend, the passed limits' metadata"},
 	{"MERGE_DOMAIN_CONFIG", envHonoured, "files of one domain merge (their top-level descriptors join; one in two files is an error)"},
-	{"TRACING_ENABLED", envIgnored, "tracing: not yet"},
-	{"TRACING_SERVICE_NAME", envIgnored, "tracing: not yet"},
-	{"TRACING_SERVICE_NAMESPACE", envIgnored, "tracing: not yet"},
-	{"TRACING_SERVICE_INSTANCE_ID", envIgnored, "tracing: not yet"},
-	{"TRACING_EXPORTER_PROTOCOL", envIgnored, "tracing: not yet"},
-	{"TRACING_SAMPLING_RATE", envIgnored, "tracing: not yet"},
+	{"TRACING_ENABLED", envHonoured, "--tracing (OTLP; the endpoint from OTEL_EXPORTER_OTLP_*, as envoy)"},
+	{"TRACING_SERVICE_NAME", envHonoured, "--tracing-service-name (RateLimit by default, as envoy)"},
+	{"TRACING_SERVICE_NAMESPACE", envHonoured, "--tracing-service-namespace"},
+	{"TRACING_SERVICE_INSTANCE_ID", envHonoured, "--tracing-service-instance-id (a random UUID by default)"},
+	{"TRACING_EXPORTER_PROTOCOL", envHonoured, "--tracing-protocol (http or grpc)"},
+	{"TRACING_SAMPLING_RATE", envHonoured, "--tracing-sampling-rate (0 to 1; beyond, clamped)"},
 }
 
 // Envoy's defaults that floodgate applies in envoy compatibility mode.
@@ -352,6 +352,7 @@ func readEnvoyEnv(lookup func(string) (string, bool)) (*envoySettings, error) {
 		MergeDomainConfig:           boolean("MERGE_DOMAIN_CONFIG", false),
 	}
 	es.stats = readEnvoyStats(lookup, boolean, bad)
+	readEnvoyTracing(es.flags, get, boolean, bad)
 	if firstErr != nil {
 		return nil, firstErr
 	}
@@ -427,4 +428,37 @@ func withUser(url, user string) string {
 		return url
 	}
 	return scheme + "://" + user + "@" + rest
+}
+
+// readEnvoyTracing maps envoy's TRACING_* variables to serve's tracing
+// flags; they apply only with TRACING_ENABLED=true.
+func readEnvoyTracing(flags map[string]string, get func(string, string) string, boolean func(string, bool) bool, bad func(string, string, ...any)) {
+	if !boolean("TRACING_ENABLED", false) {
+		return
+	}
+	flags["tracing"] = "true"
+	flags["tracing-service-name"] = get("TRACING_SERVICE_NAME", "RateLimit")
+	if v := get("TRACING_SERVICE_NAMESPACE", ""); v != "" {
+		flags["tracing-service-namespace"] = v
+	}
+	if v := get("TRACING_SERVICE_INSTANCE_ID", ""); v != "" {
+		flags["tracing-service-instance-id"] = v
+	}
+	switch v := strings.ToLower(get("TRACING_EXPORTER_PROTOCOL", "http")); v {
+	case "http", "grpc":
+		flags["tracing-protocol"] = v
+	case "":
+		flags["tracing-protocol"] = "http"
+	default:
+		bad("TRACING_EXPORTER_PROTOCOL", "%q is not http or grpc", v)
+	}
+	if v := get("TRACING_SAMPLING_RATE", ""); v != "" {
+		f, err := strconv.ParseFloat(v, 64)
+		if err != nil {
+			bad("TRACING_SAMPLING_RATE", "%q is not a number", v)
+			return
+		}
+		// envoy samples always at 1 or more, never at 0 or less.
+		flags["tracing-sampling-rate"] = strconv.FormatFloat(min(max(f, 0), 1), 'g', -1, 64)
+	}
 }

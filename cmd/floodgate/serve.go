@@ -94,8 +94,17 @@ func runServe(args []string, stdout, stderr io.Writer) int {
 		logFormat     = fs.String("log-format", "text", "log format: text or json")
 		logLevel      = fs.String("log-level", "info", "log level: debug, info, warn or error")
 		compat        = fs.String("compat", "", "compatibility `mode`: envoy selects envoyproxy/ratelimit's behaviour and reads its environment variables (also $FLOODGATE_COMPAT); empty for floodgate's own")
+		tracing       tracingFlags
 		debugAddr     = fs.String("debug-addr", "", "`address` of a profiling endpoint (/debug/pprof/, Go's net/http/pprof); empty for none. Loopback only, unless a token is set, which it then requires too")
 	)
+	fs.BoolVar(&tracing.enabled, "tracing", false, "export OpenTelemetry spans over OTLP, to the endpoint of $OTEL_EXPORTER_OTLP_ENDPOINT (or the exporter's default); the other OTEL_EXPORTER_OTLP_* variables are honoured too")
+	fs.StringVar(&tracing.endpoint, "otlp-endpoint", "", "OTLP collector `URL` (http://host:4318, or http://host:4317 with --tracing-protocol grpc); implies --tracing")
+	fs.StringVar(&tracing.protocol, "tracing-protocol", "", "OTLP `protocol`: http or grpc (default $OTEL_EXPORTER_OTLP_PROTOCOL, else http)")
+	fs.Float64Var(&tracing.samplingRate, "tracing-sampling-rate", 1, "share of the traces this server starts that are sampled, 0 to 1; a caller's traceparent decides for its own")
+	fs.StringVar(&tracing.serviceName, "tracing-service-name", "", "service.name of the spans (default $OTEL_SERVICE_NAME, else floodgate)")
+	fs.StringVar(&tracing.serviceNamespace, "tracing-service-namespace", "", "service.namespace of the spans")
+	fs.StringVar(&tracing.instanceID, "tracing-service-instance-id", "", "service.instance.id of the spans (default a random UUID)")
+	fs.BoolVar(&tracing.descriptorValues, "tracing-descriptor-values", false, "record the descriptors' entries (key=value, possibly user data) on the spans")
 	help := fmt.Sprintf(serveUsage, flagDefaults(fs))
 	rest, code, done := parse(fs, args, true, help, stdout, stderr)
 	if done {
@@ -177,6 +186,22 @@ func runServe(args []string, stdout, stderr io.Writer) int {
 	if (redisPass != "" || sentinelPass != "") && *redisURL == "" {
 		return usageError(stderr, "floodgate serve", "a Redis password is given but no --redis URL")
 	}
+	tp, err := newTracerProvider(context.Background(), &tracing, os.Getenv)
+	if err != nil {
+		return usageError(stderr, "floodgate serve", err.Error())
+	}
+	if tp != nil {
+		defer func() {
+			// The last spans are sent before exit, for at most five seconds.
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			defer cancel()
+			if err := tp.Shutdown(ctx); err != nil {
+				logger.Warn("tracing: spans not sent at exit", "error", err)
+			}
+		}()
+		svcOpts.Tracing = server.TracingOptions{Provider: tp, DescriptorValues: tracing.descriptorValues}
+		logger.Info("tracing: OpenTelemetry spans over OTLP", "sampling_rate", tracing.samplingRate)
+	}
 	var debugLn net.Listener
 	if *debugAddr != "" {
 		// Before the store and the listeners: a refused address is a usage
@@ -230,6 +255,7 @@ func runServe(args []string, stdout, stderr io.Writer) int {
 			NearLimitRatio: svcOpts.NearLimitRatio,
 			Envoy:          svcOpts.Envoy,
 			EnvoyStats:     svcOpts.EnvoyStats,
+			Tracing:        svcOpts.Tracing,
 		},
 		Token:           token,
 		TLSCertFile:     *tlsCert,
