@@ -6,6 +6,7 @@ require (
 	github.com/DataDog/datadog-go/v5 v5.9.1
 	github.com/anishathalye/porcupine v1.3.1
 	github.com/cespare/xxhash/v2 v2.3.0
+	github.com/coocood/freecache v1.2.7
 	github.com/envoyproxy/go-control-plane/envoy v1.40.0
 	github.com/go-sql-driver/mysql v1.10.1
 	github.com/go-zookeeper/zk v1.0.4

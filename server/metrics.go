@@ -37,6 +37,8 @@ import (
 //	floodgate_memory_max_bytes                             the bound (--memory-max-bytes); -1 for none
 //	floodgate_memory_evictions_total{reason}               rate limit states forgotten: expired, lru
 //	floodgate_memory_swept_total                           expired entries the janitor removed
+//	floodgate_local_cache_hits_total                       descriptors answered OVER_LIMIT by the local over-limit cache (--local-cache-bytes)
+//	floodgate_local_cache_entries                          descriptors it holds
 type Metrics struct {
 	Registry *prometheus.Registry
 
@@ -58,6 +60,7 @@ type Metrics struct {
 	configLoaded      prometheus.Gauge
 	breakerOpen       prometheus.GaugeFunc
 	memory            bool // the memory backend's collector is registered
+	localCacheHits    prometheus.Counter
 }
 
 // NewMetrics returns the metrics in a registry of their own, with the Go

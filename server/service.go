@@ -191,6 +191,11 @@ type Options struct {
 	// under its names (envoystats_hooks.go); Prometheus metrics are counted
 	// as usual either way.
 	EnvoyStats *envoystats.Stats
+	// LocalCacheBytes, when > 0, is the size of the local over-limit cache
+	// (envoyproxy/ratelimit's LOCAL_CACHE_SIZE_IN_BYTES; localcache.go):
+	// descriptors the store denied are answered OVER_LIMIT without a store
+	// call until their limit would admit them again. At least 512 KiB is used.
+	LocalCacheBytes int
 	// Tracing turns on OpenTelemetry spans (tracing.go); off when zero.
 	Tracing TracingOptions
 }
@@ -211,6 +216,8 @@ type Service struct {
 
 	overrides sync.Map // overrideKey -> *ratelimit.Limiter
 	nOverride atomic.Int32
+
+	local *localCache // nil without Options.LocalCacheBytes
 }
 
 // maxOverrideLimiters bounds the distinct limit overrides kept.
@@ -229,6 +236,7 @@ type ruleset struct {
 	// envoyRules are the EnvoyStats counters of the limits whose stats key
 	// does not depend on the request.
 	envoyRules map[*config.Limit]*envoystats.Rule
+	localGens  map[*config.Limit]uint64 // generations of the limits in the local cache
 	version    string
 	loaded     time.Time
 }
@@ -274,6 +282,12 @@ func NewService(b backend.Backend, opts Options) (*Service, error) {
 		}
 		s.top = newTopKeys(64)
 	}
+	if opts.LocalCacheBytes > 0 {
+		s.local = newLocalCache(opts.LocalCacheBytes, b.Clock())
+		if opts.Metrics != nil {
+			opts.Metrics.watchLocalCache(s.local)
+		}
+	}
 	return s, nil
 }
 
@@ -308,6 +322,9 @@ func (s *Service) SetConfig(cfg *config.Config, version string) error {
 		}
 	}
 	s.envoyStatsRules(rs)
+	if s.local != nil {
+		rs.localGens = s.local.generations(rs)
+	}
 	s.rules.Store(rs)
 	if m := s.opts.Metrics; m != nil {
 		m.configSet(version, rs.loaded)
@@ -422,7 +439,12 @@ func (s *Service) Decide(ctx context.Context, req *Request) (*Response, error) {
 			results = resBuf[:len(gate)]
 		}
 		var err error
-		if envoy && !s.opts.Envoy.StopIncrementWhenOverLimit && len(gate) > 1 {
+		start := s.localNow()
+		each := envoy && !s.opts.Envoy.StopIncrementWhenOverLimit && len(gate) > 1
+		hit := s.localCheck(rs, limits, gate, gateIdx, results, start, each)
+		if hit != nil {
+			err = s.localAllow(ctx, gate, results, hit)
+		} else if each {
 			// envoyproxy/ratelimit counts every descriptor on its own.
 			for j := range gate {
 				if _, err = s.allow(ctx, gate[j:j+1], results[j:j+1]); err != nil {
@@ -442,7 +464,11 @@ func (s *Service) Decide(ctx context.Context, req *Request) (*Response, error) {
 			st := &resp.Statuses[i]
 			r := results[j]
 			st.Remaining, st.RetryAfter, st.ResetAfter = r.Remaining, r.RetryAfter, r.ResetAfter
-			s.envoyStatsDecided(envoyRules, i, st.Limit, req.Descriptors[i].Cost, r)
+			if hit != nil && hit[j] {
+				s.envoyStatsLocalCache(envoyRules, i, st.Limit, req.Descriptors[i].Cost)
+			} else {
+				s.envoyStatsDecided(envoyRules, i, st.Limit, req.Descriptors[i].Cost, r)
+			}
 			if r.RetryAfter != 0 {
 				st.Code = CodeOverLimit
 				resp.Code = CodeOverLimit
@@ -451,16 +477,25 @@ func (s *Service) Decide(ctx context.Context, req *Request) (*Response, error) {
 				}
 			}
 		}
+		s.localRemember(rs, limits, gate, gateIdx, results, hit, start, each)
 	}
 	for _, i := range shadow {
 		l := limits[i]
 		st := &resp.Statuses[i]
 		var r [1]ratelimit.Result
-		_, err := s.allow(ctx, []ratelimit.Request{{
+		one := []ratelimit.Request{{
 			Limiter: s.limiter(rs, l),
 			Key:     stateKey(l, req.Descriptors[i].Entries),
 			N:       req.Descriptors[i].Cost,
-		}}, r[:])
+		}}
+		start := s.localNow()
+		if s.localCheck(rs, limits, one, []int{i}, r[:], start, false) != nil {
+			st.Remaining, st.RetryAfter, st.ResetAfter = r[0].Remaining, r[0].RetryAfter, r[0].ResetAfter
+			st.Shadow = true
+			s.envoyStatsLocalCache(envoyRules, i, l, req.Descriptors[i].Cost)
+			continue
+		}
+		_, err := s.allow(ctx, one, r[:])
 		if err != nil {
 			// A shadow limit never changes an answer, so neither does its failure.
 			s.log.Debug("shadow mode limit not decided", "domain", req.Domain, "limit", l.Path, "error", err)
@@ -469,6 +504,7 @@ func (s *Service) Decide(ctx context.Context, req *Request) (*Response, error) {
 		st.Remaining, st.RetryAfter, st.ResetAfter = r[0].Remaining, r[0].RetryAfter, r[0].ResetAfter
 		st.Shadow = r[0].RetryAfter != 0
 		s.envoyStatsDecided(envoyRules, i, l, req.Descriptors[i].Cost, r[0])
+		s.localRemember(rs, limits, one, []int{i}, r[:], nil, start, false)
 		if st.Shadow && envoy {
 			// envoyproxy/ratelimit counts shadow-mode hits over the limit too.
 			s.envoySpend(ctx, []ratelimit.Request{{Limiter: s.limiter(rs, l), Key: stateKey(l, req.Descriptors[i].Entries), N: req.Descriptors[i].Cost}}, r[:])

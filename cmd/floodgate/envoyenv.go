@@ -101,7 +101,7 @@ var envoyEnvVars = []envoyEnvVar{
 	{"RUNTIME_IGNOREDOTFILES", envIgnored, "floodgate always ignores dot files"},
 	{"RUNTIME_WATCH_ROOT", envHonoured, "either way the directory is checked for changes every --reload-interval (symbolic-link swaps of the root included)"},
 	{"EXPIRATION_JITTER_MAX_SECONDS", envIgnored, "floodgate's keys expire with their state"},
-	{"LOCAL_CACHE_SIZE_IN_BYTES", envIgnored, "the local over-limit cache: not yet"},
+	{"LOCAL_CACHE_SIZE_IN_BYTES", envHonoured, "--local-cache-bytes (0, envoy's default, for none)"},
 	{"NEAR_LIMIT_RATIO", envHonoured, "the near-limit ratio of metrics"},
 	{"CACHE_KEY_PREFIX", envHonoured, "--redis-prefix (floodgate's keys are named differently from envoy's: counts are not shared with a running envoyproxy/ratelimit)"},
 	{"BACKEND_TYPE", envRefused, "redis is honoured; memcache is refused"},
@@ -327,6 +327,13 @@ func readEnvoyEnv(lookup func(string) (string, bool)) (*envoySettings, error) {
 	}
 	if v := get("CACHE_KEY_PREFIX", ""); v != "" {
 		es.flags["redis-prefix"] = v
+	}
+	if v, ok := lookup("LOCAL_CACHE_SIZE_IN_BYTES"); ok && v != "" {
+		if n, err := strconv.Atoi(v); err != nil || n < 0 {
+			bad("LOCAL_CACHE_SIZE_IN_BYTES", "%q is not a size in bytes", v)
+		} else {
+			es.flags["local-cache-bytes"] = v
+		}
 	}
 	if v, ok := lookup("NEAR_LIMIT_RATIO"); ok && v != "" {
 		f, err := strconv.ParseFloat(v, 64)

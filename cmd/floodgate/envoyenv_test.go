@@ -75,10 +75,11 @@ func TestReadEnvoyEnv(t *testing.T) {
 			"config": "/srv/runtime_data/current/config", "redis": "unix:///var/run/nutcracker/ratelimit.sock"}, ""},
 		{map[string]string{"REDIS_SOCKET_TYPE": "tcp", "REDIS_URL": "redis:6379", "REDIS_AUTH": "secret",
 			"RUNTIME_ROOT": "/data", "RUNTIME_SUBDIRECTORY": "ratelimit", "PORT": "9080", "GRPC_PORT": "9081",
-			"LOG_LEVEL": "WARNING", "LOG_FORMAT": "JSON", "CACHE_KEY_PREFIX": "rl_", "REDIS_TIMEOUT": "250ms"},
+			"LOG_LEVEL": "WARNING", "LOG_FORMAT": "JSON", "CACHE_KEY_PREFIX": "rl_", "REDIS_TIMEOUT": "250ms",
+			"LOCAL_CACHE_SIZE_IN_BYTES": "1048576"},
 			map[string]string{"config": "/data/ratelimit/config", "redis": "redis://redis:6379",
 				"http-addr": "0.0.0.0:9080", "grpc-addr": "0.0.0.0:9081", "log-level": "warn", "log-format": "json",
-				"redis-prefix": "rl_", "timeout": "250ms"}, "secret"},
+				"redis-prefix": "rl_", "timeout": "250ms", "local-cache-bytes": "1048576"}, "secret"},
 		{map[string]string{"REDIS_SOCKET_TYPE": "tcp", "REDIS_TYPE": "sentinel", "REDIS_URL": "mymaster,s1:26379,s2:26379",
 			"REDIS_AUTH": "alice:pw", "GRPC_UDS": "/run/rl.sock", "GRPC_PORT": "1"},
 			map[string]string{"redis": "redis+sentinel://alice@s1:26379,s2:26379/mymaster", "grpc-addr": "unix:/run/rl.sock"}, "pw"},
@@ -118,6 +119,7 @@ func TestReadEnvoyEnvRefusesAndNotices(t *testing.T) {
 		{"LOG_LEVEL": "loud"},
 		{"SHADOW_MODE": "maybe"},
 		{"NEAR_LIMIT_RATIO": "2"},
+		{"LOCAL_CACHE_SIZE_IN_BYTES": "1MB"},
 		{"PORT": "http"},
 	} {
 		var name string

@@ -82,6 +82,7 @@ func runServe(args []string, stdout, stderr io.Writer) int {
 		tlsClientSAN  = fs.String("tls-client-san", "", "with --tls-client-ca, admit only client certificates carrying this subject alternative `name` (DNS name, IP, URI or e-mail)")
 		maxBody       = fs.Int64("max-body-bytes", server.DefaultMaxBodyBytes, "largest HTTP body or gRPC message")
 		maxDesc       = fs.Int("max-descriptors", server.DefaultMaxDescriptors, "most descriptors in one request")
+		localCache    = fs.Int("local-cache-bytes", 0, "size in `bytes` of the local over-limit cache: keys the store denied are answered OVER_LIMIT in process, without a store call, until their limit admits again (at least 512 KiB is used); 0 for none")
 		reloadEvery   = fs.Duration("reload-interval", time.Second, "how often to look for configuration changes; 0 only on SIGHUP")
 		shutdownAfter = fs.Duration("shutdown-timeout", 10*time.Second, "how long to drain in-flight requests on exit")
 		httpRead      = fs.Duration("http-read-timeout", server.DefaultHTTPReadTimeout, "longest time to read an HTTP request, header and body; negative for none")
@@ -248,14 +249,15 @@ func runServe(args []string, stdout, stderr io.Writer) int {
 		GRPCAddr:   *grpcAddr,
 		Backend:    b,
 		Service: server.Options{
-			Timeout:        *timeout,
-			FailureMode:    mode,
-			MaxDescriptors: *maxDesc,
-			Breaker:        server.BreakerOptions{Failures: *brkFailures, Cooldown: *brkCooldown},
-			NearLimitRatio: svcOpts.NearLimitRatio,
-			Envoy:          svcOpts.Envoy,
-			EnvoyStats:     svcOpts.EnvoyStats,
-			Tracing:        svcOpts.Tracing,
+			Timeout:         *timeout,
+			FailureMode:     mode,
+			MaxDescriptors:  *maxDesc,
+			Breaker:         server.BreakerOptions{Failures: *brkFailures, Cooldown: *brkCooldown},
+			NearLimitRatio:  svcOpts.NearLimitRatio,
+			Envoy:           svcOpts.Envoy,
+			EnvoyStats:      svcOpts.EnvoyStats,
+			LocalCacheBytes: *localCache,
+			Tracing:         svcOpts.Tracing,
 		},
 		Token:           token,
 		TLSCertFile:     *tlsCert,
