@@ -2,10 +2,7 @@ package server
 
 import (
 	"context"
-	"net"
 	"path/filepath"
-	"slices"
-	"strings"
 	"testing"
 	"time"
 
@@ -20,41 +17,10 @@ import (
 // envoy's (f2fb157): its names (src/stats/manager_impl.go), its arithmetic
 // (src/limiter/base_limiter.go) and gostats' wire format.
 
-// statsdUDP collects the StatsD lines sent to it.
-type statsdUDP struct {
-	conn  *net.UDPConn
-	lines chan string
-}
-
-func newStatsdUDP(t *testing.T) *statsdUDP {
+// statsdFor returns Stats sending to u over UDP, flushed by the test.
+func statsdFor(t *testing.T, u *testenv.Statsd, dog bool) *envoystats.Stats {
 	t.Helper()
-	conn, err := net.ListenUDP("udp", &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	u := &statsdUDP{conn: conn, lines: make(chan string, 4096)}
-	t.Cleanup(func() { conn.Close() })
-	go func() {
-		buf := make([]byte, 65536)
-		for {
-			n, err := conn.Read(buf)
-			if err != nil {
-				return
-			}
-			for _, l := range strings.Split(string(buf[:n]), "\n") {
-				if l != "" {
-					u.lines <- l
-				}
-			}
-		}
-	}()
-	return u
-}
-
-// stats returns Stats sending to u over UDP, flushed by the test.
-func (u *statsdUDP) stats(t *testing.T, dog bool) *envoystats.Stats {
-	t.Helper()
-	es, err := envoystats.New(envoystats.Options{Host: "127.0.0.1", Port: u.conn.LocalAddr().(*net.UDPAddr).Port,
+	es, err := envoystats.New(envoystats.Options{Host: "127.0.0.1", Port: u.Port(),
 		Protocol: "udp", DogStatsD: dog, FlushInterval: time.Hour})
 	if err != nil {
 		t.Fatal(err)
@@ -63,35 +29,12 @@ func (u *statsdUDP) stats(t *testing.T, dog bool) *envoystats.Stats {
 	return es
 }
 
-// expect flushes es and compares the lines that arrive (those under
-// "ratelimit.") with want, in any order.
-func (u *statsdUDP) expect(t *testing.T, es *envoystats.Stats, want ...string) {
+// expectStats flushes es and compares the lines that arrive at u (those
+// under "ratelimit.") with want, in any order.
+func expectStats(t *testing.T, u *testenv.Statsd, es *envoystats.Stats, want ...string) {
 	t.Helper()
 	es.Flush()
-	var got []string
-	deadline := time.After(5 * time.Second)
-	quiet := (<-chan time.Time)(nil)
-	for {
-		select {
-		case l := <-u.lines:
-			if strings.HasPrefix(l, "ratelimit.") {
-				got = append(got, l)
-			}
-			if len(got) >= len(want) && quiet == nil {
-				quiet = time.After(200 * time.Millisecond)
-			}
-			continue
-		case <-deadline:
-		case <-quiet:
-		}
-		break
-	}
-	slices.Sort(got)
-	want = slices.Clone(want)
-	slices.Sort(want)
-	if !slices.Equal(got, want) {
-		t.Fatalf("StatsD lines:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
-	}
+	u.Expect(t, "ratelimit.", want...)
 }
 
 const envoyStatsYAML = `domain: stats
@@ -140,8 +83,8 @@ func envoyDecide(t *testing.T, s *Service, domain string, ds ...Descriptor) *Res
 // global shadow mode, an unknown domain and the service errors; then the
 // next flush sends the deltas only.
 func TestEnvoyStatsDecisions(t *testing.T) {
-	u := newStatsdUDP(t)
-	es := u.stats(t, false)
+	u := testenv.ListenStatsd(t)
+	es := statsdFor(t, u, false)
 	s := envoyStatsService(t, backend.NewMemory(), es, EnvoyOptions{ShadowMode: true})
 	if err := s.SetConfig(mustConfig(t, envoyStatsYAML), "v1"); err != nil {
 		t.Fatal(err)
@@ -170,7 +113,7 @@ func TestEnvoyStatsDecisions(t *testing.T) {
 	}
 
 	const p = "ratelimit.service.rate_limit.stats."
-	u.expect(t, es,
+	expectStats(t, u, es,
 		"ratelimit.service.config_load_success:1|c",
 		p+"k_within.total_hits:1|c",
 		p+"k_within.within_limit:1|c",
@@ -194,20 +137,20 @@ func TestEnvoyStatsDecisions(t *testing.T) {
 
 	// Deltas: only what moved since.
 	envoyDecide(t, s, "stats", desc(1, "k", "within"))
-	u.expect(t, es, p+"k_within.total_hits:1|c", p+"k_within.within_limit:1|c")
+	expectStats(t, u, es, p+"k_within.total_hits:1|c", p+"k_within.within_limit:1|c")
 }
 
 // TestEnvoyStatsDogStatsD: the same names, as DogStatsD.
 func TestEnvoyStatsDogStatsD(t *testing.T) {
-	u := newStatsdUDP(t)
-	es := u.stats(t, true)
+	u := testenv.ListenStatsd(t)
+	es := statsdFor(t, u, true)
 	s := envoyStatsService(t, backend.NewMemory(), es, EnvoyOptions{})
 	if err := s.SetConfig(mustConfig(t, envoyStatsYAML), "v1"); err != nil {
 		t.Fatal(err)
 	}
 	envoyDecide(t, s, "stats", desc(3, "k", "over"))
 	const p = "ratelimit.service.rate_limit.stats."
-	u.expect(t, es,
+	expectStats(t, u, es,
 		"ratelimit.service.config_load_success:1|c",
 		p+"k_over.total_hits:3|c",
 		p+"k_over.over_limit:1|c",
@@ -219,15 +162,15 @@ func TestEnvoyStatsDogStatsD(t *testing.T) {
 // a bad configuration counts config_load_error, then config_load_success
 // when it is fixed, and an error again for another bad one.
 func TestEnvoyStatsConfigLoad(t *testing.T) {
-	u := newStatsdUDP(t)
-	es := u.stats(t, false)
+	u := testenv.ListenStatsd(t)
+	es := statsdFor(t, u, false)
 	dir := t.TempDir()
 	path := filepath.Join(dir, "config.yaml")
 	bad := "domain: stats\ndescriptors:\n  - key: k\n    rate_limit: {unit: fortnight, requests_per_unit: 9}\n"
 	writeConfig(t, path, bad)
 	srv := startServer(t, Config{ConfigPath: dir, ReloadInterval: -1,
 		Service: Options{Envoy: EnvoyOptions{Enabled: true}, EnvoyStats: es}})
-	u.expect(t, es, "ratelimit.service.config_load_error:1|c")
+	expectStats(t, u, es, "ratelimit.service.config_load_error:1|c")
 	writeConfig(t, path, envoyStatsYAML)
 	if err := srv.Reload(); err != nil {
 		t.Fatal(err)
@@ -236,7 +179,7 @@ func TestEnvoyStatsConfigLoad(t *testing.T) {
 	if err := srv.Reload(); err == nil {
 		t.Fatal("bad configuration accepted")
 	}
-	u.expect(t, es, "ratelimit.service.config_load_success:1|c", "ratelimit.service.config_load_error:1|c")
+	expectStats(t, u, es, "ratelimit.service.config_load_success:1|c", "ratelimit.service.config_load_error:1|c")
 }
 
 // TestEnvoyStatsRedisError: a stopped Redis fails the request (envoy's
@@ -249,8 +192,8 @@ func TestEnvoyStatsRedisError(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer c.Close()
-	u := newStatsdUDP(t)
-	es := u.stats(t, false)
+	u := testenv.ListenStatsd(t)
+	es := statsdFor(t, u, false)
 	s, err := NewService(b, Options{Envoy: EnvoyOptions{Enabled: true}, EnvoyStats: es, FailureMode: FailError, Timeout: 500 * time.Millisecond})
 	if err != nil {
 		t.Fatal(err)
@@ -266,7 +209,7 @@ func TestEnvoyStatsRedisError(t *testing.T) {
 		t.Fatal("no error with Redis stopped")
 	}
 	const p = "ratelimit.service.rate_limit.stats."
-	u.expect(t, es,
+	expectStats(t, u, es,
 		"ratelimit.service.config_load_success:1|c",
 		p+"k_within.total_hits:2|c",
 		p+"k_within.within_limit:1|c",

@@ -3,7 +3,6 @@ package main
 import (
 	"fmt"
 	"maps"
-	"net"
 	"slices"
 	"strconv"
 	"strings"
@@ -21,26 +20,7 @@ import (
 // (f2fb157, src/limiter/base_limiter.go); counters arrive as deltas and are
 // added up here.
 func TestEnvoyCompatStatsd(t *testing.T) {
-	conn, err := net.ListenUDP("udp", &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
-	lines := make(chan string, 4096)
-	go func() {
-		buf := make([]byte, 65536)
-		for {
-			n, err := conn.Read(buf)
-			if err != nil {
-				return
-			}
-			for _, l := range strings.Split(string(buf[:n]), "\n") {
-				if l != "" {
-					lines <- l
-				}
-			}
-		}
-	}()
+	u := testenv.ListenStatsd(t)
 
 	r := testenv.NewRedis(t)
 	const cfg = `domain: stats
@@ -54,7 +34,7 @@ descriptors:
     rate_limit: {unit: hour, requests_per_unit: 1}
 `
 	s := startEnvoyCompat(t, r, envoyRuntime(t, cfg),
-		"STATSD_HOST=127.0.0.1", "STATSD_PORT="+strconv.Itoa(conn.LocalAddr().(*net.UDPAddr).Port),
+		"STATSD_HOST=127.0.0.1", "STATSD_PORT="+strconv.Itoa(u.Port()),
 		"STATSD_PROTOCOL=udp", "STATS_FLUSH_INTERVAL=100ms", "EXTRA_TAGS=env:e2e")
 	avoidWindowEdge(time.Hour, 5*time.Second)
 
@@ -92,7 +72,7 @@ descriptors:
 	deadline := time.After(10 * time.Second)
 	for !maps.Equal(got, want) {
 		select {
-		case l := <-lines:
+		case l := <-u.Lines:
 			name, value, ok := strings.Cut(strings.TrimSuffix(l, "|c"), ":")
 			short, tag, tagged := strings.Cut(name, ".__")
 			if !ok || !strings.HasPrefix(name, "ratelimit.") {

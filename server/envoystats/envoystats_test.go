@@ -1,86 +1,14 @@
 package envoystats
 
 import (
-	"net"
-	"slices"
-	"strings"
 	"testing"
 	"time"
 
 	gostats "github.com/lyft/gostats"
 
+	"github.com/floodgate-dev/floodgate/internal/testenv"
 	"github.com/floodgate-dev/floodgate/server/config"
 )
-
-// udpStatsd is a StatsD server of the test's own: it collects the lines it
-// receives.
-type udpStatsd struct {
-	conn  *net.UDPConn
-	lines chan string
-}
-
-func listenUDP(t *testing.T) *udpStatsd {
-	t.Helper()
-	conn, err := net.ListenUDP("udp", &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	u := &udpStatsd{conn: conn, lines: make(chan string, 1024)}
-	t.Cleanup(func() { conn.Close() })
-	go func() {
-		buf := make([]byte, 65536)
-		for {
-			n, err := conn.Read(buf)
-			if err != nil {
-				return
-			}
-			for _, l := range strings.Split(string(buf[:n]), "\n") {
-				if l != "" {
-					u.lines <- l
-				}
-			}
-		}
-	}()
-	return u
-}
-
-func (u *udpStatsd) port() int { return u.conn.LocalAddr().(*net.UDPAddr).Port }
-
-// expect waits for the lines with prefix until there are as many as want
-// and compares them, in any order, with want.
-func (u *udpStatsd) expect(t *testing.T, prefix string, want ...string) {
-	t.Helper()
-	var got []string
-	deadline := time.After(5 * time.Second)
-	for len(got) < len(want) {
-		select {
-		case l := <-u.lines:
-			if strings.HasPrefix(l, prefix) {
-				got = append(got, l)
-			}
-		case <-deadline:
-			t.Fatalf("got %d lines %q, want %q", len(got), got, want)
-		}
-	}
-	// Nothing more is coming from this flush.
-	quiet := time.After(200 * time.Millisecond)
-	for done := false; !done; {
-		select {
-		case l := <-u.lines:
-			if strings.HasPrefix(l, prefix) {
-				got = append(got, l)
-			}
-		case <-quiet:
-			done = true
-		}
-	}
-	slices.Sort(got)
-	want = slices.Clone(want)
-	slices.Sort(want)
-	if !slices.Equal(got, want) {
-		t.Fatalf("lines:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
-	}
-}
 
 // TestDecidedArithmetic replays envoyproxy/ratelimit's
 // test/redis/fixed_cache_impl_test.go TestNearLimit: a limit, the counter
@@ -144,8 +72,8 @@ func TestSanitize(t *testing.T) {
 // TestStatsdUDP sends over plain StatsD (gostats' sink, STATSD_PROTOCOL=udp):
 // envoy's names, deltas per flush, EXTRA_TAGS in the name.
 func TestStatsdUDP(t *testing.T) {
-	u := listenUDP(t)
-	s, err := New(Options{Host: "127.0.0.1", Port: u.port(), Protocol: "udp", FlushInterval: time.Hour,
+	u := testenv.ListenStatsd(t)
+	s, err := New(Options{Host: "127.0.0.1", Port: u.Port(), Protocol: "udp", FlushInterval: time.Hour,
 		ExtraTags: map[string]string{"env": "test"}})
 	if err != nil {
 		t.Fatal(err)
@@ -156,7 +84,7 @@ func TestStatsdUDP(t *testing.T) {
 	s.Decided(r, 2, 0, 3, 3, false, false)
 	s.ConfigLoadSuccess.Inc()
 	s.Flush()
-	u.expect(t, "ratelimit.",
+	u.Expect(t, "ratelimit.",
 		"ratelimit.service.rate_limit.mongo_cps.database_users.total_hits.__env=test:3|c",
 		"ratelimit.service.rate_limit.mongo_cps.database_users.over_limit.__env=test:1|c",
 		"ratelimit.service.rate_limit.mongo_cps.database_users.near_limit.__env=test:1|c",
@@ -165,13 +93,13 @@ func TestStatsdUDP(t *testing.T) {
 	// The next flush sends what changed since, only.
 	r.TotalHits.Inc()
 	s.Flush()
-	u.expect(t, "ratelimit.", "ratelimit.service.rate_limit.mongo_cps.database_users.total_hits.__env=test:1|c")
+	u.Expect(t, "ratelimit.", "ratelimit.service.rate_limit.mongo_cps.database_users.total_hits.__env=test:1|c")
 }
 
 // TestDogStatsdUDP sends DogStatsD: EXTRA_TAGS as tags.
 func TestDogStatsdUDP(t *testing.T) {
-	u := listenUDP(t)
-	s, err := New(Options{DogStatsD: true, Host: "127.0.0.1", Port: u.port(), FlushInterval: time.Hour,
+	u := testenv.ListenStatsd(t)
+	s, err := New(Options{DogStatsD: true, Host: "127.0.0.1", Port: u.Port(), FlushInterval: time.Hour,
 		ExtraTags: map[string]string{"env": "test", "commit": "abc"}})
 	if err != nil {
 		t.Fatal(err)
@@ -179,13 +107,13 @@ func TestDogStatsdUDP(t *testing.T) {
 	defer s.Close()
 	s.RedisError.Inc()
 	s.Flush()
-	u.expect(t, "ratelimit.", "ratelimit.service.call.should_rate_limit.redis_error:1|c|#commit:abc,env:test")
+	u.Expect(t, "ratelimit.", "ratelimit.service.call.should_rate_limit.redis_error:1|c|#commit:abc,env:test")
 }
 
 // TestDisabled sends nothing, and Close returns.
 func TestDisabled(t *testing.T) {
-	u := listenUDP(t)
-	s, err := New(Options{Disabled: true, Host: "127.0.0.1", Port: u.port(), Protocol: "udp", FlushInterval: time.Millisecond})
+	u := testenv.ListenStatsd(t)
+	s, err := New(Options{Disabled: true, Host: "127.0.0.1", Port: u.Port(), Protocol: "udp", FlushInterval: time.Millisecond})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -193,21 +121,21 @@ func TestDisabled(t *testing.T) {
 	time.Sleep(20 * time.Millisecond)
 	s.Close()
 	select {
-	case l := <-u.lines:
+	case l := <-u.Lines:
 		t.Fatalf("sent %q", l)
 	case <-time.After(100 * time.Millisecond):
 	}
 }
 
 func TestFlushInterval(t *testing.T) {
-	u := listenUDP(t)
-	s, err := New(Options{Host: "127.0.0.1", Port: u.port(), Protocol: "udp", FlushInterval: 50 * time.Millisecond})
+	u := testenv.ListenStatsd(t)
+	s, err := New(Options{Host: "127.0.0.1", Port: u.Port(), Protocol: "udp", FlushInterval: 50 * time.Millisecond})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer s.Close()
 	s.GlobalShadowMode.Add(2)
-	u.expect(t, "ratelimit.", "ratelimit.service.global_shadow_mode:2|c")
+	u.Expect(t, "ratelimit.", "ratelimit.service.global_shadow_mode:2|c")
 }
 
 func TestParseExtraTags(t *testing.T) {
