@@ -38,11 +38,16 @@ const streamWorkers = 64
 
 // Config configures a Server.
 type Config struct {
-	ConfigPath string // a file or a directory of *.yaml files; required
+	ConfigPath string // a file or a directory of *.yaml files; required unless XDS
 	HTTPAddr   string // "" serves no HTTP
 	GRPCAddr   string // "" serves no gRPC
 	Backend    backend.Backend
 	Service    Options
+
+	// XDS, when set, takes the configuration from an xDS management server
+	// (xds.go) instead of ConfigPath: the server starts without one and
+	// serves each valid push.
+	XDS *XDSOptions
 
 	Token        string // bearer token required on HTTP and gRPC; "" for none
 	TLSCertFile  string // both set: TLS on both listeners
@@ -151,12 +156,14 @@ type Server struct {
 	reloadMu sync.Mutex
 	version  string
 	rejected string // fingerprint of the last rejected configuration, counted and logged once
+
+	xds *xdsClient // the xDS configuration source, or nil
 }
 
 // New loads the configuration (an invalid one is an error naming file, line
 // and problem), opens the listeners and returns a Server ready to Serve.
 func New(c Config) (*Server, error) {
-	if c.ConfigPath == "" {
+	if c.ConfigPath == "" && c.XDS == nil {
 		return nil, errors.New("server: no configuration path")
 	}
 	if c.Backend == nil {
@@ -189,7 +196,11 @@ func New(c Config) (*Server, error) {
 	}
 	s.svc = svc
 	s.dash = newDashboard(svc, s.metrics)
-	if err := s.Reload(); err != nil {
+	if c.XDS != nil {
+		if s.xds, err = newXDSClient(*c.XDS, s.applyXDS, c.Logger); err != nil {
+			return nil, err
+		}
+	} else if err := s.Reload(); err != nil {
 		if !opts.Envoy.Enabled {
 			return nil, err
 		}
@@ -351,6 +362,9 @@ func (s *Server) GRPCAddr() string {
 // apart by the files' fingerprint, or by the error when the files cannot be
 // read, so two different bad configurations with the same error count twice.
 func (s *Server) Reload() error {
+	if s.xds != nil {
+		return nil // the management server pushes
+	}
 	s.reloadMu.Lock()
 	defer s.reloadMu.Unlock()
 	version, err := fingerprint(s.cfg.ConfigPath)
@@ -450,8 +464,13 @@ func (s *Server) Serve(ctx context.Context) error {
 			}
 		}()
 	}
+	if s.xds != nil {
+		xctx, cancel := context.WithCancel(ctx)
+		defer cancel()
+		go s.xds.run(xctx)
+	}
 	var tick <-chan time.Time
-	if s.cfg.ReloadInterval > 0 {
+	if s.cfg.ReloadInterval > 0 && s.xds == nil {
 		t := time.NewTicker(s.cfg.ReloadInterval)
 		defer t.Stop()
 		tick = t.C

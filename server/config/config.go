@@ -211,15 +211,7 @@ type LoadOptions struct {
 // LoadWith is Load with options.
 func LoadWith(path string, opts LoadOptions) (cfg *Config, err error) {
 	if opts.Envoy {
-		defer func() {
-			if l, ok := err.(ErrorList); ok {
-				for _, e := range l {
-					if e.Envoy != "" {
-						e.Msg = e.Envoy + " (" + e.Msg + ")"
-					}
-				}
-			}
-		}()
+		defer envoyMessages(&err)
 	}
 	fi, err := os.Stat(path)
 	if err != nil {
@@ -235,7 +227,7 @@ func LoadWith(path string, opts LoadOptions) (cfg *Config, err error) {
 			return nil, ErrorList{{File: path, Msg: "no *.yaml or *.yml files in the directory"}}
 		}
 	}
-	cfg = &Config{Domains: make(map[string]*Domain, len(files))}
+	srcs := make([]Source, 0, len(files))
 	var errs ErrorList
 	for _, f := range files {
 		data, err := os.ReadFile(f)
@@ -243,7 +235,47 @@ func LoadWith(path string, opts LoadOptions) (cfg *Config, err error) {
 			errs = append(errs, &Error{File: f, Msg: errMsg(err)})
 			continue
 		}
-		d, err := parse(f, data, opts.MergeDomains)
+		srcs = append(srcs, Source{Name: f, Data: data})
+	}
+	return build(srcs, errs, opts)
+}
+
+// Source is one configuration document held in memory: what one file
+// holds (one domain), and the name errors and Domain.File give it.
+type Source struct {
+	Name string
+	Data []byte
+}
+
+// LoadSources is LoadWith for documents held in memory, in the order given
+// (as a directory's files are in name order): the same parsing, checks and
+// errors. No sources make a configuration without domains. It is how the
+// xDS configuration source loads the resources a management server pushes.
+func LoadSources(srcs []Source, opts LoadOptions) (cfg *Config, err error) {
+	if opts.Envoy {
+		defer envoyMessages(&err)
+	}
+	return build(srcs, nil, opts)
+}
+
+// envoyMessages starts the message of each problem in *err that
+// envoyproxy/ratelimit reports with its text (LoadOptions.Envoy).
+func envoyMessages(err *error) {
+	if l, ok := (*err).(ErrorList); ok {
+		for _, e := range l {
+			if e.Envoy != "" {
+				e.Msg = e.Envoy + " (" + e.Msg + ")"
+			}
+		}
+	}
+}
+
+// build parses srcs into a Config; errs holds problems found before (files
+// that could not be read), reported with those of srcs.
+func build(srcs []Source, errs ErrorList, opts LoadOptions) (*Config, error) {
+	cfg := &Config{Domains: make(map[string]*Domain, len(srcs))}
+	for _, src := range srcs {
+		d, err := parse(src.Name, src.Data, opts.MergeDomains)
 		if err != nil {
 			errs = append(errs, err.(ErrorList)...)
 			continue
