@@ -65,23 +65,23 @@ var envoyEnvVars = []envoyEnvVar{
 	{"GRPC_CLIENT_TLS_SAN", envHonoured, "--tls-client-san"},
 	{"LOG_LEVEL", envHonoured, "--log-level (trace → debug; fatal, panic → error)"},
 	{"LOG_FORMAT", envHonoured, "--log-format (text, json)"},
-	{"CONFIG_TYPE", envRefused, "FILE is honoured; GRPC_XDS_SOTW (xDS) is refused: not yet"},
+	{"CONFIG_TYPE", envHonoured, "FILE → --config (RUNTIME_ROOT); GRPC_XDS_SOTW → --config-xds CONFIG_GRPC_XDS_SERVER_URL; anything else is refused"},
 	{"FORCE_START_WITHOUT_INITIAL_CONFIG", envHonoured, "envoy compatibility always starts without a valid initial configuration"},
-	{"CONFIG_GRPC_XDS_NODE_ID", envIgnored, "xDS: not yet"},
-	{"CONFIG_GRPC_XDS_NODE_METADATA", envIgnored, "xDS: not yet"},
-	{"CONFIG_GRPC_XDS_SERVER_URL", envIgnored, "xDS: not yet"},
-	{"CONFIG_GRPC_XDS_SERVER_CONNECT_RETRY_INTERVAL", envIgnored, "xDS: not yet"},
-	{"CONFIG_GRPC_XDS_CLIENT_ADDITIONAL_HEADERS", envIgnored, "xDS: not yet"},
-	{"CONFIG_GRPC_XDS_SERVER_USE_TLS", envIgnored, "xDS: not yet"},
-	{"CONFIG_GRPC_XDS_CLIENT_TLS_CERT", envIgnored, "xDS: not yet"},
-	{"CONFIG_GRPC_XDS_CLIENT_TLS_KEY", envIgnored, "xDS: not yet"},
-	{"CONFIG_GRPC_XDS_SERVER_TLS_CACERT", envIgnored, "xDS: not yet"},
-	{"CONFIG_GRPC_XDS_SERVER_TLS_SAN", envIgnored, "xDS: not yet"},
-	{"XDS_CLIENT_BACKOFF_INITIAL_INTERVAL", envIgnored, "xDS: not yet"},
-	{"XDS_CLIENT_BACKOFF_MAX_INTERVAL", envIgnored, "xDS: not yet"},
-	{"XDS_CLIENT_BACKOFF_RANDOM_FACTOR", envIgnored, "xDS: not yet"},
-	{"XDS_CLIENT_BACKOFF_JITTER", envIgnored, "xDS: not yet"},
-	{"XDS_CLIENT_MAX_MSG_SIZE_IN_BYTES", envIgnored, "xDS: not yet"},
+	{"CONFIG_GRPC_XDS_NODE_ID", envHonoured, "--config-xds-node-id (default \"default\", as envoy)"},
+	{"CONFIG_GRPC_XDS_NODE_METADATA", envHonoured, "--config-xds-node-metadata (k1=v1,k2=v2)"},
+	{"CONFIG_GRPC_XDS_SERVER_URL", envHonoured, "--config-xds (default localhost:18000, as envoy)"},
+	{"CONFIG_GRPC_XDS_SERVER_CONNECT_RETRY_INTERVAL", envHonoured, "--config-xds-retry: the first delay before reconnecting, doubled up to a minute"},
+	{"CONFIG_GRPC_XDS_CLIENT_ADDITIONAL_HEADERS", envIgnored, "xDS: no extra headers yet"},
+	{"CONFIG_GRPC_XDS_SERVER_USE_TLS", envHonoured, "--config-xds-tls"},
+	{"CONFIG_GRPC_XDS_CLIENT_TLS_CERT", envHonoured, "--config-xds-cert (with CONFIG_GRPC_XDS_SERVER_USE_TLS)"},
+	{"CONFIG_GRPC_XDS_CLIENT_TLS_KEY", envHonoured, "--config-xds-key (with CONFIG_GRPC_XDS_SERVER_USE_TLS)"},
+	{"CONFIG_GRPC_XDS_SERVER_TLS_CACERT", envHonoured, "--config-xds-ca (with CONFIG_GRPC_XDS_SERVER_USE_TLS)"},
+	{"CONFIG_GRPC_XDS_SERVER_TLS_SAN", envHonoured, "--config-xds-server-name (with CONFIG_GRPC_XDS_SERVER_USE_TLS)"},
+	{"XDS_CLIENT_BACKOFF_INITIAL_INTERVAL", envIgnored, "the back-off starts at CONFIG_GRPC_XDS_SERVER_CONNECT_RETRY_INTERVAL and doubles up to a minute, ±25%"},
+	{"XDS_CLIENT_BACKOFF_MAX_INTERVAL", envIgnored, "see XDS_CLIENT_BACKOFF_INITIAL_INTERVAL"},
+	{"XDS_CLIENT_BACKOFF_RANDOM_FACTOR", envIgnored, "see XDS_CLIENT_BACKOFF_INITIAL_INTERVAL"},
+	{"XDS_CLIENT_BACKOFF_JITTER", envIgnored, "see XDS_CLIENT_BACKOFF_INITIAL_INTERVAL"},
+	{"XDS_CLIENT_MAX_MSG_SIZE_IN_BYTES", envIgnored, "grpc-go's 4 MiB limit on a push"},
 	{"USE_DOG_STATSD", envHonoured, "envoy's stats as DogStatsD over UDP, EXTRA_TAGS as tags (needs USE_STATSD=false, as envoy)"},
 	{"USE_DOG_STATSD_MOGRIFIERS", envIgnored, "DogStatsD mogrifiers are not supported: names are sent as envoy names them"},
 	{"USE_STATSD", envHonoured, "envoy's stats over StatsD (true by default, as envoy; TCP, or UDP with gostats' STATSD_PROTOCOL=udp); Prometheus metrics stay at /metrics"},
@@ -226,8 +226,9 @@ func readEnvoyEnv(lookup func(string) (string, bool)) (*envoySettings, error) {
 	if v := get("BACKEND_TYPE", "redis"); !strings.EqualFold(v, "redis") && v != "" {
 		bad("BACKEND_TYPE", "%q is not supported: floodgate keeps limits in Redis (memcached is not supported)", v)
 	}
-	if v := get("CONFIG_TYPE", "FILE"); !strings.EqualFold(v, "FILE") && v != "" {
-		bad("CONFIG_TYPE", "%q is not supported yet: floodgate reads the configuration from files (RUNTIME_ROOT)", v)
+	configType := strings.ToUpper(get("CONFIG_TYPE", "FILE"))
+	if configType != "FILE" && configType != "GRPC_XDS_SOTW" && configType != "" {
+		bad("CONFIG_TYPE", "%q is not supported: FILE (RUNTIME_ROOT) or GRPC_XDS_SOTW (an xDS management server)", configType)
 	}
 	if boolean("GRPC_SERVER_USE_TLS", false) {
 		bad("GRPC_SERVER_USE_TLS", "gRPC-only TLS is not supported: use --tls-cert and --tls-key (TLS on both the gRPC and the HTTP API)")
@@ -273,8 +274,13 @@ func readEnvoyEnv(lookup func(string) (string, bool)) (*envoySettings, error) {
 		}
 	}
 
-	// Configuration: RUNTIME_ROOT/RUNTIME_SUBDIRECTORY/RUNTIME_APPDIRECTORY.
-	es.flags["config"] = filepath.Join(get("RUNTIME_ROOT", envoyRuntimeRoot), get("RUNTIME_SUBDIRECTORY", ""), get("RUNTIME_APPDIRECTORY", envoyAppDirectory))
+	// Configuration: RUNTIME_ROOT/RUNTIME_SUBDIRECTORY/RUNTIME_APPDIRECTORY,
+	// or an xDS management server.
+	if configType == "GRPC_XDS_SOTW" {
+		envoyXDSEnv(es, get, boolean, bad)
+	} else {
+		es.flags["config"] = filepath.Join(get("RUNTIME_ROOT", envoyRuntimeRoot), get("RUNTIME_SUBDIRECTORY", ""), get("RUNTIME_APPDIRECTORY", envoyAppDirectory))
+	}
 	boolean("RUNTIME_WATCH_ROOT", true)
 	boolean("FORCE_START_WITHOUT_INITIAL_CONFIG", false)
 

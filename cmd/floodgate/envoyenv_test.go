@@ -112,7 +112,7 @@ func TestReadEnvoyEnv(t *testing.T) {
 func TestReadEnvoyEnvRefusesAndNotices(t *testing.T) {
 	for _, env := range []map[string]string{
 		{"BACKEND_TYPE": "memcache"},
-		{"CONFIG_TYPE": "GRPC_XDS_SOTW"},
+		{"CONFIG_TYPE": "GRPC_XDS_DELTA"},
 		{"GRPC_SERVER_USE_TLS": "true"},
 		{"REDIS_TYPE": "ring"},
 		{"REDIS_SOCKET_TYPE": "udp"},
@@ -146,5 +146,42 @@ func TestReadEnvoyEnvRefusesAndNotices(t *testing.T) {
 	}
 	if e.LimitHeader != "RateLimit-Limit" || e.RemainingHeader != "RateLimit-Remaining" || e.ResetHeader != "RateLimit-Reset" {
 		t.Errorf("header names %q %q %q", e.LimitHeader, e.RemainingHeader, e.ResetHeader)
+	}
+}
+
+// TestReadEnvoyEnvXDS: CONFIG_TYPE=GRPC_XDS_SOTW selects the xDS source with
+// envoy's defaults (no --config), and its variables map to the
+// --config-xds flags.
+func TestReadEnvoyEnvXDS(t *testing.T) {
+	es, err := readEnvoyEnv(lookupOf(map[string]string{"CONFIG_TYPE": "grpc_xds_sotw"}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := es.flags["config"]; ok || es.flags["config-xds"] != "localhost:18000" || es.flags["config-xds-node-id"] != "default" {
+		t.Fatalf("defaults: %v", es.flags)
+	}
+	es, err = readEnvoyEnv(lookupOf(map[string]string{"CONFIG_TYPE": "GRPC_XDS_SOTW",
+		"CONFIG_GRPC_XDS_SERVER_URL": "xds:18001", "CONFIG_GRPC_XDS_NODE_ID": "init-test-node",
+		"CONFIG_GRPC_XDS_NODE_METADATA": "zone=eu-1,team=payments", "CONFIG_GRPC_XDS_SERVER_CONNECT_RETRY_INTERVAL": "500ms",
+		"CONFIG_GRPC_XDS_SERVER_USE_TLS": "true", "CONFIG_GRPC_XDS_SERVER_TLS_CACERT": "/ca.pem",
+		"CONFIG_GRPC_XDS_SERVER_TLS_SAN": "xds.local"}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for k, v := range map[string]string{"config-xds": "xds:18001", "config-xds-node-id": "init-test-node",
+		"config-xds-node-metadata": "zone=eu-1,team=payments", "config-xds-retry": "500ms",
+		"config-xds-tls": "true", "config-xds-ca": "/ca.pem", "config-xds-server-name": "xds.local"} {
+		if es.flags[k] != v {
+			t.Errorf("--%s = %q, want %q", k, es.flags[k], v)
+		}
+	}
+	for _, n := range es.notices {
+		if strings.Contains(n, "XDS") {
+			t.Errorf("notice for an honoured variable: %s", n)
+		}
+	}
+	_, err = readEnvoyEnv(lookupOf(map[string]string{"CONFIG_TYPE": "GRPC_XDS_SOTW", "CONFIG_GRPC_XDS_SERVER_CONNECT_RETRY_INTERVAL": "soon"}))
+	if err == nil || !strings.Contains(err.Error(), "CONFIG_GRPC_XDS_SERVER_CONNECT_RETRY_INTERVAL") {
+		t.Errorf("a bad retry interval: %v, want an error naming it", err)
 	}
 }

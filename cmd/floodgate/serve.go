@@ -25,6 +25,7 @@ import (
 )
 
 const serveUsage = `Usage: floodgate serve --config FILE|DIR [flags]
+       floodgate serve --config-xds HOST:PORT [--config-xds-node-id ID] [flags]
 
 Runs the decision server: Envoy's rate limit service over gRPC, and an HTTP
 API (POST /json, POST /v1/check, /healthz, /readyz, /metrics). Without --redis
@@ -54,12 +55,14 @@ Examples:
   floodgate serve --config examples/floodgate.yaml
   floodgate serve --config /etc/ratelimit/config/ --redis redis://localhost:6379 --failure-mode deny
   floodgate serve --config conf/ --grpc-addr :8081 --http-addr :8080 --token-file /run/secrets/token
+  floodgate serve --config-xds xds.internal:18000 --config-xds-node-id ratelimit --redis redis://localhost:6379
 `
 
 func runServe(args []string, stdout, stderr io.Writer) int {
 	fs := newFlagSet("floodgate serve")
 	var (
-		cfgPath       = fs.String("config", "", "configuration `file or directory` (required)")
+		cfgPath       = fs.String("config", "", "configuration `file or directory` (required, unless --config-xds)")
+		xdsf          = addXDSFlags(fs)
 		httpAddr      = fs.String("http-addr", ":8080", "HTTP API `address` (host:port, or unix:PATH for a Unix socket); empty for none")
 		grpcAddr      = fs.String("grpc-addr", ":8081", "gRPC (Envoy RLS v3) `address` (host:port, or unix:PATH); empty for none")
 		redisURL      = fs.String("redis", "", "Redis `URL`; empty for the embedded memory backend. Keep passwords out of it: see --redis-password-file")
@@ -129,6 +132,9 @@ func runServe(args []string, stdout, stderr io.Writer) int {
 			return exitFailure
 		}
 		for name, v := range es.flags {
+			if name == "config" && given["config-xds"] || strings.HasPrefix(name, "config-xds") && given["config"] {
+				continue // a configuration source given as a flag wins over CONFIG_TYPE
+			}
 			if !given[name] {
 				if err := fs.Set(name, v); err != nil {
 					fmt.Fprintf(stderr, "floodgate serve: envoy compatibility: --%s from the environment: %v\n", name, err)
@@ -143,8 +149,15 @@ func runServe(args []string, stdout, stderr io.Writer) int {
 	default:
 		return usageError(stderr, "floodgate serve", fmt.Sprintf("--compat %q: want envoy, or nothing", *compat))
 	}
-	if *cfgPath == "" {
-		return usageError(stderr, "floodgate serve", "--config is required (a file or a directory of *.yaml files; try examples/floodgate.yaml)")
+	xdsOpts, err := xdsf.options()
+	if err != nil {
+		return usageError(stderr, "floodgate serve", err.Error())
+	}
+	if *cfgPath != "" && xdsOpts != nil {
+		return usageError(stderr, "floodgate serve", "--config and --config-xds exclude each other: the configuration comes from files or from an xDS management server")
+	}
+	if *cfgPath == "" && xdsOpts == nil {
+		return usageError(stderr, "floodgate serve", "--config is required (a file or a directory of *.yaml files; try examples/floodgate.yaml), or --config-xds (an xDS management server)")
 	}
 	mode, err := server.ParseFailureMode(*failMode)
 	if err != nil {
@@ -245,6 +258,7 @@ func runServe(args []string, stdout, stderr io.Writer) int {
 
 	srv, err := server.New(server.Config{
 		ConfigPath: *cfgPath,
+		XDS:        xdsOpts,
 		HTTPAddr:   *httpAddr,
 		GRPCAddr:   *grpcAddr,
 		Backend:    b,
