@@ -51,7 +51,7 @@ func OpenStore(url, prefix string, timeout time.Duration, opts ...StoreOption) (
 	}
 	if url == "" || url == "memory://" || url == "memory" {
 		if o := sc.tls; o.Enable || o.files() || o.SkipHostnameVerification {
-			return nil, nil, errors.New("Redis TLS options (a CA, a client certificate) are given but no Redis URL")
+			return nil, nil, errors.New("the Redis TLS options (a CA, a client certificate) are given but no Redis URL")
 		}
 		m := backend.NewMemory(sc.memory...)
 		return m, m, nil

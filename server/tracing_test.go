@@ -87,7 +87,7 @@ func checkTrace(t *testing.T, spans tracetest.SpanStubs, name string, descriptor
 		attrCode:        attribute.StringValue(code),
 	} {
 		if v, ok := spanAttr(*server, k); !ok || v != want {
-			t.Errorf("server span's %s = %v, want %v", k, v.Emit(), want.Emit())
+			t.Errorf("server span's %s = %v, want %v", k, v.String(), want.String())
 		}
 	}
 	if _, ok := spanAttr(*server, attrValues); ok {
@@ -107,14 +107,14 @@ func checkTrace(t *testing.T, spans tracetest.SpanStubs, name string, descriptor
 			t.Errorf("store span's code %q, want %q", v.AsString(), code)
 		}
 		for _, a := range st.Attributes {
-			if strings.Contains(a.Value.Emit(), "gil") {
-				t.Errorf("store span records a descriptor value: %s=%s", a.Key, a.Value.Emit())
+			if strings.Contains(a.Value.String(), "gil") {
+				t.Errorf("store span records a descriptor value: %s=%s", a.Key, a.Value.String())
 			}
 		}
 	}
 	for _, a := range server.Attributes {
-		if strings.Contains(a.Value.Emit(), "gil") {
-			t.Errorf("server span records a descriptor value: %s=%s", a.Key, a.Value.Emit())
+		if strings.Contains(a.Value.String(), "gil") {
+			t.Errorf("server span records a descriptor value: %s=%s", a.Key, a.Value.String())
 		}
 	}
 	return *server

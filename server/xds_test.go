@@ -301,7 +301,7 @@ func TestXDSInvalidResourceNACK(t *testing.T) {
 	dup := xdsBasic()
 	dup.Name = "basic-again"
 	m.set("3", xdsBasic(), dup)
-	n = m.waitRequest(func(r *discoverypb.DiscoveryRequest) bool {
+	m.waitRequest(func(r *discoverypb.DiscoveryRequest) bool {
 		return nack("1")(r) && strings.Contains(r.GetErrorDetail().GetMessage(), "duplicate domain")
 	})
 	waitFor(t, func() bool {
