@@ -169,18 +169,9 @@ type anyScripter interface {
 func (r *Redis) RunArgs(ctx context.Context, s *Script, keys []string, args []any) (any, error) {
 	as, ok := r.s.(anyScripter)
 	if !ok {
-		strs := make([]string, len(args))
-		for i, a := range args {
-			switch v := a.(type) {
-			case string:
-				strs[i] = v
-			case int64:
-				strs[i] = strconv.FormatInt(v, 10)
-			case int:
-				strs[i] = strconv.Itoa(v)
-			default:
-				return nil, fmt.Errorf("backend: script argument %d has type %T", i, a)
-			}
+		strs, err := argStrings(args)
+		if err != nil {
+			return nil, err
 		}
 		return r.Run(ctx, s, keys, strs)
 	}
@@ -192,6 +183,63 @@ func (r *Redis) RunArgs(ctx context.Context, s *Script, keys []string, args []an
 		return nil, r.wrap(ctx, err)
 	}
 	return reply, nil
+}
+
+// argStrings converts RunArgs's arguments to strings.
+func argStrings(args []any) ([]string, error) {
+	strs := make([]string, len(args))
+	for i, a := range args {
+		switch v := a.(type) {
+		case string:
+			strs[i] = v
+		case int64:
+			strs[i] = strconv.FormatInt(v, 10)
+		case int:
+			strs[i] = strconv.Itoa(v)
+		default:
+			return nil, fmt.Errorf("backend: script argument %d has type %T", i, a)
+		}
+	}
+	return strs, nil
+}
+
+// IntsScripter is an optional fast path of a Scripter for scripts whose
+// reply is an array of integers: the reply comes back as []int64, with no
+// []any of boxed values in between (each a heap allocation). An element
+// that is a Redis nil is 0; a string element holding an integer is parsed.
+// The rueidis adapter implements it; NOSCRIPT is reported as by EvalSha.
+type IntsScripter interface {
+	EvalShaInts(ctx context.Context, sha1 string, keys []string, args []string) ([]int64, error)
+	EvalInts(ctx context.Context, src string, keys []string, args []string) ([]int64, error)
+}
+
+// RunInts is RunArgs for a script whose reply is an array of integers, of
+// want elements (any number when want < 0): ReplyInts of RunArgs's reply, or
+// the Scripter's IntsScripter fast path when it has one.
+func (r *Redis) RunInts(ctx context.Context, s *Script, keys []string, args []any, want int) ([]int64, error) {
+	is, ok := r.s.(IntsScripter)
+	if !ok {
+		reply, err := r.RunArgs(ctx, s, keys, args)
+		if err != nil {
+			return nil, err
+		}
+		return ReplyInts(reply, want)
+	}
+	strs, err := argStrings(args)
+	if err != nil {
+		return nil, err
+	}
+	ints, err := is.EvalShaInts(ctx, s.sha, keys, strs)
+	if err != nil && strings.HasPrefix(err.Error(), "NOSCRIPT") {
+		ints, err = is.EvalInts(ctx, s.src, keys, strs)
+	}
+	if err != nil {
+		return nil, r.wrap(ctx, err)
+	}
+	if want >= 0 && len(ints) != want {
+		return nil, fmt.Errorf("backend: script reply has %d elements, want %d", len(ints), want)
+	}
+	return ints, nil
 }
 
 func (r *Redis) wrap(ctx context.Context, err error) error {

@@ -470,24 +470,20 @@ func (l *Limiter) allowRedis(ctx context.Context, key string, n int64, vs []verd
 		_, err := runAllowAll(ctx, l.redis, []Request{{Limiter: l, Key: key, N: n}}, res[:], modeDecide, vs)
 		return err
 	}
-	reply, err := l.redis.RunArgs(ctx, l.fast, []string{l.redis.Key(key, l.stateKey)}, []any{l.redis.NowArg(), n})
+	want := -1 // one rule: 3 integers when allowed, 4 when denied
+	if len(vs) > 1 {
+		want = 1 + 5*len(vs)
+	}
+	ints, err := l.redis.RunInts(ctx, l.fast, []string{l.redis.Key(key, l.stateKey)}, []any{l.redis.NowArg(), n}, want)
 	if err != nil {
 		return fmt.Errorf("ratelimit: %w", err)
 	}
 	if len(vs) > 1 {
-		ints, err := backend.ReplyInts(reply, 1+5*len(vs))
-		if err != nil {
-			return fmt.Errorf("ratelimit: %w", err)
-		}
 		for f, i := range l.byField {
 			o := 1 + 5*f
 			vs[i] = verdict{ints[o], ints[o+1], ints[o+2], ints[o+3], ints[o+4]}
 		}
 		return nil
-	}
-	ints, err := backend.ReplyInts(reply, -1)
-	if err != nil {
-		return fmt.Errorf("ratelimit: %w", err)
 	}
 	switch len(ints) {
 	case 3: // allowed: remaining, reset, delay

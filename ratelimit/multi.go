@@ -334,16 +334,16 @@ func runAllowAll(ctx context.Context, r *backend.Redis, reqs []Request, results 
 		args = append(args, q.N)
 		args = append(args, q.Limiter.reqArgs...)
 	}
-	reply, err := r.RunArgs(ctx, limitsScript, keys, args)
+	want := 1 + 5*nrules
+	if mode == modeReset {
+		want = 1
+	}
+	ints, err := r.RunInts(ctx, limitsScript, keys, args, want)
 	if err != nil {
 		return false, fmt.Errorf("ratelimit: %w", err)
 	}
 	if mode == modeReset {
 		return true, nil
-	}
-	ints, err := backend.ReplyInts(reply, 1+5*nrules)
-	if err != nil {
-		return false, fmt.Errorf("ratelimit: %w", err)
 	}
 	allowed := ints[0] == 1
 	var vb [8]verdict

@@ -77,6 +77,58 @@ func (s scripter) Eval(ctx context.Context, src string, keys []string, args []st
 	return normalise(s.c.Do(ctx, cmd))
 }
 
+var _ backend.IntsScripter = scripter{}
+
+// EvalShaInts is EvalSha for a reply of integers: backend.IntsScripter.
+func (s scripter) EvalShaInts(ctx context.Context, sha string, keys []string, args []string) ([]int64, error) {
+	cmd, err := s.evalSha(sha, keys, args)
+	if err != nil {
+		return nil, err
+	}
+	return ints(s.c.Do(ctx, cmd))
+}
+
+// EvalInts is Eval for a reply of integers: backend.IntsScripter.
+func (s scripter) EvalInts(ctx context.Context, src string, keys []string, args []string) ([]int64, error) {
+	cmd, err := s.eval(src, keys, args)
+	if err != nil {
+		return nil, err
+	}
+	return ints(s.c.Do(ctx, cmd))
+}
+
+// ints turns the result of Do into integers, errors as normalise does.
+func ints(res rueidis.RedisResult) ([]int64, error) {
+	m, err := res.ToMessage()
+	if err != nil {
+		if rueidis.IsRedisNil(err) {
+			return nil, nil
+		}
+		if _, ok := rueidis.IsRedisErr(err); ok && res.NonRedisError() == nil {
+			return nil, redisError(&m)
+		}
+		return nil, err
+	}
+	vs, err := m.ToArray()
+	if err != nil {
+		return nil, fmt.Errorf("rueidisadapter: script reply is not an array: %w", err)
+	}
+	out := make([]int64, len(vs))
+	for i := range vs {
+		v := &vs[i]
+		switch {
+		case v.IsInt64():
+			out[i], _ = v.ToInt64()
+		case v.IsNil():
+		default:
+			if out[i], err = v.AsInt64(); err != nil {
+				return nil, fmt.Errorf("rueidisadapter: script reply element %d: %w", i, err)
+			}
+		}
+	}
+	return out, nil
+}
+
 // evalSha builds the EVALSHA command. The builder appends the strings to a
 // pooled command slice without copying them. A Cluster client's builder panics
 // when keys hash to different slots; that becomes an error here, as go-redis

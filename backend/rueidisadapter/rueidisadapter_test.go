@@ -454,3 +454,44 @@ func benchRun(b *testing.B, r *backend.Redis) {
 		}
 	})
 }
+
+// TestRunIntsSameAsGoRedis: Redis.RunInts through this adapter's
+// IntsScripter fast path gives what the go-redis adapter's generic path
+// (RunArgs then ReplyInts) gives: integers, nil elements as 0, integer
+// strings parsed; errors and wrong lengths alike.
+func TestRunIntsSameAsGoRedis(t *testing.T) {
+	addr := startRedis(t)
+	ctx := context.Background()
+	gc := redis.NewClient(&redis.Options{Addr: addr})
+	t.Cleanup(func() { _ = gc.Close() })
+	g, err := backend.NewRedisE(gc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, proto := range []int{2, 3} {
+		r := newBackend(t, newClient(t, rueidis.ClientOption{InitAddress: []string{addr}, AlwaysRESP2: proto == 2, DisableCache: proto == 2}))
+		for _, tc := range []struct {
+			src  string
+			want int
+			ok   bool
+		}{
+			{`return {1, -2, 3000000000000}`, 3, true},
+			{`return {tonumber(ARGV[1]), false, "42"}`, 3, true},
+			{`return {1, 2}`, 3, false},
+			{`return {1, "x"}`, -1, false},
+			{`return redis.error_reply("MYERR nope")`, -1, false},
+		} {
+			s := backend.NewScript(tc.src)
+			keys, args := []string{g.Key("ints", "k")}, []any{int64(7)}
+			gi, gerr := g.RunInts(ctx, s, keys, args, tc.want)
+			ri, rerr := r.RunInts(ctx, s, keys, args, tc.want)
+			if (gerr == nil) != tc.ok || (rerr == nil) != tc.ok {
+				t.Errorf("RESP%d %s: go-redis %v %v, rueidis %v %v; want ok %v", proto, tc.src, gi, gerr, ri, rerr, tc.ok)
+				continue
+			}
+			if tc.ok && !reflect.DeepEqual(gi, ri) {
+				t.Errorf("RESP%d %s: go-redis %v, rueidis %v", proto, tc.src, gi, ri)
+			}
+		}
+	}
+}
