@@ -132,12 +132,22 @@ func (s *Script) SHA1() string { return s.sha }
 // Run runs the script with EVALSHA and, when Redis does not have it cached,
 // with EVAL (which caches it). Errors are wrapped with "backend: redis:".
 func (r *Redis) Run(ctx context.Context, s *Script, keys []string, args []string) (any, error) {
-	reply, err := r.s.EvalSha(ctx, s.sha, keys, args)
+	return runScript(ctx, r, s,
+		func(sha string) (any, error) { return r.s.EvalSha(ctx, sha, keys, args) },
+		func(src string) (any, error) { return r.s.Eval(ctx, src, keys, args) })
+}
+
+// runScript is the one way every Run* method runs a script: evalSha with
+// its SHA1 and, when Redis does not have it cached (NOSCRIPT), eval with its
+// source (which caches it). Errors are wrapped with "backend: redis:".
+func runScript[T any](ctx context.Context, r *Redis, s *Script, evalSha, eval func(string) (T, error)) (T, error) {
+	reply, err := evalSha(s.sha)
 	if err != nil && strings.HasPrefix(err.Error(), "NOSCRIPT") {
-		reply, err = r.s.Eval(ctx, s.src, keys, args)
+		reply, err = eval(s.src)
 	}
 	if err != nil {
-		return nil, r.wrap(ctx, err)
+		var zero T
+		return zero, r.wrap(ctx, err)
 	}
 	return reply, nil
 }
@@ -175,14 +185,9 @@ func (r *Redis) RunArgs(ctx context.Context, s *Script, keys []string, args []an
 		}
 		return r.Run(ctx, s, keys, strs)
 	}
-	reply, err := as.evalShaAny(ctx, s.sha, keys, args)
-	if err != nil && strings.HasPrefix(err.Error(), "NOSCRIPT") {
-		reply, err = as.evalAny(ctx, s.src, keys, args)
-	}
-	if err != nil {
-		return nil, r.wrap(ctx, err)
-	}
-	return reply, nil
+	return runScript(ctx, r, s,
+		func(sha string) (any, error) { return as.evalShaAny(ctx, sha, keys, args) },
+		func(src string) (any, error) { return as.evalAny(ctx, src, keys, args) })
 }
 
 // argStrings converts RunArgs's arguments to strings.
@@ -229,12 +234,11 @@ func (r *Redis) RunInts(ctx context.Context, s *Script, keys []string, args []an
 	if err != nil {
 		return nil, err
 	}
-	ints, err := is.EvalShaInts(ctx, s.sha, keys, strs)
-	if err != nil && strings.HasPrefix(err.Error(), "NOSCRIPT") {
-		ints, err = is.EvalInts(ctx, s.src, keys, strs)
-	}
+	ints, err := runScript(ctx, r, s,
+		func(sha string) ([]int64, error) { return is.EvalShaInts(ctx, sha, keys, strs) },
+		func(src string) ([]int64, error) { return is.EvalInts(ctx, src, keys, strs) })
 	if err != nil {
-		return nil, r.wrap(ctx, err)
+		return nil, err
 	}
 	if want >= 0 && len(ints) != want {
 		return nil, fmt.Errorf("backend: script reply has %d elements, want %d", len(ints), want)
