@@ -491,3 +491,88 @@ func nodeID(t *testing.T, addr string) string {
 	}
 	return id
 }
+
+// intsScript answers an array of integers of every form a script's reply
+// may hold: an integer, a Redis nil (false), an integer in a string.
+var intsScript = backend.NewScript(`
+local n = redis.call('INCR', KEYS[1])
+redis.call('PEXPIRE', KEYS[1], 60000)
+return {n, redis.call('GET', KEYS[1] .. ':none'), tostring(tonumber(ARGV[1]) * 3), -tonumber(ARGV[1])}`)
+
+// evalCounter is a user's wrapper of a go-redis client that counts the
+// script calls made through its own methods.
+type evalCounter struct {
+	*redis.Client
+	calls atomic.Int64
+}
+
+func (w *evalCounter) EvalSha(ctx context.Context, sha string, keys []string, args ...any) *redis.Cmd {
+	w.calls.Add(1)
+	return w.Client.EvalSha(ctx, sha, keys, args...)
+}
+
+func (w *evalCounter) Eval(ctx context.Context, src string, keys []string, args ...any) *redis.Cmd {
+	w.calls.Add(1)
+	return w.Client.Eval(ctx, src, keys, args...)
+}
+
+// TestRunIntsGoRedis: RunInts on a go-redis client (its IntSliceCmd path)
+// answers what ReplyInts makes of RunArgs's reply — a nil element 0, a
+// string parsed — pipelined from 32 goroutines, plain, after a SCRIPT FLUSH
+// (NOSCRIPT recovery), and on a user's wrapper, whose own methods see every
+// call; a reply of the wrong length is an error.
+func TestRunIntsGoRedis(t *testing.T) {
+	srv := testenv.SharedRedis(t)
+	ctx := context.Background()
+	c := redis.NewClient(&redis.Options{Addr: srv.Addr, ContextTimeoutEnabled: true})
+	defer c.Close()
+	h := &scriptCounter{}
+	c.AddHook(h)
+	wrapper := &evalCounter{Client: redis.NewClient(&redis.Options{Addr: srv.Addr, ContextTimeoutEnabled: true})}
+	defer wrapper.Close()
+	prefix := backendtest.UniquePrefix()
+	backends := map[string]*backend.Redis{
+		"autopipelined": backend.NewRedis(c, backend.WithPrefix(prefix)),
+		"plain":         backend.NewRedis(c, backend.WithPrefix(prefix), backend.WithoutAutoPipeline()),
+		"wrapper":       backend.NewRedis(wrapper, backend.WithPrefix(prefix)),
+	}
+	for name, r := range backends {
+		if err := c.ScriptFlush(ctx).Err(); err != nil {
+			t.Fatal(err)
+		}
+		concurrently(32, 40, func(g, i int) {
+			key := r.Key(fmt.Sprint(name, g), "n")
+			got, err := r.RunInts(ctx, intsScript, []string{key}, []any{i}, 4)
+			if err != nil {
+				t.Errorf("%s: goroutine %d call %d: %v", name, g, i, err)
+				return
+			}
+			reply, err := r.RunArgs(ctx, intsScript, []string{key}, []any{i})
+			if err != nil {
+				t.Errorf("%s: goroutine %d call %d: RunArgs: %v", name, g, i, err)
+				return
+			}
+			want, err := backend.ReplyInts(reply, 4)
+			if err != nil {
+				t.Errorf("%s: goroutine %d call %d: %v", name, g, i, err)
+				return
+			}
+			want[0]-- // RunArgs counted once more
+			if fmt.Sprint(got) != fmt.Sprint(want) || got[0] != int64(2*i+1) || got[1] != 0 || got[2] != int64(3*i) || got[3] != int64(-i) {
+				t.Errorf("%s: goroutine %d call %d: RunInts %v, ReplyInts %v", name, g, i, got, want)
+			}
+		})
+		if _, err := r.RunInts(ctx, intsScript, []string{r.Key(name, "n")}, []any{1}, 3); err == nil || !strings.Contains(err.Error(), "4 elements, want 3") {
+			t.Errorf("%s: a reply of 4 elements where 3 are wanted: %v", name, err)
+		}
+	}
+	if h.noscript.Load() == 0 || h.evals.Load() == 0 {
+		t.Errorf("no NOSCRIPT recovery was exercised (%d NOSCRIPT, %d EVAL)", h.noscript.Load(), h.evals.Load())
+	}
+	if h.maxBatch.Load() < 2 {
+		t.Error("no pipelining")
+	}
+	if n := wrapper.calls.Load(); n < 2*32*40 {
+		t.Errorf("the wrapper's methods saw %d script calls, want at least %d", n, 2*32*40)
+	}
+}

@@ -96,11 +96,24 @@ func NewRedisE(c redis.UniversalClient, opts ...Option) (*Redis, error) {
 	if c == nil {
 		return nil, errors.New("backend: Redis client is nil")
 	}
-	g := goRedis{c: c, guard: !contextTimeoutEnabled(c)}
+	g := goRedis{c: c, guard: !contextTimeoutEnabled(c), known: knownClient(c)}
 	if !newConfig(opts).noAutoPipe {
 		g.ap = newAutoPipe(c)
 	}
+	if g.known {
+		return NewRedisScripter(goRedisInts{g}, opts...)
+	}
 	return NewRedisScripter(g, opts...)
+}
+
+// knownClient reports whether c is of a go-redis client type (not a
+// wrapper), on which floodgate may build and send commands of its own.
+func knownClient(c redis.UniversalClient) bool {
+	switch c.(type) {
+	case *redis.Client, *redis.ClusterClient, *redis.Ring:
+		return true
+	}
+	return false
 }
 
 // newAutoPipe returns the source of c's deferred autopipeliner, or nil when
@@ -181,7 +194,13 @@ type goRedis struct {
 	c     redis.UniversalClient
 	guard bool      // plain calls wait on ctx in a goroutine: the client ignores deadlines
 	ap    *autoPipe // nil: every call is plain
+	known bool      // c is a go-redis client type, not a wrapper: commands may be built here
 }
+
+// goRedisInts is goRedis on a client of a go-redis type, which also
+// offers Redis.RunInts its IntSliceCmd path. A wrapper of the user's own
+// gets goRedis alone, so that its EvalSha and Eval methods see every call.
+type goRedisInts struct{ goRedis }
 
 // Cluster reports whether the client is a Cluster client.
 func (g goRedis) Cluster() bool {
@@ -200,37 +219,60 @@ func (g goRedis) Eval(ctx context.Context, src string, keys []string, args []str
 // evalShaAny and evalAny take go-redis's own argument form, so that
 // Redis.RunArgs passes pre-built arguments without converting them.
 func (g goRedis) evalShaAny(ctx context.Context, sha string, keys []string, args []any) (any, error) {
-	ap, done := g.pipeliner()
-	defer done()
-	if ap != nil {
-		return g.followPipelined(pipelined(ctx, ap, "evalsha", sha, keys, args))
-	}
-	if !g.guard || ctx.Done() == nil {
-		return g.followTopology(normal(g.c.EvalSha(ctx, sha, keys, args...).Result()))
-	}
-	return g.followTopology(g.guarded(ctx, func() (any, error) { return g.c.EvalSha(ctx, sha, keys, args...).Result() }))
+	return g.evalCmd(ctx, "evalsha", sha, keys, args)
 }
 
 func (g goRedis) evalAny(ctx context.Context, src string, keys []string, args []any) (any, error) {
-	ap, done := g.pipeliner()
-	defer done()
-	if ap != nil {
-		return g.followPipelined(pipelined(ctx, ap, "eval", src, keys, args))
-	}
-	if !g.guard || ctx.Done() == nil {
-		return g.followTopology(normal(g.c.Eval(ctx, src, keys, args...).Result()))
-	}
-	return g.followTopology(g.guarded(ctx, func() (any, error) { return g.c.Eval(ctx, src, keys, args...).Result() }))
+	return g.evalCmd(ctx, "eval", src, keys, args)
 }
 
-// pipelined runs EVALSHA or EVAL (name) through the deferred autopipeliner
-// ap and waits for its reply or for ctx, whichever comes first. The command
-// is built as go-redis's own Eval builds it, first key at position 3, so that
-// a Cluster autopipeliner routes it by its slot.
-func pipelined(ctx context.Context, ap *redis.AutoPipeliner, name, payload string, keys []string, args []any) (any, error) {
-	if err := ctx.Err(); err != nil {
-		return nil, err // not sent: once queued, a command runs
+// evalCmd runs EVALSHA or EVAL (name) with a reply of any shape. A client
+// of unknown type (a user's wrapper) gets the call through its own EvalSha
+// or Eval method, never bypassed.
+func (g goRedis) evalCmd(ctx context.Context, name, payload string, keys []string, args []any) (any, error) {
+	if !g.known {
+		call := func() (any, error) {
+			if name == "evalsha" {
+				return g.c.EvalSha(ctx, payload, keys, args...).Result()
+			}
+			return g.c.Eval(ctx, payload, keys, args...).Result()
+		}
+		if !g.guard || ctx.Done() == nil {
+			return g.followTopology(normal(call()))
+		}
+		return g.followTopology(g.guarded(ctx, call))
 	}
+	cmd := redis.NewCmd(ctx, evalArgs(name, payload, keys, args)...)
+	if err := g.process(ctx, cmd, len(keys) > 0); err != nil {
+		return nil, err
+	}
+	return normal(cmd.Result())
+}
+
+// evalShaInts and evalInts run a script whose reply is an array of
+// integers into an IntSliceCmd, which reads the reply straight into
+// []int64 (a Redis nil element is 0, an integer in a string is parsed)
+// with no boxed []any in between. Redis.RunInts uses them when the client
+// is of a go-redis type (goRedisInts), never on a wrapper.
+func (g goRedisInts) evalShaInts(ctx context.Context, sha string, keys []string, args []any) ([]int64, error) {
+	return g.evalIntsCmd(ctx, "evalsha", sha, keys, args)
+}
+
+func (g goRedisInts) evalInts(ctx context.Context, src string, keys []string, args []any) ([]int64, error) {
+	return g.evalIntsCmd(ctx, "eval", src, keys, args)
+}
+
+func (g goRedis) evalIntsCmd(ctx context.Context, name, payload string, keys []string, args []any) ([]int64, error) {
+	cmd := redis.NewIntSliceCmd(ctx, evalArgs(name, payload, keys, args)...)
+	if err := g.process(ctx, cmd, len(keys) > 0); err != nil {
+		return nil, err
+	}
+	return cmd.Val(), nil
+}
+
+// evalArgs builds EVALSHA or EVAL (name) as go-redis's own Eval does, the
+// first key at position 3, so that a Cluster client routes it by its slot.
+func evalArgs(name, payload string, keys []string, args []any) []any {
 	cmdArgs := make([]any, 3+len(keys), 3+len(keys)+len(args))
 	cmdArgs[0] = name
 	cmdArgs[1] = payload
@@ -238,17 +280,35 @@ func pipelined(ctx context.Context, ap *redis.AutoPipeliner, name, payload strin
 	for i, k := range keys {
 		cmdArgs[3+i] = k
 	}
-	cmdArgs = append(cmdArgs, args...)
-	cmd := redis.NewCmd(ctx, cmdArgs...)
-	if len(keys) > 0 {
+	return append(cmdArgs, args...)
+}
+
+// process is the one way a command built by evalArgs is sent on a client
+// of a go-redis type: through the deferred autopipeliner when there is one
+// and other calls are under way, else plain (waiting on ctx in a helper
+// goroutine when the client ignores deadlines). It returns the command's
+// error, nil for a Redis nil reply; when it returns an error the command's
+// value must not be read (after ctx ends, the command may still run and
+// races the read).
+func (g goRedis) process(ctx context.Context, cmd redis.Cmder, keyed bool) error {
+	if keyed {
 		cmd.SetFirstKeyPos(3)
 	}
-	if err := ap.Submit(ctx, cmd).WaitContext(ctx); err != nil {
-		// The command's own error, or ctx's: then the command may still
-		// run, and its result must not be read (it races the batch).
-		return normal(nil, err)
+	ap, done := g.pipeliner()
+	defer done()
+	if ap != nil {
+		if err := ctx.Err(); err != nil {
+			return err // not sent: once queued, a command runs
+		}
+		_, err := g.followPipelined(normal(nil, ap.Submit(ctx, cmd).WaitContext(ctx)))
+		return err
 	}
-	return normal(cmd.Result())
+	if !g.guard || ctx.Done() == nil {
+		_, err := g.followTopology(normal(nil, g.c.Process(ctx, cmd)))
+		return err
+	}
+	_, err := g.followTopology(g.guarded(ctx, func() (any, error) { return nil, g.c.Process(ctx, cmd) }))
+	return err
 }
 
 // followTopology asks a Cluster client to reload its slot map when a call

@@ -218,25 +218,41 @@ type IntsScripter interface {
 	EvalInts(ctx context.Context, src string, keys []string, args []string) ([]int64, error)
 }
 
+// intsAnyScripter is implemented by Scripters that read an array of
+// integers straight into []int64 from arguments in go-redis's own form (the
+// go-redis adapter, on a client of a go-redis type).
+type intsAnyScripter interface {
+	evalShaInts(ctx context.Context, sha string, keys []string, args []any) ([]int64, error)
+	evalInts(ctx context.Context, src string, keys []string, args []any) ([]int64, error)
+}
+
 // RunInts is RunArgs for a script whose reply is an array of integers, of
 // want elements (any number when want < 0): ReplyInts of RunArgs's reply, or
-// the Scripter's IntsScripter fast path when it has one.
+// the Scripter's integer fast path when it has one (IntsScripter, or the
+// go-redis adapter's own).
 func (r *Redis) RunInts(ctx context.Context, s *Script, keys []string, args []any, want int) ([]int64, error) {
-	is, ok := r.s.(IntsScripter)
-	if !ok {
-		reply, err := r.RunArgs(ctx, s, keys, args)
-		if err != nil {
-			return nil, err
+	var ints []int64
+	var err error
+	switch is := r.s.(type) {
+	case intsAnyScripter:
+		ints, err = runScript(ctx, r, s,
+			func(sha string) ([]int64, error) { return is.evalShaInts(ctx, sha, keys, args) },
+			func(src string) ([]int64, error) { return is.evalInts(ctx, src, keys, args) })
+	case IntsScripter:
+		strs, serr := argStrings(args)
+		if serr != nil {
+			return nil, serr
+		}
+		ints, err = runScript(ctx, r, s,
+			func(sha string) ([]int64, error) { return is.EvalShaInts(ctx, sha, keys, strs) },
+			func(src string) ([]int64, error) { return is.EvalInts(ctx, src, keys, strs) })
+	default:
+		reply, rerr := r.RunArgs(ctx, s, keys, args)
+		if rerr != nil {
+			return nil, rerr
 		}
 		return ReplyInts(reply, want)
 	}
-	strs, err := argStrings(args)
-	if err != nil {
-		return nil, err
-	}
-	ints, err := runScript(ctx, r, s,
-		func(sha string) ([]int64, error) { return is.EvalShaInts(ctx, sha, keys, strs) },
-		func(src string) ([]int64, error) { return is.EvalInts(ctx, src, keys, strs) })
 	if err != nil {
 		return nil, err
 	}
