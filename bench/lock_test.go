@@ -369,7 +369,9 @@ var uncontendedLibs = append(append(append([]lockLib(nil), lockLibs[:2]...),
 
 // BenchmarkLockUncontended: one goroutine locks and unlocks the same name b.N
 // times; ns/op is one Lock plus one Unlock (two round trips for the Redis
-// libraries, plus a SUBSCRIBE and UNSUBSCRIBE for floodgate's Lock).
+// libraries). For the Redis libraries it also reports the Redis main
+// thread's CPU (server-µs/op), the scripts run and the time Redis spent in
+// them (script-µs/op, INFO commandstats) per Lock + Unlock.
 func BenchmarkLockUncontended(b *testing.B) {
 	for _, lib := range uncontendedLibs {
 		b.Run("lib="+lib.name, func(b *testing.B) {
@@ -389,6 +391,12 @@ func BenchmarkLockUncontended(b *testing.B) {
 			if err := once(); err != nil { // connections, scripts, tables
 				b.Fatal(err)
 			}
+			var cpu0 float64
+			var scripts0 scriptStats
+			if lib.redis {
+				cpu0 = redisClients(b).serverCPU(b)
+				scripts0 = redisClients(b).scriptStats(b)
+			}
 			b.ReportAllocs()
 			b.ResetTimer()
 			for range b.N {
@@ -398,6 +406,13 @@ func BenchmarkLockUncontended(b *testing.B) {
 			}
 			b.StopTimer()
 			b.ReportMetric(float64(b.Elapsed().Microseconds())/float64(b.N), "µs/op")
+			if lib.redis {
+				cpu := redisClients(b).serverCPU(b) - cpu0
+				b.ReportMetric(cpu*1e6/float64(b.N), "server-µs/op")
+				st := redisClients(b).scriptStats(b)
+				b.ReportMetric(float64(st.calls-scripts0.calls)/float64(b.N), "scripts/op")
+				b.ReportMetric(float64(st.usec-scripts0.usec)/float64(b.N), "script-µs/op")
+			}
 		})
 	}
 }

@@ -5,7 +5,9 @@ import (
 	_ "embed"
 	"errors"
 	"fmt"
+	"regexp"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/floodgate-dev/floodgate/backend"
@@ -14,10 +16,85 @@ import (
 //go:embed lua/common.lua
 var luaCommon string
 
-// script returns the lock script src preceded by lua/common.lua, whose local
-// functions every lock script calls: Redis scripts cannot load each other.
+// script returns the lock script src preceded by the helpers of
+// lua/common.lua that it calls, directly or through another helper: Redis
+// scripts cannot load each other, and each helper is a closure made anew on
+// every run, so a script carries only the ones it uses.
 func script(src string) *backend.Script {
-	return backend.NewScript(luaCommon + "\n" + src)
+	return backend.NewScript(withHelpers(luaCommon, src))
+}
+
+// luaHelper is one local function of lua/common.lua, with the comment
+// before it.
+type luaHelper struct {
+	name string
+	src  string
+	call *regexp.Regexp // a call of it
+}
+
+// helpersOf splits common into its local functions, in order. A helper
+// starts after the previous one's end and ends at its first line "end" (or
+// on its own line when it is a one-liner ending with " end").
+func helpersOf(common string) []luaHelper {
+	var (
+		out   []luaHelper
+		chunk strings.Builder
+		cur   string
+	)
+	for line := range strings.Lines(common) {
+		chunk.WriteString(line)
+		l := strings.TrimRight(line, "\n")
+		if cur == "" {
+			name, ok := strings.CutPrefix(l, "local function ")
+			if !ok {
+				continue
+			}
+			cur, _, _ = strings.Cut(name, "(")
+			if !strings.HasSuffix(l, " end") {
+				continue
+			}
+		} else if l != "end" {
+			continue
+		}
+		out = append(out, luaHelper{name: cur, src: chunk.String(), call: regexp.MustCompile(`\b` + cur + `\(`)})
+		chunk.Reset()
+		cur = ""
+	}
+	return out
+}
+
+// withHelpers returns src preceded by the helpers of common it calls,
+// directly or through other helpers, in common's order.
+func withHelpers(common, src string) string {
+	helpers := helpersOf(common)
+	used := make([]bool, len(helpers))
+	for changed := true; changed; {
+		changed = false
+		for i, h := range helpers {
+			if used[i] {
+				continue
+			}
+			if h.call.MatchString(src) {
+				used[i], changed = true, true
+				continue
+			}
+			for j, o := range helpers {
+				if used[j] && j != i && h.call.MatchString(o.src) {
+					used[i], changed = true, true
+					break
+				}
+			}
+		}
+	}
+	var b strings.Builder
+	for i, h := range helpers {
+		if used[i] {
+			b.WriteString(h.src)
+		}
+	}
+	b.WriteString("\n")
+	b.WriteString(src)
+	return b.String()
 }
 
 var (

@@ -1,7 +1,10 @@
 -- acquire.lua: one attempt to take a mutex.
 -- KEYS[1] lock hash {o owner, c hold count, t token, d deadline µs, k call log
---         (with Owner), r the call that last ended a holding}
--- KEYS[2] fence: the last token handed out (no TTL: it outlives the lock)
+--         (with Owner), r the call that last ended a holding, f fence: the last
+--         token handed out}; no TTL, so that the fence outlives every holding:
+--         a holding is live while d is after now
+-- KEYS[2] the fence of releases before 0.10, read (and deleted) by the first
+--         acquisition that finds no f
 -- KEYS[3] waiter queue (zset: owner scored by arrival µs)
 -- KEYS[4] waiter deadlines (hash: owner -> µs; a waiter that stops retrying drops out)
 -- KEYS[5] this call's tombstone (set by cancel.lua when the caller gave up)
@@ -33,22 +36,38 @@ local function enqueue()
   end
 end
 
-local h = redis.call('HMGET', KEYS[1], 'o', 'c', 't', 'd', 'k')
+local h = redis.call('HMGET', KEYS[1], 'o', 'c', 't', 'd', 'k', 'f')
 if h[1] and tonumber(h[4]) > now then
   if h[1] == owner then return {1, reenter(KEYS[1], h, call, ARGV[8] == '1')} end
   enqueue()
   return {0, tonumber(h[4]) - now}
 end
--- Drop waiters that stopped retrying, from the head, at most 100 per call.
-local head = firstLive(KEYS[3], KEYS[4], now)
-if ARGV[4] == '1' and head and head ~= owner then
-  enqueue()
-  return {0, 0}
+-- Fair: the longest live waiter goes first (waiters that stopped retrying
+-- leave the head, at most 100 per call).
+if ARGV[4] == '1' then
+  local head = firstLive(KEYS[3], KEYS[4], now)
+  if head and head ~= owner then
+    enqueue()
+    return {0, 0}
+  end
 end
-local token = mint(KEYS[2], now)
+-- The next fencing token, as mint does, from the fence in the hash: one
+-- HSET writes the holding and the fence together.
+local fence = h[6]
+if not fence then
+  -- A new name, or the first acquisition since an upgrade from a layout
+  -- that kept the fence apart and gave this hash a TTL.
+  fence = redis.call('GET', KEYS[2])
+  if fence then redis.call('DEL', KEYS[2]) end
+  redis.call('PERSIST', KEYS[1])
+end
+local token = tonumber(fence or '0') + 1
+if token < now then token = now end
 local log = ''
 if ARGV[8] == '1' then log = record(h[5], call, token) end
-redis.call('HSET', KEYS[1], 'o', owner, 'c', 1, 't', int(token), 'd', int(now + ttl), 'k', log)
-redis.call('PEXPIRE', KEYS[1], math.ceil(ttl / 1000))
-unqueue(KEYS[3], KEYS[4], owner, '')
+redis.call('HSET', KEYS[1], 'o', owner, 'c', 1, 't', int(token), 'd', int(now + ttl), 'k', log, 'f', int(token))
+-- Only a waiting call, or an owner that other calls share (Owner) or whose
+-- queue decides (Fair), can have queued: a first attempt of a Lock call
+-- without Owner never did, and skips the queue.
+if ARGV[5] == '1' or ARGV[4] == '1' or ARGV[8] == '1' then unqueue(KEYS[3], KEYS[4], owner, '') end
 return {1, token}

@@ -76,7 +76,9 @@ end
 
 -- Holdings of one owner in a hash (the mutex's lock hash, the RWMutex's
 -- writer hash): fields o owner, c hold count, t token, d deadline µs, k call
--- log (with Owner), r the call that last ended a holding.
+-- log (with Owner), r the call that last ended a holding (and, in the
+-- mutex's hash, f the fence). A holding is live while d is after now: o,
+-- c, t of an ended one may stay.
 
 -- reenter: owner, holding key live with fields h = HMGET(key, 'o', 'c', 't',
 -- 'd', 'k'), asks again with call. A resend of the call that got the holding
@@ -90,14 +92,15 @@ local function reenter(key, h, call, reentrant)
   return token
 end
 
--- extend: move the deadline of owner's live holding in key to now + ttl µs
--- and the key's TTL with it. Returns 1, or -1 (and writes nothing) when
--- owner does not hold key.
-local function extend(key, owner, ttl, now)
+-- extend: move the deadline of owner's live holding in key to now + ttl µs,
+-- and the key's TTL with it when expire (the RWMutex's writer hash; the
+-- mutex's hash has none). Returns 1, or -1 (and writes nothing) when owner
+-- does not hold key.
+local function extend(key, owner, ttl, now, expire)
   local h = redis.call('HMGET', key, 'o', 'd')
   if not h[1] or h[1] ~= owner or tonumber(h[2]) <= now then return -1 end
   redis.call('HSET', key, 'd', int(now + ttl))
-  redis.call('PEXPIRE', key, math.ceil(ttl / 1000))
+  if expire then redis.call('PEXPIRE', key, math.ceil(ttl / 1000)) end
   return 1
 end
 
@@ -105,7 +108,8 @@ end
 -- Returns reply, ended: reply is -1 when owner does not hold key, else the
 -- hold count left (a resend gets the first run's answer: from the log, or 0
 -- when r names the call); ended is true only when this run ended the holding
--- (o, c, t, d deleted, r set to call): the caller then wakes the next waiter.
+-- (d set to 0, which no now passes, and r to call, in one HSET; o, c, t
+-- stay, dead): the caller then wakes the next waiter.
 local function release(key, owner, call, now)
   local h = redis.call('HMGET', key, 'o', 'c', 'd', 'k', 'r')
   if h[5] == call then return 0, false end
@@ -117,8 +121,7 @@ local function release(key, owner, call, now)
     redis.call('HSET', key, 'c', c - 1, 'k', record(h[4], call, c - 1))
     return c - 1, false
   end
-  redis.call('HDEL', key, 'o', 'c', 't', 'd')
-  redis.call('HSET', key, 'r', call)
+  redis.call('HSET', key, 'd', 0, 'r', call)
   return 0, true
 end
 

@@ -4,15 +4,20 @@
 -- ARGV[4] call id (the same in every resend of this call)
 -- reply: -1 not held (expired, taken over or gone); else the hold count left.
 -- On the last level it ends the holding and publishes the longest live waiter's
--- owner id (or "" when none), so only that waiter retries: no thundering herd.
+-- owner id (or "" when none live), so only that waiter retries: no thundering
+-- herd; with nobody queued it publishes nothing.
 --
 -- Safe to run twice. The release that ends a holding leaves its call id in
--- r, which stays in the hash until the hash's TTL (the end of the released
--- lease) or the next such release: a resend answers 0 again. With Owner, the
+-- r, which stays in the hash (which has no TTL) until the next such release:
+-- a resend answers 0 again. With Owner, the
 -- call log k (see acquire.lua) records the count each release left, and a
 -- resend of a logged call gets that answer without releasing another level.
 local now = clock(ARGV[1])
 local left, ended = release(KEYS[1], ARGV[2], ARGV[4], now)
 if not ended then return left end
-redis.call('PUBLISH', ARGV[3], firstLive(KEYS[3], KEYS[4], now) or '')
+-- A waiter queues (acquire.lua) after it has subscribed and before it
+-- waits: with nobody queued, nobody is waiting for this message.
+if redis.call('EXISTS', KEYS[3]) == 1 then
+  redis.call('PUBLISH', ARGV[3], firstLive(KEYS[3], KEYS[4], now) or '')
+end
 return 0

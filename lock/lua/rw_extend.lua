@@ -7,5 +7,5 @@
 -- reply: 1 extended, -1 not held (expired, taken over or gone).
 local now = clock(ARGV[1])
 local owner, ttl = ARGV[3], tonumber(ARGV[4])
-if ARGV[2] == 'w' then return extend(KEYS[1], owner, ttl, now) end
+if ARGV[2] == 'w' then return extend(KEYS[1], owner, ttl, now, true) end
 return sharedExtend(KEYS[3], KEYS[4], owner, ttl, now)
