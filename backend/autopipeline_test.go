@@ -576,3 +576,44 @@ func TestRunIntsGoRedis(t *testing.T) {
 		t.Errorf("the wrapper's methods saw %d script calls, want at least %d", n, 2*32*40)
 	}
 }
+
+// TestDirectScriptsArePlain: calls of a Direct script from 32 goroutines
+// reach Redis each on its own, never in an autopipelined batch, with the
+// same replies; the same script not Direct is pipelined.
+func TestDirectScriptsArePlain(t *testing.T) {
+	srv := testenv.SharedRedis(t)
+	c := redis.NewClient(&redis.Options{Addr: srv.Addr, ContextTimeoutEnabled: true})
+	defer c.Close()
+	h := &scriptCounter{}
+	c.AddHook(h)
+	r := backend.NewRedis(c, backend.WithPrefix(backendtest.UniquePrefix()))
+	ctx := context.Background()
+	for _, direct := range []bool{true, false} {
+		s := intsScript
+		if direct {
+			s = intsScript.Direct()
+			if s == intsScript || s.SHA1() != intsScript.SHA1() || s.Source() != intsScript.Source() {
+				t.Fatal("Direct must return a copy with the same source and SHA1")
+			}
+		}
+		before := h.inBatches.Load()
+		concurrently(32, 40, func(g, i int) {
+			key := r.Key(fmt.Sprint("direct", direct, g), "n")
+			got, err := r.RunInts(ctx, s, []string{key}, []any{i}, 4)
+			if err != nil || got[0] != int64(2*i+1) || got[2] != int64(3*i) {
+				t.Errorf("direct=%v goroutine %d call %d: %v %v", direct, g, i, got, err)
+			}
+			if _, err := r.RunArgs(ctx, s, []string{key}, []any{i}); err != nil {
+				t.Errorf("direct=%v goroutine %d call %d: %v", direct, g, i, err)
+			}
+		})
+		batched := h.inBatches.Load() - before
+		t.Logf("direct=%v: %d of %d script calls in pipelines", direct, batched, 2*32*40)
+		if direct && batched != 0 {
+			t.Errorf("%d calls of a Direct script were pipelined", batched)
+		}
+		if !direct && batched == 0 {
+			t.Error("no call of the script was pipelined")
+		}
+	}
+}

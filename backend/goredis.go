@@ -56,7 +56,8 @@ func NewRedis(c redis.UniversalClient, opts ...Option) *Redis {
 // and on any other UniversalClient, such as a wrapper of the user's own:
 // NewRedis never bypasses a wrapper to reach the client inside it.
 // WithoutAutoPipeline turns it off: every call is then a plain call on the
-// client, as before.
+// client, as before. Scripts made Direct (the lock scripts) are always
+// plain calls: see Script.Direct.
 //
 // Deadlines: go-redis honours a context's deadline on the network only when
 // the client is built with ContextTimeoutEnabled: true; otherwise a call to a
@@ -100,10 +101,16 @@ func NewRedisE(c redis.UniversalClient, opts ...Option) (*Redis, error) {
 	if !newConfig(opts).noAutoPipe {
 		g.ap = newAutoPipe(c)
 	}
-	if g.known {
-		return NewRedisScripter(goRedisInts{g}, opts...)
+	if !g.known {
+		return NewRedisScripter(g, opts...)
 	}
-	return NewRedisScripter(g, opts...)
+	r, err := NewRedisScripter(goRedisInts{g}, opts...)
+	if err == nil && g.ap != nil {
+		direct := g
+		direct.ap = nil
+		r.direct = goRedisInts{direct}
+	}
+	return r, err
 }
 
 // knownClient reports whether c is of a go-redis client type (not a

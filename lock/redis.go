@@ -19,9 +19,11 @@ var luaCommon string
 // script returns the lock script src preceded by the helpers of
 // lua/common.lua that it calls, directly or through another helper: Redis
 // scripts cannot load each other, and each helper is a closure made anew on
-// every run, so a script carries only the ones it uses.
+// every run, so a script carries only the ones it uses. Lock scripts are
+// Direct: under contention each release and the next acquire wait on each
+// other, and a pipeline batch ahead of them would lengthen every hand-off.
 func script(src string) *backend.Script {
-	return backend.NewScript(withHelpers(luaCommon, src))
+	return backend.NewScript(withHelpers(luaCommon, src)).Direct()
 }
 
 // luaHelper is one local function of lua/common.lua, with the comment
