@@ -127,16 +127,18 @@ var (
 type redisDriver struct {
 	r       *backend.Redis
 	o       Options
-	tomb    string   // key prefix of tombstones: + call id
-	keys    []string // lock, fence, queue, waiter deadlines
+	local   cohortKey // the process's local queue of the name (cohort.go)
+	tomb    string    // key prefix of tombstones: + call id
+	keys    []string  // lock, fence, queue, waiter deadlines
 	channel string
 }
 
 func newRedisDriver(r *backend.Redis, name string, o Options) *redisDriver {
 	return &redisDriver{
-		r:    r,
-		o:    o,
-		tomb: r.Key(name, "lx:"),
+		r:     r,
+		o:     o,
+		local: cohortKey{r: r, name: name},
+		tomb:  r.Key(name, "lx:"),
 		keys: []string{
 			r.Key(name, "lk"),
 			r.Key(name, "lf"),
@@ -196,6 +198,21 @@ func (d *redisDriver) try(ctx context.Context, owner string, ttl time.Duration, 
 }
 
 func (d *redisDriver) Acquire(ctx context.Context, owner string, ttl time.Duration, wait bool) (Grant, error) {
+	if !wait || d.o.Owner != "" || d.o.Fair {
+		return d.acquire(ctx, owner, ttl, wait)
+	}
+	// Lock calls of this process on this name take turns in process first.
+	if err := d.local.waitTurn(ctx, d.o.MaxPoll); err != nil {
+		return Grant{}, err
+	}
+	g, err := d.acquire(ctx, owner, ttl, wait)
+	d.local.done(owner, err == nil, time.Now().Add(ttl))
+	return g, err
+}
+
+// acquire is Acquire in Redis: an attempt, then (when wait) the wait in
+// Redis's queue, woken by pub/sub.
+func (d *redisDriver) acquire(ctx context.Context, owner string, ttl time.Duration, wait bool) (Grant, error) {
 	// One attempt first: a free lock is taken without the subscription a
 	// waiter needs.
 	g, _, err := d.try(ctx, owner, ttl, false)
@@ -261,12 +278,18 @@ func (d *redisDriver) Extend(ctx context.Context, owner string, ttl time.Duratio
 		return fmt.Errorf("lock: %w", err)
 	}
 	if n, _ := reply.(int64); n != 1 {
+		d.local.released(owner)
 		return ErrNotHeld
 	}
+	d.local.extended(owner, time.Now().Add(ttl))
 	return nil
 }
 
 func (d *redisDriver) Release(ctx context.Context, owner string) error {
+	// Whatever the answer, this process's holding is over: the next local
+	// caller goes to Redis (where the lock is free, or held by another
+	// process, or still ours if the release failed: then it waits there).
+	defer d.local.released(owner)
 	reply, err := d.r.Run(ctx, releaseScript, d.keys, []string{d.r.NowArg(), owner, d.channel, backend.NewCallID()})
 	if err != nil {
 		return fmt.Errorf("lock: %w", err)

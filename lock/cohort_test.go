@@ -1,0 +1,243 @@
+package lock_test
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/floodgate-dev/floodgate/backend"
+	"github.com/floodgate-dev/floodgate/internal/backendtest"
+	"github.com/floodgate-dev/floodgate/internal/testenv"
+	"github.com/floodgate-dev/floodgate/lock"
+)
+
+// scriptCalls is a go-redis hook counting script commands (EVALSHA, EVAL).
+type scriptCalls struct{ n atomic.Int64 }
+
+func (h *scriptCalls) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+func (h *scriptCalls) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		if name := cmd.Name(); name == "evalsha" || name == "eval" {
+			h.n.Add(1)
+		}
+		return next(ctx, cmd)
+	}
+}
+
+func (h *scriptCalls) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		for _, cmd := range cmds {
+			if name := cmd.Name(); name == "evalsha" || name == "eval" {
+				h.n.Add(1)
+			}
+		}
+		return next(ctx, cmds)
+	}
+}
+
+// cohortBackend returns a Redis backend on a client of its own, with its
+// script calls counted, and a unique prefix shared by every call.
+func cohortBackend(t *testing.T, prefix string) (*backend.Redis, *scriptCalls) {
+	t.Helper()
+	c := redis.NewClient(&redis.Options{Addr: testenv.SharedRedis(t).Addr, ContextTimeoutEnabled: true})
+	t.Cleanup(func() { c.Close() })
+	h := &scriptCalls{}
+	c.AddHook(h)
+	b := backend.NewRedis(c, backend.WithPrefix(prefix))
+	t.Cleanup(func() { b.Close() })
+	return b, h
+}
+
+// TestLocalQueue: 16 goroutines of one process, each with its own Mutex of
+// one name on one backend, take turns in process: mutual exclusion holds,
+// tokens strictly increase in the order of the holdings, and each
+// acquisition costs one acquire and one release script — no failed
+// attempt, no queueing in Redis.
+func TestLocalQueue(t *testing.T) {
+	b, calls := cohortBackend(t, backendtest.UniquePrefix())
+	const goroutines, each = 16, 40
+	ctx := context.Background()
+	var (
+		mu      sync.Mutex // guards tokens; taken inside the critical section
+		tokens  []int64
+		inside  atomic.Int32
+		overlap atomic.Int32
+		wg      sync.WaitGroup
+	)
+	for range goroutines {
+		l, err := lock.NewMutex(b, "local-queue", lock.TTL(10*time.Second), lock.MaxPoll(10*time.Second))
+		if err != nil {
+			t.Fatal(err)
+		}
+		wg.Go(func() {
+			for range each {
+				lease, err := l.Lock(ctx)
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				if inside.Add(1) != 1 {
+					overlap.Add(1)
+				}
+				mu.Lock()
+				tokens = append(tokens, lease.Token())
+				mu.Unlock()
+				inside.Add(-1)
+				if err := lease.Unlock(ctx); err != nil {
+					t.Error(err)
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	if overlap.Load() != 0 {
+		t.Fatalf("%d critical sections overlapped", overlap.Load())
+	}
+	if len(tokens) != goroutines*each {
+		t.Fatalf("%d acquisitions, want %d", len(tokens), goroutines*each)
+	}
+	for i := 1; i < len(tokens); i++ {
+		if tokens[i] <= tokens[i-1] {
+			t.Fatalf("token %d is %d after %d", i, tokens[i], tokens[i-1])
+		}
+	}
+	n := calls.n.Load()
+	t.Logf("%d script calls for %d acquisitions", n, len(tokens))
+	if max := int64(2*len(tokens) + goroutines); n > max {
+		t.Errorf("%d script calls for %d acquisitions: want at most %d (one acquire and one release each)", n, len(tokens), max)
+	}
+}
+
+// TestLocalQueueRemoteNotStarved: while 8 goroutines of one process pass a
+// lock among themselves, a Lock of another process (another backend and
+// client) on the same name gets it too, woken in Redis by their releases.
+func TestLocalQueueRemoteNotStarved(t *testing.T) {
+	prefix := backendtest.UniquePrefix()
+	local, _ := cohortBackend(t, prefix)
+	remote, _ := cohortBackend(t, prefix)
+	ctx := context.Background()
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	var held atomic.Int64
+	for range 8 {
+		l, err := lock.NewMutex(local, "starve", lock.TTL(10*time.Second))
+		if err != nil {
+			t.Fatal(err)
+		}
+		wg.Go(func() {
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				lease, err := l.Lock(ctx)
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				held.Add(1)
+				time.Sleep(100 * time.Microsecond)
+				if err := lease.Unlock(ctx); err != nil {
+					t.Error(err)
+					return
+				}
+			}
+		})
+	}
+	defer func() { close(stop); wg.Wait() }()
+	for held.Load() < 50 {
+		time.Sleep(time.Millisecond)
+	}
+	r, err := lock.NewMutex(remote, "starve", lock.TTL(10*time.Second), lock.MaxPoll(30*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range 5 {
+		rctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		start, before := time.Now(), held.Load()
+		lease, err := r.Lock(rctx)
+		cancel()
+		if err != nil {
+			t.Fatalf("remote Lock %d while the local goroutines held the lock %d times: %v", i, held.Load()-before, err)
+		}
+		t.Logf("remote Lock %d: %v, after %d local holdings", i, time.Since(start), held.Load()-before)
+		if err := lease.Unlock(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// TestLocalQueueTurns: a local waiter whose context ends returns its error
+// and loses nothing for the others; when the holder unlocks, the next local
+// waiter gets the lock at once (MaxPoll is 30s: no poll does it); and when a
+// holder's lease ends without Unlock, local waiters go to Redis at its end.
+func TestLocalQueueTurns(t *testing.T) {
+	b, _ := cohortBackend(t, backendtest.UniquePrefix())
+	ctx := context.Background()
+	newMutex := func(ttl time.Duration) lock.Locker {
+		l, err := lock.NewMutex(b, "turns", lock.TTL(ttl), lock.MaxPoll(30*time.Second))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return l
+	}
+	holder, err := newMutex(10 * time.Second).Lock(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// A waiter that gives up.
+	short, cancel := context.WithTimeout(ctx, 100*time.Millisecond)
+	_, err = newMutex(10 * time.Second).Lock(short)
+	cancel()
+	if !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("a local waiter whose context ended: %v", err)
+	}
+	// A waiter that stays, woken by the Unlock.
+	got := make(chan time.Time, 1)
+	var next *lock.Lease
+	go func() {
+		l, err := newMutex(300 * time.Millisecond).Lock(ctx)
+		if err != nil {
+			t.Error(err)
+		}
+		next = l
+		got <- time.Now()
+	}()
+	time.Sleep(100 * time.Millisecond)
+	unlocked := time.Now()
+	if err := holder.Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case at := <-got:
+		if d := at.Sub(unlocked); d > time.Second {
+			t.Fatalf("the local waiter got the lock %v after Unlock", d)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("the local waiter did not get the lock after Unlock")
+	}
+	// next's lease (300ms) ends without Unlock: a local waiter goes to Redis
+	// at its end, not at MaxPoll.
+	start := time.Now()
+	l, err := newMutex(10 * time.Second).Lock(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d := time.Since(start); d > 3*time.Second {
+		t.Fatalf("a local waiter behind a lapsed lease waited %v", d)
+	}
+	if l.Token() <= next.Token() {
+		t.Fatalf("token %d after %d", l.Token(), next.Token())
+	}
+	if err := l.Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+}
