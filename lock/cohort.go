@@ -12,12 +12,13 @@ import (
 // process on one lock name (and one backend) wait for each other here, in
 // process, instead of each trying Redis and queueing there. While a call of
 // the process holds the lock or is trying to take it, another call waits
-// locally; when the holder releases, the next local caller is woken directly
-// and makes one attempt, which the release has made likely to succeed. So
-// under contention inside a process a hand-off costs the release and one
-// acquire, with no failed attempt, no subscription and no wake-up message;
-// calls of other processes still queue in Redis and are woken by the
-// release, and race the local caller for the free lock.
+// locally. When the holder unlocks and no other process waits in Redis, the
+// release hands the lock to the next local caller in the same script
+// (handoff.lua): a hand-off inside a process costs one round trip, with no
+// failed attempt, no subscription and no wake-up message. When other
+// processes wait in Redis, the release wakes the first of them as usual and
+// the next local caller makes an attempt of its own: both race for the free
+// lock, so neither side starves.
 //
 // It applies to Lock (not TryLock) on mutexes without Owner (no re-entry to
 // tell apart) and without Fair (whose order is Redis's queue). A local
@@ -36,8 +37,28 @@ type cohortKey struct {
 type cohort struct {
 	trying  int                  // calls of this process making attempts in Redis
 	holders map[string]time.Time // owner -> local end of its lease
-	waiters []chan struct{}      // FIFO; each buffered 1: a send gives that waiter a turn
+	waiters []*localWaiter       // FIFO
 }
+
+// localWaiter is a Lock call waiting in the local queue.
+type localWaiter struct {
+	owner string
+	ttl   time.Duration
+	turn  chan turn // buffered 1: the waiter's turn, once
+	state waiterState
+}
+
+type waiterState int
+
+const (
+	waiting   waiterState = iota // in the queue
+	handed                       // out of the queue, a hand-off to it under way
+	abandoned                    // its call returned while a hand-off to it was under way
+)
+
+// turn is what a waiter's turn brings: a lock handed to it (token > 0), or
+// the right to make attempts in Redis.
+type turn struct{ token int64 }
 
 var cohorts = struct {
 	sync.Mutex
@@ -55,9 +76,9 @@ func (c *cohort) busy(now time.Time) bool {
 	return c.trying > 0 || len(c.holders) > 0
 }
 
-// handOn gives the next local waiter its turn when nobody of the process
-// is busy, and drops the queue's record when it is idle. Callers hold
-// cohorts.
+// handOn gives the next local waiter its turn to try when nobody of the
+// process is busy, and drops the queue's record when it is idle. Callers
+// hold cohorts.
 func (k cohortKey) handOn(c *cohort) {
 	if c.busy(time.Now()) {
 		return
@@ -66,16 +87,16 @@ func (k cohortKey) handOn(c *cohort) {
 		w := c.waiters[0]
 		c.waiters = c.waiters[1:]
 		c.trying++
-		w <- struct{}{}
+		w.turn <- turn{}
 		return
 	}
 	delete(cohorts.m, k)
 }
 
 // enter reports whether the call may go to Redis at once (and counts it as
-// trying), or else queues it and returns the channel its turn comes on and
-// how long it waits at most before going to Redis anyway.
-func (k cohortKey) enter(maxPoll time.Duration) (chan struct{}, time.Duration) {
+// trying), or else queues it and returns its waiter and how long it waits at
+// most before going to Redis anyway.
+func (k cohortKey) enter(owner string, ttl, maxPoll time.Duration) (*localWaiter, time.Duration) {
 	cohorts.Lock()
 	defer cohorts.Unlock()
 	c := cohorts.m[k]
@@ -92,39 +113,76 @@ func (k cohortKey) enter(maxPoll time.Duration) (chan struct{}, time.Duration) {
 	for _, end := range c.holders {
 		wait = min(wait, end.Sub(now)+time.Millisecond)
 	}
-	turn := make(chan struct{}, 1)
-	c.waiters = append(c.waiters, turn)
-	return turn, wait
+	w := &localWaiter{owner: owner, ttl: ttl, turn: make(chan turn, 1)}
+	c.waiters = append(c.waiters, w)
+	return w, wait
 }
 
-// leave takes a waiter out of the queue when its wait ended without its
-// turn (ctx ended, or its timer). It reports whether the turn had come
-// meanwhile: the call then counts as trying, and must go on or pass it on.
-// When go is set (the timer), a waiter without its turn becomes trying too.
-func (k cohortKey) leave(turn chan struct{}, goOn bool) (hadTurn bool) {
+// waitTurn waits in the local queue until the call may go to Redis, or is
+// handed the lock (then it returns the token; the call counts as trying
+// either way, and ends with done). It returns ctx's error when ctx ends
+// first; the call then holds nothing and no turn: a lock handed to it
+// meanwhile is released by the hand-off's caller.
+func (k cohortKey) waitTurn(ctx context.Context, owner string, ttl, maxPoll time.Duration) (int64, error) {
+	w, wait := k.enter(owner, ttl, maxPoll)
+	if w == nil {
+		return 0, nil
+	}
+	t := time.NewTimer(wait)
+	defer t.Stop()
+	select {
+	case tn := <-w.turn:
+		return tn.token, nil
+	case <-t.C:
+		return k.leave(w, true)
+	case <-ctx.Done():
+		if tn, err := k.leave(w, false); err == nil {
+			return tn, nil // its turn came first
+		}
+		return 0, ctx.Err()
+	}
+}
+
+// leave ends a wait without a turn (goOn: the timer, the waiter goes to
+// Redis; else ctx ended). A turn that came meanwhile is taken instead, and
+// nil returned with its token; a hand-off under way is left to its caller,
+// who releases what it hands (abandoned). errLeft means the waiter left.
+func (k cohortKey) leave(w *localWaiter, goOn bool) (int64, error) {
 	cohorts.Lock()
 	defer cohorts.Unlock()
-	c := cohorts.m[k]
 	select {
-	case <-turn:
-		hadTurn = true
+	case tn := <-w.turn:
+		return tn.token, nil
 	default:
-		for i, w := range c.waiters {
-			if w == turn {
-				c.waiters = append(c.waiters[:i:i], c.waiters[i+1:]...)
-				break
-			}
-		}
+	}
+	c := cohorts.m[k]
+	switch w.state {
+	case handed:
 		if goOn {
-			c.trying++
+			// The hand-off decides: wait for it (it is one round trip).
+			cohorts.Unlock()
+			tn := <-w.turn
+			cohorts.Lock()
+			return tn.token, nil
+		}
+		w.state = abandoned
+		return 0, errLeft
+	}
+	for i, x := range c.waiters {
+		if x == w {
+			c.waiters = append(c.waiters[:i:i], c.waiters[i+1:]...)
+			break
 		}
 	}
-	if !goOn && hadTurn {
-		c.trying--
-		k.handOn(c)
+	if goOn {
+		c.trying++
+		return 0, nil
 	}
-	return hadTurn
+	return 0, errLeft
 }
+
+// errLeft is leave's answer when the waiter left without a turn.
+var errLeft = context.Canceled
 
 // done ends a trying call: holding until end when held, else passing the
 // turn on.
@@ -151,7 +209,8 @@ func (k cohortKey) extended(owner string, end time.Time) {
 	}
 }
 
-// released ends owner's holding and gives the next local waiter its turn.
+// released ends owner's holding in the process and gives the next local
+// waiter its turn.
 func (k cohortKey) released(owner string) {
 	cohorts.Lock()
 	defer cohorts.Unlock()
@@ -166,23 +225,45 @@ func (k cohortKey) released(owner string) {
 	k.handOn(c)
 }
 
-// waitTurn waits in the local queue until the call may go to Redis. It
-// returns ctx's error when ctx ends first; the call then holds no turn.
-func (k cohortKey) waitTurn(ctx context.Context, maxPoll time.Duration) error {
-	turn, wait := k.enter(maxPoll)
-	if turn == nil {
+// handing returns the local waiter to hand the lock to as owner releases
+// it, if any: when owner holds it in this process, nobody else of the
+// process is busy and someone waits. owner's holding then ends here, the
+// waiter counts as trying, and the caller reports the hand-off's outcome
+// with handedTo. Otherwise it changes nothing: the caller releases and then
+// calls released.
+func (k cohortKey) handing(owner string) *localWaiter {
+	cohorts.Lock()
+	defer cohorts.Unlock()
+	c := cohorts.m[k]
+	if c == nil || len(c.waiters) == 0 {
 		return nil
 	}
-	t := time.NewTimer(wait)
-	defer t.Stop()
-	select {
-	case <-turn:
+	end, ok := c.holders[owner]
+	if !ok || c.trying > 0 {
 		return nil
-	case <-t.C:
-		k.leave(turn, true)
-		return nil
-	case <-ctx.Done():
-		k.leave(turn, false)
-		return ctx.Err()
 	}
+	delete(c.holders, owner)
+	if c.busy(time.Now()) {
+		c.holders[owner] = end
+		return nil
+	}
+	w := c.waiters[0]
+	c.waiters = c.waiters[1:]
+	c.trying++
+	w.state = handed
+	return w
+}
+
+// handedTo reports the outcome of a hand-off to w: token > 0 when w now
+// holds the lock, else w makes attempts of its own. It returns false when
+// w's call has returned meanwhile: the caller must then undo what w got.
+func (k cohortKey) handedTo(w *localWaiter, token int64) bool {
+	cohorts.Lock()
+	defer cohorts.Unlock()
+	if w.state == abandoned {
+		return false
+	}
+	w.state = waiting
+	w.turn <- turn{token: token}
+	return true
 }

@@ -110,12 +110,15 @@ var (
 	luaLeave string
 	//go:embed lua/cancel.lua
 	luaCancel string
+	//go:embed lua/handoff.lua
+	luaHandoff string
 
 	acquireScript = script(luaAcquire)
 	releaseScript = script(luaRelease)
 	extendScript  = script(luaExtend)
 	leaveScript   = script(luaLeave)
 	cancelScript  = script(luaCancel)
+	handoffScript = script(luaHandoff)
 )
 
 // redisDriver is a mutex on Redis. Every key of a lock name shares the hash
@@ -201,11 +204,16 @@ func (d *redisDriver) Acquire(ctx context.Context, owner string, ttl time.Durati
 	if !wait || d.o.Owner != "" || d.o.Fair {
 		return d.acquire(ctx, owner, ttl, wait)
 	}
-	// Lock calls of this process on this name take turns in process first.
-	if err := d.local.waitTurn(ctx, d.o.MaxPoll); err != nil {
+	// Lock calls of this process on this name take turns in process first;
+	// the turn may come with the lock, handed over by its release.
+	token, err := d.local.waitTurn(ctx, owner, ttl, d.o.MaxPoll)
+	if err != nil {
 		return Grant{}, err
 	}
-	g, err := d.acquire(ctx, owner, ttl, wait)
+	g := Grant{Token: token}
+	if token == 0 {
+		g, err = d.acquire(ctx, owner, ttl, wait)
+	}
 	d.local.done(owner, err == nil, time.Now().Add(ttl))
 	return g, err
 }
@@ -286,6 +294,9 @@ func (d *redisDriver) Extend(ctx context.Context, owner string, ttl time.Duratio
 }
 
 func (d *redisDriver) Release(ctx context.Context, owner string) error {
+	if w := d.local.handing(owner); w != nil {
+		return d.handoff(ctx, owner, w)
+	}
 	// Whatever the answer, this process's holding is over: the next local
 	// caller goes to Redis (where the lock is free, or held by another
 	// process, or still ours if the release failed: then it waits there).
@@ -295,6 +306,53 @@ func (d *redisDriver) Release(ctx context.Context, owner string) error {
 		return fmt.Errorf("lock: %w", err)
 	}
 	if n, _ := reply.(int64); n < 0 {
+		return ErrNotHeld
+	}
+	return nil
+}
+
+// handoff releases owner's holding and, in the same script, gives the lock
+// to the local waiter w when no other process waits in Redis (see
+// cohort.go). w learns the outcome through its turn: the lock, or an
+// attempt of its own (which, after a lost reply, finds the lock if the
+// hand-off ran: acquire.lua's resend path). When w's call has returned
+// meanwhile, what it got is given up here.
+func (d *redisDriver) handoff(ctx context.Context, owner string, w *localWaiter) error {
+	call := backend.NewCallID()
+	keys := d.callKeys(call)
+	reply, err := d.r.Run(ctx, handoffScript, keys, []string{
+		d.r.NowArg(), owner, d.channel, backend.NewCallID(), w.owner, micros(w.ttl), call,
+	})
+	var v []int64
+	if err == nil {
+		v, err = backend.ReplyInts(reply, 2)
+	}
+	if err != nil {
+		if !d.local.handedTo(w, 0) {
+			// w is gone and the hand-off may have run: undo it for w's call.
+			abandon(w.ttl, func(ctx context.Context) error {
+				_, err := d.r.Run(ctx, cancelScript, keys, []string{
+					d.r.NowArg(), w.owner, call, micros(w.ttl), d.channel, "0",
+				})
+				return err
+			})
+			d.local.done(w.owner, false, time.Time{})
+		}
+		return fmt.Errorf("lock: %w", err)
+	}
+	if !d.local.handedTo(w, v[1]) {
+		held := v[1] > 0
+		d.local.done(w.owner, held, time.Now().Add(w.ttl))
+		if held {
+			// w's call returned without it: release it, handing it on.
+			go func() {
+				ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+				defer cancel()
+				_ = d.Release(ctx, w.owner)
+			}()
+		}
+	}
+	if v[0] < 0 {
 		return ErrNotHeld
 	}
 	return nil

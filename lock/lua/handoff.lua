@@ -1,0 +1,34 @@
+-- handoff.lua: a mutex's holder releases and, when no other process waits
+-- in Redis, gives the lock to the next caller of its own process in the
+-- same step (see cohort.go), so that the hand-off costs one round trip.
+-- KEYS as acquire.lua; KEYS[5] the tombstone of the receiver's call
+-- ARGV[1] now µs or ""; ARGV[2] owner releasing; ARGV[3] channel; ARGV[4]
+-- call id of the release; ARGV[5] receiver's owner; ARGV[6] its ttl µs;
+-- ARGV[7] call id of the receiver's acquire
+-- reply: {left, token}: left as release.lua (-1 not held; a resend of this
+-- call answers 0); token the receiver's fencing token when it now holds the
+-- lock, else 0 (it has to make an attempt of its own: other processes'
+-- waiters were queued, and this step woke the first of them, or this is a
+-- resend, or the release did not end the holding).
+--
+-- Safe to run twice: a resend finds r naming this call and answers {0, 0};
+-- the receiver's own attempt then finds its holding (acquire.lua's resend
+-- path, the same token).
+local now = clock(ARGV[1])
+local left, ended = release(KEYS[1], ARGV[2], ARGV[4], now)
+if not ended then return {left, 0} end
+if redis.call('EXISTS', KEYS[3]) == 1 then
+  redis.call('PUBLISH', ARGV[3], firstLive(KEYS[3], KEYS[4], now) or '')
+  return {0, 0}
+end
+if buried(KEYS[5]) then return {0, 0} end
+local fence = redis.call('HGET', KEYS[1], 'f')
+if not fence then
+  fence = redis.call('GET', KEYS[2])
+  if fence then redis.call('DEL', KEYS[2]) end
+  redis.call('PERSIST', KEYS[1])
+end
+local token = tonumber(fence or '0') + 1
+if token < now then token = now end
+redis.call('HSET', KEYS[1], 'o', ARGV[5], 'c', 1, 't', int(token), 'd', int(now + tonumber(ARGV[6])), 'k', '', 'f', int(token))
+return {0, token}
