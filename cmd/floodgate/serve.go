@@ -47,6 +47,8 @@ Redis URLs:
   redis://host1:7000,host2:7001             Cluster seed nodes
   redis+sentinel://host1:26379,host2:26379/mymaster[/db]   Sentinel
   unix:///run/redis.sock
+--redis-persecond takes the same forms, for the limits whose unit is a second
+(envoyproxy/ratelimit's REDIS_PERSECOND), with companions of the same names.
 A password is best given with --redis-password-file (or $FLOODGATE_REDIS_PASSWORD)
 rather than in the URL, where process listings show it; URLs are always shown
 with their passwords redacted.
