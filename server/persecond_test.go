@@ -399,3 +399,33 @@ func TestPerSecondLocalCache(t *testing.T) {
 		t.Fatalf("a miss with the per-second store down: %+v, want the failure mode", r)
 	}
 }
+
+// TestPerSecondEnvoyEachStoreDown: envoy's default mode (each descriptor on
+// its own) under --failure-mode allow with the per-second store down: the
+// per-second descriptors are answered OK, the main store's still counted.
+func TestPerSecondEnvoyEachStoreDown(t *testing.T) {
+	_, psR, mainB, psB, _ := openTwoStores(t)
+	s, err := NewService(mainB, Options{PerSecondBackend: psB, FailureMode: FailOpen,
+		Timeout: 5 * time.Second, PerSecondTimeout: 50 * time.Millisecond,
+		Envoy: EnvoyOptions{Enabled: true}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.SetConfig(mustConfig(t, perSecondYAML), "v1"); err != nil {
+		t.Fatal(err)
+	}
+	if err := psR.Pause(); err != nil {
+		t.Fatal(err)
+	}
+	defer psR.Resume()
+	for i := range 3 {
+		r := decide(t, s, desc(1, "sec", "x"), desc(1, "bucket", "x"), desc(1, "min", "x"))
+		if !r.Failed || r.Code != CodeOK || r.Statuses[2].Remaining != int64(2-i) {
+			t.Fatalf("request %d: %+v; want OK with the minute limit counted (remaining %d)", i, r, 2-i)
+		}
+	}
+	// The fourth request is over the minute limit, whatever the per-second store.
+	if r := decide(t, s, desc(1, "sec", "x"), desc(1, "min", "x")); r.Code != CodeOverLimit || r.Statuses[1].Code != CodeOverLimit {
+		t.Fatalf("over the minute limit with the per-second store down: %+v", r)
+	}
+}

@@ -484,13 +484,13 @@ func (s *Service) Decide(ctx context.Context, req *Request) (*Response, error) {
 			err = s.allowEach(ctx, gate, results)
 		} else {
 			_, err = s.allow(ctx, gate, results)
-			var part *partialFailure
-			if errors.As(err, &part) {
-				// One of two stores failed under FailOpen: its descriptors
-				// are answered OK, the other store's decided (stores.go).
-				s.storeFailed(ctx, req.Domain, part.err)
-				resp.Failed, err = true, nil
-			}
+		}
+		var part *partialFailure
+		if errors.As(err, &part) {
+			// One of two stores failed under FailOpen: its descriptors are
+			// answered OK, the other store's decided (stores.go).
+			s.storeFailed(ctx, req.Domain, part.err)
+			resp.Failed, err = true, nil
 		}
 		if err == nil && envoy {
 			err = s.envoySpend(ctx, gate, results)

@@ -244,21 +244,39 @@ func (s *Service) failOpenAlone(ctx context.Context, err error) bool {
 // allowEach decides every request of reqs on its own, as
 // envoyproxy/ratelimit counts descriptors by default: those of the main
 // store first, then the per-second store's (envoy's order: its main
-// pipeline, then its per-second one). The first error ends it; what was
-// counted before stays counted.
+// pipeline, then its per-second one). The first error ends it, and what was
+// counted before stays counted; except that with two stores under FailOpen
+// a failing store's remaining requests are answered OK without a call and
+// the other store's are still decided (a *partialFailure, as allowSplit).
 func (s *Service) allowEach(ctx context.Context, reqs []ratelimit.Request, results []ratelimit.Result) error {
+	var failed error
 	for _, perSecond := range []bool{false, true} {
 		for j := range reqs {
 			if s.onPerSecond(reqs[j]) != perSecond {
 				continue
 			}
-			if _, err := s.allow(ctx, reqs[j:j+1], results[j:j+1]); err != nil {
+			_, err := s.allow(ctx, reqs[j:j+1], results[j:j+1])
+			if err == nil {
+				continue
+			}
+			if s.ps == nil || !s.failOpenAlone(ctx, err) {
 				return err
 			}
+			// This store's other requests are answered OK: zero results.
+			failed = errors.Join(failed, err)
+			for k := j; k < len(reqs); k++ {
+				if s.onPerSecond(reqs[k]) == perSecond {
+					results[k] = ratelimit.Result{}
+				}
+			}
+			break
 		}
 		if s.ps == nil {
 			break
 		}
+	}
+	if failed != nil {
+		return &partialFailure{err: failed}
 	}
 	return nil
 }
