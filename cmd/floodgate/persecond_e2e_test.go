@@ -171,3 +171,24 @@ func TestEnvoyCompatPerSecondRedis(t *testing.T) {
 		t.Errorf("floodgate_backend_errors_total{store=persecond} = %v, want >= 5", got)
 	}
 }
+
+// TestEnvoyCompatPerSecondTLS: REDIS_PERSECOND_TLS=true with envoy's
+// REDIS_TLS_* files reaches a per-second Redis that speaks TLS only and
+// requires client certificates, while the main Redis stays plain
+// (REDIS_TLS unset): envoy's one TLS configuration serves the Redis that
+// speak TLS, and a plain one is not refused for having files.
+func TestEnvoyCompatPerSecondTLS(t *testing.T) {
+	r, ps := testenv.NewRedis(t), testenv.NewRedis(t, testenv.WithTLS(nil, true))
+	kp, err := ps.TLS.CA.Issue("floodgate-persecond", testenv.CertOptions{Client: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := startEnvoyCompat(t, r, envoyRuntime(t, envoyTestConfig),
+		"REDIS_PERSECOND=true", "REDIS_PERSECOND_SOCKET_TYPE=tcp", "REDIS_PERSECOND_URL="+ps.Addr, "REDIS_PERSECOND_TLS=true",
+		"REDIS_TLS_CACERT="+ps.TLS.CA.CertFile, "REDIS_TLS_CLIENT_CERT="+kp.CertFile, "REDIS_TLS_CLIENT_KEY="+kp.KeyFile)
+	avoidWindowEdge(time.Minute, 5*time.Second)
+	resp := s.mustRL(request("envoy-compat", entries("per_second", "t"), entries("per_minute", "t")))
+	checkResponse(t, "over TLS", resp, ok(50, second, 49), ok(3, minute, 2))
+	checkKeysIn(t, "main", r, "|per_minute|")
+	checkKeysIn(t, "per-second", ps, "|per_second|")
+}
