@@ -429,3 +429,37 @@ func TestPerSecondEnvoyEachStoreDown(t *testing.T) {
 		t.Fatalf("over the minute limit with the per-second store down: %+v", r)
 	}
 }
+
+// TestPerSecondStoreOnCluster: a per-second store on a Redis Cluster gets
+// one breaker per slot range, as a main store does, and decides requests
+// spanning slots and both stores.
+func TestPerSecondStoreOnCluster(t *testing.T) {
+	fake := clock.NewFake(time.Date(2026, 1, 1, 12, 0, 0, 0, time.UTC))
+	cl := backendtest.Cluster(t, fake)
+	s, err := NewService(backendtest.Redis(t, fake), Options{PerSecondBackend: cl, Timeout: 5 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.SetConfig(mustConfig(t, perSecondYAML), "v1"); err != nil {
+		t.Fatal(err)
+	}
+	if _, total, ok := s.PerSecondStoreHealth(); !ok || total != slotRanges {
+		t.Fatalf("per-second store on a Cluster: %d breakers, want %d", total, slotRanges)
+	}
+	if _, total := s.StoreHealth(); total != slotRanges+1 {
+		t.Fatalf("StoreHealth: %d breakers, want %d", total, slotRanges+1)
+	}
+	for i := range 3 {
+		r := decide(t, s, desc(1, "sec", "a"), desc(1, "sec", "b"), desc(1, "min", "a"))
+		want := CodeOK
+		if i == 2 {
+			want = CodeOverLimit
+		}
+		if r.Code != want || r.Failed {
+			t.Fatalf("request %d: %+v, want %v", i, r, want)
+		}
+	}
+	if r := decide(t, s, desc(0, "min", "a")); r.Statuses[0].Remaining != 1 {
+		t.Fatalf("the minute limit after a per-second denial: remaining %d, want 1", r.Statuses[0].Remaining)
+	}
+}
