@@ -71,7 +71,9 @@ type Response struct {
 	Code     Code     // OVER_LIMIT when any status is OVER_LIMIT
 	Statuses []Status // one per descriptor, in request order
 	// Failed reports that the store could not decide (an error, a timeout or
-	// the circuit breaker): the codes are the failure mode's.
+	// the circuit breaker): the codes are the failure mode's. With a
+	// per-second store under FailOpen, they may be for the failing store's
+	// descriptors only, the other store's being decided (stores.go).
 	Failed bool
 	// Headers are the response_headers_to_add of the answer: envoy
 	// compatibility mode's RateLimit-Limit, -Remaining and -Reset
@@ -407,8 +409,9 @@ func (s *Service) PerSecondStoreHealth() (open, total int, ok bool) {
 // atomic step where the store allows it — the memory backend, a standalone
 // Redis, keys of one Redis Cluster slot — so a request that is over any limit
 // consumes nothing from the others. Across Cluster slots, see
-// ratelimit.AllowAll. Shadow-mode descriptors are decided on their own after
-// it and never change the codes.
+// ratelimit.AllowAll; across a main and a per-second store
+// (Options.PerSecondBackend), stores.go. Shadow-mode descriptors are decided
+// on their own after it and never change the codes.
 func (s *Service) Decide(ctx context.Context, req *Request) (*Response, error) {
 	envoy := s.opts.Envoy.Enabled
 	if envoy && req != nil {
@@ -481,7 +484,7 @@ func (s *Service) Decide(ctx context.Context, req *Request) (*Response, error) {
 		} else if each {
 			// envoyproxy/ratelimit counts every descriptor on its own: those
 			// of its main Redis first, then those of its per-second Redis.
-			err = s.allowEach(ctx, gate, results)
+			err = s.allowEach(ctx, gate, results, nil)
 		} else {
 			_, err = s.allow(ctx, gate, results)
 		}

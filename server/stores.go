@@ -242,17 +242,18 @@ func (s *Service) failOpenAlone(ctx context.Context, err error) bool {
 }
 
 // allowEach decides every request of reqs on its own, as
-// envoyproxy/ratelimit counts descriptors by default: those of the main
-// store first, then the per-second store's (envoy's order: its main
-// pipeline, then its per-second one). The first error ends it, and what was
-// counted before stays counted; except that with two stores under FailOpen
-// a failing store's remaining requests are answered OK without a call and
-// the other store's are still decided (a *partialFailure, as allowSplit).
-func (s *Service) allowEach(ctx context.Context, reqs []ratelimit.Request, results []ratelimit.Result) error {
+// envoyproxy/ratelimit counts descriptors by default, except those skip
+// (when not nil) marks: those of the main store first, then the per-second
+// store's (envoy's order: its main pipeline, then its per-second one). The
+// first error ends it, and what was counted before stays counted; except
+// that with two stores under FailOpen a failing store's remaining requests
+// are answered OK without a call and the other store's are still decided (a
+// *partialFailure, as allowSplit).
+func (s *Service) allowEach(ctx context.Context, reqs []ratelimit.Request, results []ratelimit.Result, skip []bool) error {
 	var failed error
 	for _, perSecond := range []bool{false, true} {
 		for j := range reqs {
-			if s.onPerSecond(reqs[j]) != perSecond {
+			if s.onPerSecond(reqs[j]) != perSecond || skip != nil && skip[j] {
 				continue
 			}
 			_, err := s.allow(ctx, reqs[j:j+1], results[j:j+1])
@@ -265,7 +266,7 @@ func (s *Service) allowEach(ctx context.Context, reqs []ratelimit.Request, resul
 			// This store's other requests are answered OK: zero results.
 			failed = errors.Join(failed, err)
 			for k := j; k < len(reqs); k++ {
-				if s.onPerSecond(reqs[k]) == perSecond {
+				if s.onPerSecond(reqs[k]) == perSecond && (skip == nil || !skip[k]) {
 					results[k] = ratelimit.Result{}
 				}
 			}

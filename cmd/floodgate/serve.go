@@ -339,9 +339,15 @@ func runServe(args []string, stdout, stderr io.Writer) int {
 		backendName = "redis"
 	}
 	info, _ := debug.ReadBuildInfo()
-	logger.Info("floodgate starting", "version", versionString(info), "backend", backendName,
-		"store", server.RedactURL(*redisURL), "persecond_store", server.RedactURL(*psStore.url),
-		"http", srv.HTTPAddr(), "grpc", srv.GRPCAddr(), "failure_mode", mode.String(), "timeout", *timeout, "compat", *compat)
+	attrs := []any{"version", versionString(info), "backend", backendName, "store", server.RedactURL(*redisURL)}
+	if *psStore.url != "" {
+		psT := *psTimeout
+		if psT == 0 {
+			psT = *timeout
+		}
+		attrs = append(attrs, "persecond_store", server.RedactURL(*psStore.url), "persecond_timeout", psT)
+	}
+	logger.Info("floodgate starting", append(attrs, "http", srv.HTTPAddr(), "grpc", srv.GRPCAddr(), "failure_mode", mode.String(), "timeout", *timeout, "compat", *compat)...)
 
 	if debugLn != nil {
 		go func() { _ = http.Serve(debugLn, debugHandler(token)) }()
