@@ -309,6 +309,9 @@ func TestPerSecondOptions(t *testing.T) {
 	if _, err := NewService(m, Options{PerSecondBackend: backend.NewMemory(), PerSecondTimeout: -time.Second}); err == nil {
 		t.Error("a negative PerSecondTimeout was accepted")
 	}
+	if _, err := NewService(m, Options{PerSecondBackend: m}); err == nil {
+		t.Error("the main backend was accepted as the per-second one")
+	}
 	s, err := NewService(m, Options{PerSecondBackend: backend.NewMemory(), Timeout: 70 * time.Millisecond})
 	if err != nil {
 		t.Fatal(err)

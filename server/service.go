@@ -265,6 +265,9 @@ func NewService(b backend.Backend, opts Options) (*Service, error) {
 	if opts.Timeout == 0 {
 		opts.Timeout = DefaultTimeout
 	}
+	if opts.PerSecondBackend != nil && opts.PerSecondBackend == b {
+		return nil, errors.New("server: the per-second backend is the main backend: leave PerSecondBackend nil to keep every limit on it")
+	}
 	if opts.PerSecondTimeout < 0 {
 		return nil, fmt.Errorf("server: per-second store timeout %v is negative", opts.PerSecondTimeout)
 	}
