@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"encoding/json"
 	"fmt"
 	"net/http"
 	"os"
@@ -123,6 +124,28 @@ descriptors:
 	}
 	if logs := s.Logs(); strings.Contains(logs, pass) {
 		t.Errorf("the per-second password is in the log:\n%s", logs)
+	}
+
+	// The per-second Redis stopped: under the default failure mode (allow)
+	// its descriptors are answered OK and the minute limit is still counted.
+	if err := ps.Stop(); err != nil {
+		t.Fatal(err)
+	}
+	for i := range 3 {
+		code, body := s.post("/v1/check", "", `{"domain":"ps","descriptors":[{"per_second":"a"},{"per_minute":"a"}]}`)
+		var got struct {
+			Allowed   bool
+			Decisions []struct{ Remaining int64 }
+		}
+		if err := json.Unmarshal([]byte(body), &got); err != nil || code != http.StatusOK || !got.Allowed || len(got.Decisions) != 2 {
+			t.Fatalf("/v1/check %d with the per-second Redis stopped: %d %s", i, code, body)
+		}
+		if want := int64(3 - i); got.Decisions[1].Remaining != want {
+			t.Errorf("/v1/check %d: per_minute remaining %d, want %d (still counted)", i, got.Decisions[1].Remaining, want)
+		}
+	}
+	if got := s.metric("", "floodgate_backend_errors_total", "store", "persecond"); got < 3 {
+		t.Errorf("floodgate_backend_errors_total{store=persecond} = %v, want >= 3", got)
 	}
 }
 
