@@ -54,7 +54,7 @@ const (
 	attrDescriptors = attribute.Key("floodgate.descriptors")
 	attrValues      = attribute.Key("floodgate.descriptor_values")
 	attrCode        = attribute.Key("floodgate.code")
-	attrStore       = attribute.Key("floodgate.store") // with a per-second store: main or persecond
+	attrStore       = attribute.Key("floodgate.store_name") // with a per-second store: main or persecond
 )
 
 // init prepares the tracer; tracing stays off without a Provider.
