@@ -466,3 +466,24 @@ func TestPerSecondStoreOnCluster(t *testing.T) {
 		t.Fatalf("the minute limit after a per-second denial: remaining %d, want 1", r.Statuses[0].Remaining)
 	}
 }
+
+// TestPerSecondTracing: with a per-second store a request on both stores
+// makes a store span for each, named by floodgate.store_name.
+func TestPerSecondTracing(t *testing.T) {
+	tp, exp := tracingProvider(t)
+	s := newService(t, backend.NewMemory(), Options{PerSecondBackend: backend.NewMemory(), Tracing: TracingOptions{Provider: tp}})
+	h := NewHTTPHandler(s, HTTPOptions{})
+	post(t, h, "/v1/check", `{"domain":"api","descriptors":[{"user":"tr"},{"path":"/search/x"}]}`)
+	var names []string
+	for _, sp := range exp.GetSpans() {
+		if sp.Name != spanStore {
+			continue
+		}
+		v, _ := spanAttr(sp, attrStore)
+		names = append(names, v.AsString())
+	}
+	slices.Sort(names)
+	if !slices.Equal(names, []string{storeMain, storePerSecond}) {
+		t.Fatalf("store spans named %q, want one per store", names)
+	}
+}
