@@ -28,6 +28,10 @@ import (
 // ends; the longer windows of the main store are never spent by a denied
 // request.
 //
+// In envoy's mode, where every descriptor is counted on its own
+// (allowEach), the main store's descriptors are counted first, then the
+// per-second store's, as envoyproxy/ratelimit runs its two pipelines.
+//
 // When one of the two stores fails, under FailOpen its descriptors are
 // answered OK and the other store's are decided as usual (Response.Failed
 // is set); under FailClosed and FailError the whole request is answered by
