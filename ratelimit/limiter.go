@@ -271,6 +271,9 @@ func (l *Limiter) redisKeys(keys []string, key string) []string {
 // Rules returns the number of rules.
 func (l *Limiter) Rules() int { return len(l.specs) }
 
+// Backend returns the backend l keeps its state on: the one given to New.
+func (l *Limiter) Backend() backend.Backend { return l.b }
+
 // Allow is shorthand for AllowN(ctx, key, 1).
 func (l *Limiter) Allow(ctx context.Context, key string) (Result, error) {
 	return l.AllowN(ctx, key, 1)

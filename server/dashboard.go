@@ -136,7 +136,8 @@ func (d *dashboard) tick(now time.Time) {
 			}
 		case "floodgate_backend_errors_total":
 			for _, m := range f.GetMetric() {
-				snap.BackendErrors += rate("e|"+labels(m)["reason"], m.GetCounter().GetValue())
+				l := labels(m)
+				snap.BackendErrors += rate("e|"+l["reason"]+"|"+l["store"], m.GetCounter().GetValue())
 			}
 		case "floodgate_config_reloads_total":
 			for _, m := range f.GetMetric() {

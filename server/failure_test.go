@@ -72,7 +72,7 @@ func TestFailureModes(t *testing.T) {
 					}
 				}
 			}
-			if !s.breakers.allOpen() || s.Ready() {
+			if !s.main.breakers.allOpen() || s.Ready() {
 				t.Fatal("breaker still closed after repeated failures")
 			}
 			if err := r.Resume(); err != nil {
@@ -187,7 +187,7 @@ func TestCallerDeadlineShorterThanTimeout(t *testing.T) {
 			t.Fatalf("stalled call %d: err %v, want the caller's DeadlineExceeded (got %+v, logs %s)", i, err, got, logs.String())
 		}
 	}
-	if !s.breakers.allOpen() || s.Ready() {
+	if !s.main.breakers.allOpen() || s.Ready() {
 		t.Fatal("breaker still closed after three stalled calls ended by the caller's deadline")
 	}
 	rec := httptest.NewRecorder()
@@ -195,7 +195,7 @@ func TestCallerDeadlineShorterThanTimeout(t *testing.T) {
 	if rec.Code != http.StatusServiceUnavailable {
 		t.Fatalf("/readyz: %d %q, want 503", rec.Code, rec.Body)
 	}
-	if got := counterValue(t, m.backendErrors.WithLabelValues("timeout")); got != 3 {
+	if got := counterValue(t, m.backendErrors.WithLabelValues("timeout", storeMain)); got != 3 {
 		t.Fatalf("backend timeouts counted: %v, want 3", got)
 	}
 	// Answered by the failure mode, not by the caller's deadline (which
@@ -233,7 +233,7 @@ func TestCallerCancelIsNotAStoreFailure(t *testing.T) {
 			t.Fatalf("cancelled call %d: %v", i, err)
 		}
 	}
-	if s.breakers.allOpen() {
+	if s.main.breakers.allOpen() {
 		t.Fatal("cancelled callers opened the breaker")
 	}
 }

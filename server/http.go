@@ -74,9 +74,9 @@ func NewHTTPHandler(s *Service, o HTTPOptions) http.Handler {
 			http.Error(w, "not ready: "+s.notReadyReason(), http.StatusServiceUnavailable)
 			return
 		}
-		if open, total := s.StoreHealth(); open > 0 {
+		if msg := s.partialOutage(); msg != "" {
 			// A partial outage: the other keys are decided as usual.
-			fmt.Fprintf(w, "ok; the store is partly failing: %d of %d slot ranges are answered by the failure mode\n", open, total)
+			fmt.Fprintf(w, "ok; %s\n", msg)
 			return
 		}
 		io.WriteString(w, "ok\n")

@@ -220,18 +220,10 @@ func (s *Service) localCheck(rs *ruleset, limits []*config.Limit, gate []ratelim
 	return hit
 }
 
-// localAllow decides, each on its own, the requests of gate the cache did
-// not answer (hit).
+// localAllow decides, each on its own (allowEach), the requests of gate the
+// cache did not answer (hit).
 func (s *Service) localAllow(ctx context.Context, gate []ratelimit.Request, results []ratelimit.Result, hit []bool) error {
-	for j := range gate {
-		if hit[j] {
-			continue
-		}
-		if _, err := s.allow(ctx, gate[j:j+1], results[j:j+1]); err != nil {
-			return err
-		}
-	}
-	return nil
+	return s.allowEach(ctx, gate, results, hit)
 }
 
 // localRemember keeps the denials of gate the store decided (those not hit),

@@ -22,10 +22,10 @@ import (
 //	floodgate_requests_total{api,code}                     api: grpc, json, check; code: OK, OVER_LIMIT, invalid, unavailable, unauthorized
 //	floodgate_request_duration_seconds{api}                decision latency as the server saw it
 //	floodgate_backend_duration_seconds                     store call latency (remote stores)
-//	floodgate_backend_errors_total{reason}                 error, timeout, breaker_open
+//	floodgate_backend_errors_total{reason,store}           reason: error, timeout, breaker_open; store: main, persecond
 //	floodgate_backend_node_errors_total{node}              failed store calls by the node the error names (unknown: a timeout)
 //	floodgate_failure_mode_total{mode}                     requests answered by the failure mode
-//	floodgate_breaker_open                                 share of circuit breakers failing calls fast (0 to 1; per slot range on a Cluster)
+//	floodgate_breaker_open{store}                          share of a store's circuit breakers failing calls fast (0 to 1; per slot range on a Cluster)
 //	floodgate_config_reloads_total{result}                 success, failure
 //	floodgate_config_info{version}                         1 for the configuration being served
 //	floodgate_config_loaded_timestamp_seconds              when it was loaded
@@ -58,8 +58,9 @@ type Metrics struct {
 	reloads           *prometheus.CounterVec
 	configInfo        *prometheus.GaugeVec
 	configLoaded      prometheus.Gauge
-	breakerOpen       prometheus.GaugeFunc
-	memory            bool // the memory backend's collector is registered
+	breakerOpen       prometheus.GaugeFunc // the main store's
+	breakerOpenPS     prometheus.GaugeFunc // the per-second store's
+	memory            bool                 // the memory backend's collector is registered
 	localCacheHits    prometheus.Counter
 }
 
@@ -88,8 +89,8 @@ func NewMetrics() *Metrics {
 			Name: "floodgate_backend_duration_seconds", Help: "Time of each call to a remote store.", Buckets: buckets,
 		}),
 		backendErrors: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "floodgate_backend_errors_total", Help: "Store calls that failed, by reason.",
-		}, []string{"reason"}),
+			Name: "floodgate_backend_errors_total", Help: "Store calls that failed, by reason and store (main, or persecond: the store of the limits whose unit is a second).",
+		}, []string{"reason", "store"}),
 		backendNodeErrors: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "floodgate_backend_node_errors_total", Help: "Store calls that failed, by the store node the error names (unknown for timeouts), for at most 64 nodes (then other).",
 		}, []string{"node"}),
@@ -111,7 +112,7 @@ func NewMetrics() *Metrics {
 			m.backendErrors, m.backendNodeErrors, m.failureMode, m.reloads, m.configInfo, m.configLoaded)
 	}
 	for _, reason := range []string{"error", "timeout", "breaker_open"} {
-		m.backendErrors.WithLabelValues(reason)
+		m.backendErrors.WithLabelValues(reason, storeMain)
 	}
 	for _, res := range []string{"success", "failure"} {
 		m.reloads.WithLabelValues(res)
@@ -124,19 +125,29 @@ func (m *Metrics) Handler() http.Handler {
 	return promhttp.HandlerFor(m.Registry, promhttp.HandlerOpts{})
 }
 
-// watchBreaker exports the share of the breakers of bs that are open.
-func (m *Metrics) watchBreaker(bs *breakerSet) {
-	if m.breakerOpen != nil {
+// watchBreaker exports the share of the breakers of bs, those of the store
+// named store, that are open.
+func (m *Metrics) watchBreaker(store string, bs *breakerSet) {
+	g := &m.breakerOpen
+	if store == storePerSecond {
+		g = &m.breakerOpenPS
+		for _, reason := range []string{"error", "timeout", "breaker_open"} {
+			m.backendErrors.WithLabelValues(reason, store)
+		}
+	}
+	if *g != nil {
 		return
 	}
-	m.breakerOpen = prometheus.NewGaugeFunc(prometheus.GaugeOpts{
-		Name: "floodgate_breaker_open", Help: "Share of the store's circuit breakers failing calls fast: 1 while a standalone or Sentinel store is failing; on a Redis Cluster, the share of hash-slot ranges.",
+	*g = prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Name:        "floodgate_breaker_open",
+		Help:        "Share of a store's circuit breakers failing calls fast: 1 while a standalone or Sentinel store is failing; on a Redis Cluster, the share of hash-slot ranges. store: main, or persecond (the store of the limits whose unit is a second).",
+		ConstLabels: prometheus.Labels{"store": store},
 	}, func() float64 {
 		open, total := bs.open()
 		return float64(open) / float64(total)
 	})
-	m.Registry.MustRegister(m.breakerOpen)
-	m.own.MustRegister(m.breakerOpen)
+	m.Registry.MustRegister(*g)
+	m.own.MustRegister(*g)
 }
 
 // configLoaded records a successful load of version.

@@ -71,7 +71,9 @@ type Response struct {
 	Code     Code     // OVER_LIMIT when any status is OVER_LIMIT
 	Statuses []Status // one per descriptor, in request order
 	// Failed reports that the store could not decide (an error, a timeout or
-	// the circuit breaker): the codes are the failure mode's.
+	// the circuit breaker): the codes are the failure mode's. With a
+	// per-second store under FailOpen, they may be for the failing store's
+	// descriptors only, the other store's being decided (stores.go).
 	Failed bool
 	// Headers are the response_headers_to_add of the answer: envoy
 	// compatibility mode's RateLimit-Limit, -Remaining and -Reset
@@ -198,21 +200,30 @@ type Options struct {
 	LocalCacheBytes int
 	// Tracing turns on OpenTelemetry spans (tracing.go); off when zero.
 	Tracing TracingOptions
+	// PerSecondBackend, when set, keeps the state of every limit whose unit
+	// is a second (envoyproxy/ratelimit's REDIS_PERSECOND); the other
+	// limits stay on the main backend. It has its own timeout and circuit
+	// breakers; a request with limits on both is decided per store
+	// (stores.go). It must read time as the main backend does (the same
+	// injected clock, or none). nil keeps every limit on the main backend.
+	PerSecondBackend backend.Backend
+	// PerSecondTimeout is the per-call timeout of PerSecondBackend; Timeout
+	// when 0.
+	PerSecondTimeout time.Duration
 }
 
 // Service decides rate limit requests against a configuration on a backend.
 // It is safe for concurrent use; SetConfig swaps the configuration
 // atomically while requests are decided.
 type Service struct {
-	b        backend.Backend
-	opts     Options
-	remote   bool        // the store is across a network: calls get a timeout
-	breakers *breakerSet // one per slot range on a Redis Cluster, else one
-	log      *slog.Logger
-	failLog  *logLimiter // store failures, at most one line a second per reason and node
-	nodes    nodeLabels  // the store nodes errors have named, bounded
-	rules    atomic.Pointer[ruleset]
-	top      *topKeys // keys most often over their limit, for the dashboard; nil without metrics
+	main    *store // every limit's state, or every limit's but per-second ones
+	ps      *store // the per-second limits' state (Options.PerSecondBackend); nil for none
+	opts    Options
+	log     *slog.Logger
+	failLog *logLimiter // store failures, at most one line a second per reason and node
+	nodes   nodeLabels  // the store nodes errors have named, bounded
+	rules   atomic.Pointer[ruleset]
+	top     *topKeys // keys most often over their limit, for the dashboard; nil without metrics
 
 	overrides sync.Map // overrideKey -> *ratelimit.Limiter
 	nOverride atomic.Int32
@@ -254,6 +265,15 @@ func NewService(b backend.Backend, opts Options) (*Service, error) {
 	if opts.Timeout == 0 {
 		opts.Timeout = DefaultTimeout
 	}
+	if opts.PerSecondBackend != nil && opts.PerSecondBackend == b {
+		return nil, errors.New("server: the per-second backend is the main backend: leave PerSecondBackend nil to keep every limit on it")
+	}
+	if opts.PerSecondTimeout < 0 {
+		return nil, fmt.Errorf("server: per-second store timeout %v is negative", opts.PerSecondTimeout)
+	}
+	if opts.PerSecondTimeout == 0 {
+		opts.PerSecondTimeout = opts.Timeout
+	}
 	if opts.MaxDescriptors <= 0 {
 		opts.MaxDescriptors = DefaultMaxDescriptors
 	}
@@ -267,18 +287,18 @@ func NewService(b backend.Backend, opts Options) (*Service, error) {
 		opts.Logger = slog.New(slog.DiscardHandler)
 	}
 	opts.Tracing.init()
-	rb, remote := b.(*backend.Redis)
-	s := &Service{b: b, opts: opts, remote: remote, log: opts.Logger}
-	s.failLog = newLogLimiter(opts.Logger, time.Second)
-	var slot func(string) int
-	if remote && rb.Cluster() {
-		slot = rb.Slot
+	s := &Service{opts: opts, log: opts.Logger}
+	s.main = newStore(storeMain, b, opts.Timeout, opts.Breaker)
+	if opts.PerSecondBackend != nil {
+		s.ps = newStore(storePerSecond, opts.PerSecondBackend, opts.PerSecondTimeout, opts.Breaker)
 	}
-	s.breakers = newBreakerSet(opts.Breaker, slot)
+	s.failLog = newLogLimiter(opts.Logger, time.Second)
 	if opts.Metrics != nil {
-		opts.Metrics.watchBreaker(s.breakers)
-		if mem, ok := b.(*backend.Memory); ok {
-			opts.Metrics.watchMemory(mem)
+		for _, st := range s.stores() {
+			opts.Metrics.watchBreaker(st.name, st.breakers)
+			if mem, ok := st.b.(*backend.Memory); ok {
+				opts.Metrics.watchMemory(mem)
+			}
 		}
 		s.top = newTopKeys(64)
 	}
@@ -311,7 +331,7 @@ func (s *Service) SetConfig(cfg *config.Config, version string) error {
 			if l.Unlimited {
 				continue
 			}
-			lim, err := ratelimit.New(s.b, l.Rule)
+			lim, err := ratelimit.New(s.storeOf(l).b, l.Rule)
 			if err != nil {
 				return fmt.Errorf("%s:%d: %w", l.File, l.Line, err)
 			}
@@ -347,22 +367,41 @@ func (s *Service) Config() (cfg *config.Config, version string, loaded time.Time
 // known to be down: on a Redis Cluster, unless the breakers of every slot
 // range are open; a partial outage (one master down) leaves it ready, since
 // the keys of the other masters are decided as usual (StoreHealth says how
-// much is failing).
+// much is failing). With a per-second store, the service is ready unless
+// both stores are down: while one is, the other's limits are decided as
+// usual.
 func (s *Service) Ready() bool {
-	return s.rules.Load() != nil && !s.breakers.allOpen()
+	return s.rules.Load() != nil && !s.allStoresDown()
 }
 
-// breakerOpen reports whether any circuit breaker is open.
+// breakerOpen reports whether any circuit breaker of any store is open.
 func (s *Service) breakerOpen() bool {
-	n, _ := s.breakers.open()
+	n, _ := s.StoreHealth()
 	return n > 0
 }
 
-// StoreHealth returns how many of the store's circuit breakers are open
+// StoreHealth returns how many of the stores' circuit breakers are open
 // (failing calls fast), of how many: one in all for a standalone or Sentinel
 // Redis and for the memory backend, one per range of hash slots on a Redis
-// Cluster.
-func (s *Service) StoreHealth() (open, total int) { return s.breakers.open() }
+// Cluster; with a per-second store, the sum over both (PerSecondStoreHealth
+// tells that one's).
+func (s *Service) StoreHealth() (open, total int) {
+	for _, st := range s.stores() {
+		o, t := st.breakers.open()
+		open, total = open+o, total+t
+	}
+	return open, total
+}
+
+// PerSecondStoreHealth is StoreHealth of the per-second store alone; ok is
+// false when there is none (Options.PerSecondBackend).
+func (s *Service) PerSecondStoreHealth() (open, total int, ok bool) {
+	if s.ps == nil {
+		return 0, 0, false
+	}
+	open, total = s.ps.breakers.open()
+	return open, total, true
+}
 
 // Decide decides req. Errors: *InputError for a malformed request, and
 // ErrUnavailable in the FailError mode when the store cannot decide; in the
@@ -373,8 +412,9 @@ func (s *Service) StoreHealth() (open, total int) { return s.breakers.open() }
 // atomic step where the store allows it — the memory backend, a standalone
 // Redis, keys of one Redis Cluster slot — so a request that is over any limit
 // consumes nothing from the others. Across Cluster slots, see
-// ratelimit.AllowAll. Shadow-mode descriptors are decided on their own after
-// it and never change the codes.
+// ratelimit.AllowAll; across a main and a per-second store
+// (Options.PerSecondBackend), stores.go. Shadow-mode descriptors are decided
+// on their own after it and never change the codes.
 func (s *Service) Decide(ctx context.Context, req *Request) (*Response, error) {
 	envoy := s.opts.Envoy.Enabled
 	if envoy && req != nil {
@@ -445,14 +485,18 @@ func (s *Service) Decide(ctx context.Context, req *Request) (*Response, error) {
 		if hit != nil {
 			err = s.localAllow(ctx, gate, results, hit)
 		} else if each {
-			// envoyproxy/ratelimit counts every descriptor on its own.
-			for j := range gate {
-				if _, err = s.allow(ctx, gate[j:j+1], results[j:j+1]); err != nil {
-					break
-				}
-			}
+			// envoyproxy/ratelimit counts every descriptor on its own: those
+			// of its main Redis first, then those of its per-second Redis.
+			err = s.allowEach(ctx, gate, results, nil)
 		} else {
 			_, err = s.allow(ctx, gate, results)
+		}
+		var part *partialFailure
+		if errors.As(err, &part) {
+			// One of two stores failed under FailOpen: its descriptors are
+			// answered OK, the other store's decided (stores.go).
+			s.storeFailed(ctx, req.Domain, part.err)
+			resp.Failed, err = true, nil
 		}
 		if err == nil && envoy {
 			err = s.envoySpend(ctx, gate, results)
@@ -625,7 +669,7 @@ func (s *Service) limiter(rs *ruleset, l *config.Limit) *ratelimit.Limiter {
 	if v, ok := s.overrides.Load(k); ok {
 		return v.(*ratelimit.Limiter)
 	}
-	lim, err := ratelimit.New(s.b, l.Rule)
+	lim, err := ratelimit.New(s.storeOf(l).b, l.Rule)
 	if err != nil {
 		// Only overrides get here, and every override is a valid FixedWindow.
 		panic(fmt.Sprintf("server: limiter for %s: %v", l.Path, err))
@@ -660,15 +704,38 @@ const maxStateKey = 512
 // must not hide a stalled store from the breaker, the metrics and the logs.
 // A caller that cancels (goes away) says nothing about the store: its call
 // counts neither as a failure nor as a success.
+//
+// With a per-second store, reqs are decided on the store that holds them;
+// reqs on both are decided per store, by allowSplit.
 func (s *Service) allow(ctx context.Context, reqs []ratelimit.Request, results []ratelimit.Result) (bool, error) {
-	if s.opts.Tracing.tracer != nil {
-		return s.allowTraced(ctx, reqs, results) // tracing.go: under a store span
+	if s.ps == nil {
+		return s.allowOn(ctx, s.main, reqs, results)
 	}
-	return s.allowStore(ctx, reqs, results)
+	nps := 0
+	for _, q := range reqs {
+		if s.onPerSecond(q) {
+			nps++
+		}
+	}
+	switch nps {
+	case 0:
+		return s.allowOn(ctx, s.main, reqs, results)
+	case len(reqs):
+		return s.allowOn(ctx, s.ps, reqs, results)
+	}
+	return s.allowSplit(ctx, reqs, results)
 }
 
-func (s *Service) allowStore(ctx context.Context, reqs []ratelimit.Request, results []ratelimit.Result) (bool, error) {
-	if !s.remote {
+// allowOn runs one AllowAll on st, whose backend holds every request of reqs.
+func (s *Service) allowOn(ctx context.Context, st *store, reqs []ratelimit.Request, results []ratelimit.Result) (bool, error) {
+	if s.opts.Tracing.tracer != nil {
+		return s.allowTraced(ctx, st, reqs, results) // tracing.go: under a store span
+	}
+	return s.allowStore(ctx, st, reqs, results)
+}
+
+func (s *Service) allowStore(ctx context.Context, st *store, reqs []ratelimit.Request, results []ratelimit.Result) (bool, error) {
+	if !st.remote {
 		return allowAll(ctx, reqs, results)
 	}
 	if ctx.Err() != nil {
@@ -677,17 +744,17 @@ func (s *Service) allowStore(ctx context.Context, reqs []ratelimit.Request, resu
 	var idxBuf [8]int
 	idx := idxBuf[:0]
 	for _, q := range reqs {
-		if j := s.breakers.of(q.Key); !slices.Contains(idx, j) {
+		if j := st.breakers.of(q.Key); !slices.Contains(idx, j) {
 			idx = append(idx, j)
 		}
 	}
-	if !s.breakers.allow(idx) {
-		return false, errBreakerOpen
+	if !st.breakers.allow(idx) {
+		return false, st.wrap(errBreakerOpen)
 	}
 	start := time.Now()
 	dl, hasDL := ctx.Deadline()
-	callerFirst := hasDL && dl.Before(start.Add(s.opts.Timeout))
-	cctx, cancel := context.WithTimeout(ctx, s.opts.Timeout)
+	callerFirst := hasDL && dl.Before(start.Add(st.timeout))
+	cctx, cancel := context.WithTimeout(ctx, st.timeout)
 	ok, err := allowAll(cctx, reqs, results)
 	cancel()
 	if m := s.opts.Metrics; m != nil {
@@ -699,7 +766,7 @@ func (s *Service) allowStore(ctx context.Context, reqs []ratelimit.Request, resu
 		// comparing them, not by ctx.Err().
 		switch cerr := ctx.Err(); {
 		case cerr != nil && !errors.Is(cerr, context.DeadlineExceeded):
-			s.breakers.release(idx)
+			st.breakers.release(idx)
 			return false, &callerGoneError{err: cerr}
 		case cerr != nil || errors.Is(err, context.DeadlineExceeded):
 			err = &storeTimeoutError{waited: time.Since(start), caller: callerFirst}
@@ -710,11 +777,11 @@ func (s *Service) allowStore(ctx context.Context, reqs []ratelimit.Request, resu
 		// it says nothing about this key's node, and counting it would open
 		// the breakers of healthy ranges for a cooldown after the Cluster is
 		// fine again. The call is still answered by the failure mode.
-		s.breakers.release(idx)
-		return ok, err
+		st.breakers.release(idx)
+		return ok, st.wrap(err)
 	}
-	s.breakers.record(idx, err)
-	return ok, err
+	st.breakers.record(idx, err)
+	return ok, st.wrap(err)
 }
 
 // clusterStateError reports a Redis Cluster's answer while it is reshaping
@@ -758,32 +825,7 @@ func (s *Service) fail(ctx context.Context, domain string, resp *Response, err e
 	if errors.As(err, &gone) {
 		return nil, gone.err
 	}
-	s.envoyStatsStoreFailed()
-	reason := "error"
-	switch {
-	case errors.Is(err, errBreakerOpen):
-		reason = "breaker_open"
-	case errors.Is(err, context.DeadlineExceeded):
-		reason = "timeout"
-	}
-	node := ""
-	if reason != "breaker_open" {
-		node = s.nodes.label(storeNode(err))
-	}
-	if m := s.opts.Metrics; m != nil {
-		m.backendErrors.WithLabelValues(reason).Inc()
-		if node != "" {
-			m.backendNodeErrors.WithLabelValues(node).Inc()
-		}
-		var st *storeTimeoutError
-		if ctx.Err() == nil && !(errors.As(err, &st) && st.caller) {
-			m.failureMode.WithLabelValues(s.opts.FailureMode.String()).Inc()
-		}
-	}
-	if reason != "breaker_open" {
-		// One line a second per reason and node, with a count of the rest.
-		s.failLog.warn(reason+"|"+node, "rate limit store failed", "domain", domain, "reason", reason, "node", node, "error", err, "failure_mode", s.opts.FailureMode.String())
-	}
+	reason, store := s.storeFailed(ctx, domain, err)
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
@@ -794,6 +836,9 @@ func (s *Service) fail(ctx context.Context, domain string, resp *Response, err e
 	if s.opts.FailureMode == FailError {
 		// The store's error (in the log above) names internal addresses:
 		// callers get the reason only.
+		if store == storePerSecond {
+			reason += ", per-second store"
+		}
 		return nil, fmt.Errorf("%w for this request's keys (%s)", ErrUnavailable, strings.ReplaceAll(reason, "_", " "))
 	}
 	resp.Failed = true
@@ -810,12 +855,55 @@ func (s *Service) fail(ctx context.Context, domain string, resp *Response, err e
 	return resp, nil
 }
 
+// storeFailed counts a store failure, err, in the metrics and envoy's
+// stats and logs it (at most once a second per reason, store and node),
+// and returns its reason (error, timeout, breaker_open) and the store's
+// name. A failure a caller's own deadline cut short is not counted as
+// answered by the failure mode.
+func (s *Service) storeFailed(ctx context.Context, domain string, err error) (reason, store string) {
+	s.envoyStatsStoreFailed()
+	reason = "error"
+	switch {
+	case errors.Is(err, errBreakerOpen):
+		reason = "breaker_open"
+	case errors.Is(err, context.DeadlineExceeded):
+		reason = "timeout"
+	}
+	store = storeMain
+	var se *storeError
+	if errors.As(err, &se) {
+		store = se.store
+	}
+	node := ""
+	if reason != "breaker_open" {
+		node = s.nodes.label(storeNode(err))
+	}
+	if m := s.opts.Metrics; m != nil {
+		m.backendErrors.WithLabelValues(reason, store).Inc()
+		if node != "" {
+			m.backendNodeErrors.WithLabelValues(node).Inc()
+		}
+		var st *storeTimeoutError
+		if ctx.Err() == nil && !(errors.As(err, &st) && st.caller) {
+			m.failureMode.WithLabelValues(s.opts.FailureMode.String()).Inc()
+		}
+	}
+	if reason != "breaker_open" {
+		// One line a second per reason, store and node, with a count of the rest.
+		s.failLog.warn(reason+"|"+store+"|"+node, "rate limit store failed", "domain", domain, "reason", reason, "store", store, "node", node, "error", err, "failure_mode", s.opts.FailureMode.String())
+	}
+	return reason, store
+}
+
 // notReadyReason says why Ready is false.
 func (s *Service) notReadyReason() string {
 	if s.rules.Load() == nil {
 		return "no configuration loaded"
 	}
-	if s.breakers.allOpen() {
+	if s.allStoresDown() {
+		if s.ps != nil {
+			return "both stores are failing (circuit breakers open)"
+		}
 		return "the store is failing (circuit breaker open)"
 	}
 	return "ready"

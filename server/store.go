@@ -58,7 +58,7 @@ func OpenStore(url, prefix string, timeout time.Duration, opts ...StoreOption) (
 	}
 	secrets := append(urlSecrets(url), sc.password, sc.sentinelPassword)
 	fail := func(err error) (backend.Backend, io.Closer, error) {
-		return nil, nil, fmt.Errorf("--redis %s: %s", RedactURL(url), redactSecrets(err.Error(), secrets...))
+		return nil, nil, fmt.Errorf("--%s %s: %s", sc.flagName(), RedactURL(url), redactSecrets(err.Error(), secrets...))
 	}
 	opt, err := parseRedisURL(url)
 	if err != nil {
@@ -88,13 +88,13 @@ func OpenStore(url, prefix string, timeout time.Duration, opts ...StoreOption) (
 	}
 	c, err := rueidis.NewClient(opt)
 	if err != nil {
-		return fail(fmt.Errorf("%w%s", err, tlsHint(err, opt.TLSConfig != nil, sc.tls)))
+		return fail(fmt.Errorf("%w%s", err, tlsHint(err, opt.TLSConfig != nil, sc.tls, sc.flagName())))
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), max(timeout, time.Second))
 	defer cancel()
 	if err := c.Do(ctx, c.B().Ping().Build()).Error(); err != nil {
 		c.Close()
-		return fail(fmt.Errorf("PING: %w%s", err, tlsHint(err, opt.TLSConfig != nil, sc.tls)))
+		return fail(fmt.Errorf("PING: %w%s", err, tlsHint(err, opt.TLSConfig != nil, sc.tls, sc.flagName())))
 	}
 	b, err := rueidisadapter.New(c, backend.WithPrefix(prefix))
 	if err != nil {
@@ -112,7 +112,21 @@ type storeConfig struct {
 	memory                     []backend.Option
 	tls                        RedisTLSOptions
 	logger                     *slog.Logger
+	flag                       string // the store's flag, for messages: "redis" by default
 }
+
+func (c *storeConfig) flagName() string {
+	if c.flag == "" {
+		return "redis"
+	}
+	return c.flag
+}
+
+// StoreFlag names the command-line flag that gave the store's URL, without
+// its dashes ("redis" by default, "redis-persecond" for the per-second
+// store): errors start with it, and their hints name its companions
+// (--FLAG-tls-ca, ...).
+func StoreFlag(name string) StoreOption { return func(c *storeConfig) { c.flag = name } }
 
 // RedisTLSOptions configure TLS to Redis, beyond a rediss:// URL's
 // defaults (the system's CAs, the host name verified, no client
@@ -245,7 +259,7 @@ func verifyChain(roots *x509.CertPool) func(tls.ConnectionState) error {
 }
 
 // tlsHint explains the common TLS failures of a first connection.
-func tlsHint(err error, tlsOn bool, o RedisTLSOptions) string {
+func tlsHint(err error, tlsOn bool, o RedisTLSOptions, flag string) string {
 	var unknown x509.UnknownAuthorityError
 	var host x509.HostnameError
 	msg := err.Error()
@@ -262,9 +276,9 @@ func tlsHint(err error, tlsOn bool, o RedisTLSOptions) string {
 		if o.CAFile != "" {
 			return fmt.Sprintf(" (the server's certificate is signed by no CA in %s nor the system's)", o.CAFile)
 		}
-		return " (the server's certificate is signed by no CA the system trusts: give its CA file, --redis-tls-ca)"
+		return " (the server's certificate is signed by no CA the system trusts: give its CA file, --" + flag + "-tls-ca)"
 	case errors.As(err, &host) || has("certificate is valid for", "cannot validate certificate for"):
-		return " (the server's certificate does not name the host dialled; --redis-tls-insecure-skip-verify verifies its chain only)"
+		return " (the server's certificate does not name the host dialled; --" + flag + "-tls-insecure-skip-verify verifies its chain only)"
 	case has("first record does not look like a TLS handshake"):
 		return " (the server does not speak TLS: redis:// rather than rediss://?)"
 	case !tlsOn && has("connection reset", "EOF"):
@@ -272,7 +286,7 @@ func tlsHint(err error, tlsOn bool, o RedisTLSOptions) string {
 	case !tlsOn:
 		return ""
 	case o.CertFile == "" && has("certificate required", "connection reset", "EOF", "broken pipe"):
-		return " (the server closed the connection after the TLS handshake: does it require a client certificate? --redis-tls-cert and --redis-tls-key)"
+		return " (the server closed the connection after the TLS handshake: does it require a client certificate? --" + flag + "-tls-cert and --" + flag + "-tls-key)"
 	case has("bad certificate", "unknown certificate authority", "certificate required", "connection reset", "EOF", "broken pipe"):
 		return fmt.Sprintf(" (the server closed the connection after the TLS handshake: does it trust the CA of the client certificate %s?)", o.CertFile)
 	}

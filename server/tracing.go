@@ -54,6 +54,7 @@ const (
 	attrDescriptors = attribute.Key("floodgate.descriptors")
 	attrValues      = attribute.Key("floodgate.descriptor_values")
 	attrCode        = attribute.Key("floodgate.code")
+	attrStore       = attribute.Key("floodgate.store_name") // with a per-second store: main or persecond
 )
 
 // init prepares the tracer; tracing stays off without a Provider.
@@ -158,14 +159,17 @@ func (h *httpAPI) traceHTTP(name string, w http.ResponseWriter, r *http.Request,
 }
 
 // allowTraced is allowStore under a store span.
-func (s *Service) allowTraced(ctx context.Context, reqs []ratelimit.Request, results []ratelimit.Result) (bool, error) {
+func (s *Service) allowTraced(ctx context.Context, st *store, reqs []ratelimit.Request, results []ratelimit.Result) (bool, error) {
 	if !trace.SpanFromContext(ctx).IsRecording() {
-		return s.allowStore(ctx, reqs, results) // not sampled
+		return s.allowStore(ctx, st, reqs, results) // not sampled
 	}
 	domain, _ := ctx.Value(traceDomainKey{}).(string)
 	ctx, span := s.opts.Tracing.tracer.Start(ctx, spanStore, trace.WithSpanKind(trace.SpanKindClient),
 		trace.WithAttributes(attrDomain.String(domain), attrDescriptors.Int(len(reqs))))
-	ok, err := s.allowStore(ctx, reqs, results)
+	if s.ps != nil {
+		span.SetAttributes(attrStore.String(st.name))
+	}
+	ok, err := s.allowStore(ctx, st, reqs, results)
 	code := CodeOK.String()
 	switch {
 	case err != nil:

@@ -116,7 +116,7 @@ var envoyEnvVars = []envoyEnvVar{
 	{"REDIS_URL", envHonoured, "--redis"},
 	{"REDIS_POOL_SIZE", envIgnored, "floodgate's client pipelines on few connections"},
 	{"REDIS_AUTH", envHonoured, "the Redis password ([user:]password), never logged"},
-	{"REDIS_TLS", envHonoured, "rediss:// (system roots)"},
+	{"REDIS_TLS", envHonoured, "rediss:// (system roots); the REDIS_TLS_* files apply to --redis with it"},
 	{"REDIS_TLS_CLIENT_CERT", envHonoured, "--redis-tls-cert"},
 	{"REDIS_TLS_CLIENT_KEY", envHonoured, "--redis-tls-key"},
 	{"REDIS_TLS_CACERT", envHonoured, "--redis-tls-ca (besides the system roots)"},
@@ -124,23 +124,23 @@ var envoyEnvVars = []envoyEnvVar{
 	{"REDIS_PIPELINE_WINDOW", envIgnored, "floodgate's client pipelines by itself"},
 	{"REDIS_PIPELINE_LIMIT", envIgnored, "floodgate's client pipelines by itself"},
 	{"REDIS_CLUSTER_PIPELINE_PARALLELISM", envIgnored, "floodgate's client pipelines by itself"},
-	{"REDIS_PERSECOND", envIgnored, "a separate Redis for per-second limits: not yet (they use REDIS_URL's)"},
-	{"REDIS_PERSECOND_SOCKET_TYPE", envIgnored, "see REDIS_PERSECOND"},
-	{"REDIS_PERSECOND_TYPE", envIgnored, "see REDIS_PERSECOND"},
-	{"REDIS_PERSECOND_URL", envIgnored, "see REDIS_PERSECOND"},
-	{"REDIS_PERSECOND_POOL_SIZE", envIgnored, "see REDIS_PERSECOND"},
-	{"REDIS_PERSECOND_AUTH", envIgnored, "see REDIS_PERSECOND"},
-	{"REDIS_PERSECOND_TLS", envIgnored, "see REDIS_PERSECOND"},
+	{"REDIS_PERSECOND", envHonoured, "true: the limits whose unit is second go to a Redis of their own, --redis-persecond (REDIS_PERSECOND_*); a request with limits on both is decided per store"},
+	{"REDIS_PERSECOND_SOCKET_TYPE", envHonoured, "tcp or unix: the form of --redis-persecond"},
+	{"REDIS_PERSECOND_TYPE", envHonoured, "SINGLE → redis://, SENTINEL → redis+sentinel://, CLUSTER → redis+cluster:// (--redis-persecond)"},
+	{"REDIS_PERSECOND_URL", envHonoured, "--redis-persecond (default /var/run/nutcracker/ratelimitpersecond.sock, as envoy)"},
+	{"REDIS_PERSECOND_POOL_SIZE", envIgnored, "floodgate's client pipelines on few connections"},
+	{"REDIS_PERSECOND_AUTH", envHonoured, "the per-second Redis password ([user:]password), never logged"},
+	{"REDIS_PERSECOND_TLS", envHonoured, "rediss:// for --redis-persecond; REDIS_TLS_CACERT, REDIS_TLS_CLIENT_CERT/KEY and REDIS_TLS_SKIP_HOSTNAME_VERIFICATION apply to it too (--redis-persecond-tls-*), as envoy shares them"},
 	{"REDIS_SENTINEL_AUTH", envHonoured, "the Sentinels' password ([user:]password: the part after the first ':'), never logged"},
-	{"REDIS_PERSECOND_SENTINEL_AUTH", envIgnored, "see REDIS_PERSECOND"},
-	{"REDIS_PERSECOND_PIPELINE_WINDOW", envIgnored, "see REDIS_PERSECOND"},
-	{"REDIS_PERSECOND_PIPELINE_LIMIT", envIgnored, "see REDIS_PERSECOND"},
-	{"REDIS_PERSECOND_CLUSTER_PIPELINE_PARALLELISM", envIgnored, "see REDIS_PERSECOND"},
+	{"REDIS_PERSECOND_SENTINEL_AUTH", envHonoured, "the per-second Sentinels' password ([user:]password: the part after the first ':'), never logged"},
+	{"REDIS_PERSECOND_PIPELINE_WINDOW", envIgnored, "floodgate's client pipelines by itself"},
+	{"REDIS_PERSECOND_PIPELINE_LIMIT", envIgnored, "floodgate's client pipelines by itself"},
+	{"REDIS_PERSECOND_CLUSTER_PIPELINE_PARALLELISM", envIgnored, "floodgate's client pipelines by itself"},
 	{"REDIS_HEALTH_CHECK_ACTIVE_CONNECTION", envIgnored, "floodgate's circuit breaker and /readyz follow the store"},
 	{"REDIS_TIMEOUT", envHonoured, "--timeout (per store call)"},
-	{"REDIS_PERSECOND_TIMEOUT", envIgnored, "see REDIS_PERSECOND"},
+	{"REDIS_PERSECOND_TIMEOUT", envHonoured, "--redis-persecond-timeout (per store call; --timeout's when unset)"},
 	{"REDIS_POOL_ON_EMPTY_BEHAVIOR", envIgnored, "floodgate's client pipelines by itself"},
-	{"REDIS_PERSECOND_POOL_ON_EMPTY_BEHAVIOR", envIgnored, "see REDIS_PERSECOND"},
+	{"REDIS_PERSECOND_POOL_ON_EMPTY_BEHAVIOR", envIgnored, "floodgate's client pipelines by itself"},
 	{"REDIS_STARTUP_INITIAL_INTERVAL", envIgnored, "floodgate starts without waiting for Redis; calls fail by --failure-mode until it answers"},
 	{"REDIS_STARTUP_MAX_INTERVAL", envIgnored, "see REDIS_STARTUP_INITIAL_INTERVAL"},
 	{"REDIS_STARTUP_MAX_ELAPSED_TIME", envIgnored, "see REDIS_STARTUP_INITIAL_INTERVAL"},
@@ -170,6 +170,7 @@ const (
 	envoyRuntimeRoot   = "/srv/runtime_data/current"
 	envoyAppDirectory  = "config"
 	envoyRedisURL      = "/var/run/nutcracker/ratelimit.sock"
+	envoyPerSecondURL  = "/var/run/nutcracker/ratelimitpersecond.sock"
 	envoySocketType    = "unix"
 	envoyRedisType     = "SINGLE"
 	envoyDefaultHost   = "0.0.0.0"
@@ -188,10 +189,12 @@ type envoySettings struct {
 	flags            map[string]string
 	envoy            server.EnvoyOptions
 	nearLimitRatio   float64
-	redisPassword    string              // REDIS_AUTH's password; never logged
-	sentinelPassword string              // REDIS_SENTINEL_AUTH
-	stats            *envoystats.Options // StatsD for envoy's stats; nil for none
-	notices          []string
+	redisPassword    string // REDIS_AUTH's password; never logged
+	sentinelPassword string // REDIS_SENTINEL_AUTH
+	// REDIS_PERSECOND_AUTH's and REDIS_PERSECOND_SENTINEL_AUTH's passwords.
+	psPassword, psSentinelPassword string
+	stats                          *envoystats.Options // StatsD for envoy's stats; nil for none
+	notices                        []string
 }
 
 // readEnvoyEnv reads envoy's variables through lookup (os.LookupEnv). The
@@ -285,25 +288,14 @@ func readEnvoyEnv(lookup func(string) (string, bool)) (*envoySettings, error) {
 	boolean("FORCE_START_WITHOUT_INITIAL_CONFIG", false)
 
 	// Redis.
-	url, err := envoyRedisURLOf(get("REDIS_URL", envoyRedisURL), get("REDIS_SOCKET_TYPE", envoySocketType), get("REDIS_TYPE", envoyRedisType), boolean("REDIS_TLS", false))
+	redisTLS := boolean("REDIS_TLS", false)
+	url, err := envoyRedisURLOf(get("REDIS_URL", envoyRedisURL), get("REDIS_SOCKET_TYPE", envoySocketType), get("REDIS_TYPE", envoyRedisType), redisTLS)
 	if err != nil {
 		bad(err.name, "%s", err.msg)
 	}
-	if auth := get("REDIS_AUTH", ""); auth != "" {
-		user, pass, hasUser := strings.Cut(auth, ":")
-		if !hasUser {
-			user, pass = "", auth
-		}
-		es.redisPassword = pass
-		if user != "" {
-			url = withUser(url, user)
-		}
-	}
+	url, es.redisPassword = envoyAuth(url, get("REDIS_AUTH", ""))
 	es.flags["redis"] = url
 	for name, flag := range map[string]string{
-		"REDIS_TLS_CACERT":       "redis-tls-ca",
-		"REDIS_TLS_CLIENT_CERT":  "redis-tls-cert",
-		"REDIS_TLS_CLIENT_KEY":   "redis-tls-key",
 		"GRPC_CLIENT_TLS_CACERT": "tls-client-ca",
 		"GRPC_CLIENT_TLS_SAN":    "tls-client-san",
 	} {
@@ -311,18 +303,15 @@ func readEnvoyEnv(lookup func(string) (string, bool)) (*envoySettings, error) {
 			es.flags[flag] = v
 		}
 	}
-	if boolean("REDIS_TLS_SKIP_HOSTNAME_VERIFICATION", false) {
-		es.flags["redis-tls-insecure-skip-verify"] = "true"
+	// envoy builds one TLS configuration from the REDIS_TLS_* files, used
+	// by each Redis that speaks TLS.
+	if redisTLS || strings.HasPrefix(url, "rediss") {
+		envoyRedisTLSFiles(es.flags, "redis", get, boolean)
 	}
 	// envoyproxy/ratelimit splits REDIS_SENTINEL_AUTH at its first ':' into
 	// a user and a password, as REDIS_AUTH; the Sentinels get the password.
-	if auth := get("REDIS_SENTINEL_AUTH", ""); auth != "" {
-		_, pass, hasUser := strings.Cut(auth, ":")
-		if !hasUser {
-			pass = auth
-		}
-		es.sentinelPassword = pass
-	}
+	es.sentinelPassword = envoySentinelAuth(get("REDIS_SENTINEL_AUTH", ""))
+	envoyPerSecondEnv(es, lookup, get, boolean, bad)
 	if v, ok := lookup("REDIS_TIMEOUT"); ok && v != "" {
 		d, err := time.ParseDuration(v)
 		if err != nil || d <= 0 {
@@ -432,6 +421,84 @@ func envoyRedisURLOf(url, socketType, redisType string, useTLS bool) (string, *e
 		return scheme + "+cluster://" + url, nil
 	}
 	return "", &envError{"REDIS_TYPE", fmt.Sprintf("%q is not SINGLE, SENTINEL or CLUSTER", redisType)}
+}
+
+// envoyAuth applies an envoy REDIS_AUTH value, [user:]password, to url:
+// the user goes into the URL, the password is returned apart.
+func envoyAuth(url, auth string) (string, string) {
+	if auth == "" {
+		return url, ""
+	}
+	user, pass, hasUser := strings.Cut(auth, ":")
+	if !hasUser {
+		user, pass = "", auth
+	}
+	if user != "" {
+		url = withUser(url, user)
+	}
+	return url, pass
+}
+
+// envoySentinelAuth returns the Sentinels' password of an envoy
+// REDIS_SENTINEL_AUTH value, [user:]password.
+func envoySentinelAuth(auth string) string {
+	if _, pass, hasUser := strings.Cut(auth, ":"); hasUser {
+		return pass
+	}
+	return auth
+}
+
+// envoyRedisTLSFiles maps envoy's REDIS_TLS_* files to the TLS flags of the
+// store whose URL flag is store (redis, redis-persecond).
+func envoyRedisTLSFiles(flags map[string]string, store string, get func(string, string) string, boolean func(string, bool) bool) {
+	for name, suffix := range map[string]string{
+		"REDIS_TLS_CACERT":      "-tls-ca",
+		"REDIS_TLS_CLIENT_CERT": "-tls-cert",
+		"REDIS_TLS_CLIENT_KEY":  "-tls-key",
+	} {
+		if v := get(name, ""); v != "" {
+			flags[store+suffix] = v
+		}
+	}
+	if boolean("REDIS_TLS_SKIP_HOSTNAME_VERIFICATION", false) {
+		flags[store+"-tls-insecure-skip-verify"] = "true"
+	}
+}
+
+// envoyPerSecondEnv maps envoy's REDIS_PERSECOND_* variables to the
+// --redis-persecond flags. Without REDIS_PERSECOND=true envoy reads none of
+// them, and neither does floodgate: those that are set get a notice.
+func envoyPerSecondEnv(es *envoySettings, lookup func(string) (string, bool), get func(string, string) string, boolean func(string, bool) bool, bad func(string, string, ...any)) {
+	if !boolean("REDIS_PERSECOND", false) {
+		for _, v := range envoyEnvVars {
+			if _, ok := lookup(v.Name); ok && v.Handling == envHonoured && strings.HasPrefix(v.Name, "REDIS_PERSECOND_") {
+				es.notices = append(es.notices, v.Name+": ignored: REDIS_PERSECOND is not true (as envoy)")
+			}
+		}
+		return
+	}
+	psTLS := boolean("REDIS_PERSECOND_TLS", false)
+	url, err := envoyRedisURLOf(get("REDIS_PERSECOND_URL", envoyPerSecondURL), get("REDIS_PERSECOND_SOCKET_TYPE", envoySocketType), get("REDIS_PERSECOND_TYPE", envoyRedisType), psTLS)
+	if err != nil {
+		// envoyRedisURLOf names REDIS_URL, REDIS_TLS, ...: these are their
+		// per-second twins.
+		bad("REDIS_PERSECOND_"+strings.TrimPrefix(err.name, "REDIS_"), "%s", strings.ReplaceAll(err.msg, "REDIS_URL", "REDIS_PERSECOND_URL"))
+		return
+	}
+	url, es.psPassword = envoyAuth(url, get("REDIS_PERSECOND_AUTH", ""))
+	es.flags["redis-persecond"] = url
+	if psTLS || strings.HasPrefix(url, "rediss") {
+		envoyRedisTLSFiles(es.flags, "redis-persecond", get, boolean)
+	}
+	es.psSentinelPassword = envoySentinelAuth(get("REDIS_PERSECOND_SENTINEL_AUTH", ""))
+	if v, ok := lookup("REDIS_PERSECOND_TIMEOUT"); ok && v != "" {
+		d, err := time.ParseDuration(v)
+		if err != nil || d <= 0 {
+			bad("REDIS_PERSECOND_TIMEOUT", "%q is not a positive duration (10s, 50ms)", v)
+		} else {
+			es.flags["redis-persecond-timeout"] = d.String()
+		}
+	}
 }
 
 // withUser puts user in url's user information.

@@ -185,3 +185,112 @@ func TestReadEnvoyEnvXDS(t *testing.T) {
 		t.Errorf("a bad retry interval: %v, want an error naming it", err)
 	}
 }
+
+// TestReadEnvoyEnvPerSecond: REDIS_PERSECOND=true maps the REDIS_PERSECOND_*
+// variables to the --redis-persecond flags as the REDIS_* ones map to
+// --redis's; the REDIS_TLS_* files go to each Redis that speaks TLS (envoy
+// builds one TLS configuration for both); without REDIS_PERSECOND=true the
+// others are ignored with a notice, as envoy ignores them.
+func TestReadEnvoyEnvPerSecond(t *testing.T) {
+	tests := []struct {
+		env        map[string]string
+		flags      map[string]string
+		unset      []string // flags that must not be set
+		pass, sent string
+	}{
+		{map[string]string{"REDIS_PERSECOND": "true"},
+			map[string]string{"redis-persecond": "unix:///var/run/nutcracker/ratelimitpersecond.sock"}, []string{"redis-persecond-timeout"}, "", ""},
+		{map[string]string{"REDIS_SOCKET_TYPE": "tcp", "REDIS_URL": "main:6379",
+			"REDIS_PERSECOND": "TRUE", "REDIS_PERSECOND_SOCKET_TYPE": "tcp", "REDIS_PERSECOND_URL": "fast:6380",
+			"REDIS_PERSECOND_AUTH": "bob:pw2", "REDIS_PERSECOND_TLS": "true", "REDIS_PERSECOND_TIMEOUT": "75ms",
+			"REDIS_TLS_CACERT": "/ca.pem", "REDIS_TLS_CLIENT_CERT": "/c.pem", "REDIS_TLS_CLIENT_KEY": "/k.pem",
+			"REDIS_TLS_SKIP_HOSTNAME_VERIFICATION": "true"},
+			map[string]string{"redis": "redis://main:6379", "redis-persecond": "rediss://bob@fast:6380",
+				"redis-persecond-timeout": "75ms", "redis-persecond-tls-ca": "/ca.pem", "redis-persecond-tls-cert": "/c.pem",
+				"redis-persecond-tls-key": "/k.pem", "redis-persecond-tls-insecure-skip-verify": "true"},
+			// The main Redis does not speak TLS: the files are not its.
+			[]string{"redis-tls-ca", "redis-tls-cert", "redis-tls-key", "redis-tls-insecure-skip-verify"}, "pw2", ""},
+		{map[string]string{"REDIS_PERSECOND": "1", "REDIS_PERSECOND_SOCKET_TYPE": "tcp", "REDIS_PERSECOND_TYPE": "sentinel",
+			"REDIS_PERSECOND_URL": "fastmaster,s1:26379,s2:26379", "REDIS_PERSECOND_AUTH": "pw3", "REDIS_PERSECOND_SENTINEL_AUTH": "sentinel-user:spw"},
+			map[string]string{"redis-persecond": "redis+sentinel://s1:26379,s2:26379/fastmaster"}, nil, "pw3", "spw"},
+		{map[string]string{"REDIS_PERSECOND": "true", "REDIS_PERSECOND_SOCKET_TYPE": "tcp", "REDIS_PERSECOND_TYPE": "CLUSTER",
+			"REDIS_PERSECOND_URL": "a:7000,b:7001", "REDIS_SOCKET_TYPE": "tcp", "REDIS_URL": "main:6379", "REDIS_TLS": "true", "REDIS_TLS_CACERT": "/ca.pem"},
+			// REDIS_TLS is the main Redis's: the per-second one stays plain.
+			map[string]string{"redis-persecond": "redis+cluster://a:7000,b:7001", "redis-tls-ca": "/ca.pem"},
+			[]string{"redis-persecond-tls-ca"}, "", ""},
+		{map[string]string{"REDIS_PERSECOND": "false", "REDIS_PERSECOND_URL": "fast:6380", "REDIS_PERSECOND_TIMEOUT": "bad"},
+			map[string]string{}, []string{"redis-persecond", "redis-persecond-timeout"}, "", ""},
+	}
+	for _, tc := range tests {
+		es, err := readEnvoyEnv(lookupOf(tc.env))
+		if err != nil {
+			t.Errorf("%v: %v", tc.env, err)
+			continue
+		}
+		for k, v := range tc.flags {
+			if es.flags[k] != v {
+				t.Errorf("%v: --%s = %q, want %q", tc.env, k, es.flags[k], v)
+			}
+		}
+		for _, k := range tc.unset {
+			if v, ok := es.flags[k]; ok {
+				t.Errorf("%v: --%s = %q, want it unset", tc.env, k, v)
+			}
+		}
+		if es.psPassword != tc.pass || es.psSentinelPassword != tc.sent {
+			t.Errorf("%v: per-second passwords %q, %q; want %q, %q", tc.env, es.psPassword, es.psSentinelPassword, tc.pass, tc.sent)
+		}
+		if es.redisPassword != "" || es.sentinelPassword != "" {
+			t.Errorf("%v: the main Redis got a password: %q, %q", tc.env, es.redisPassword, es.sentinelPassword)
+		}
+	}
+
+	// Malformed values are refused, naming the per-second variable.
+	for _, env := range []map[string]string{
+		{"REDIS_PERSECOND": "maybe"},
+		{"REDIS_PERSECOND": "true", "REDIS_PERSECOND_TYPE": "ring"},
+		{"REDIS_PERSECOND": "true", "REDIS_PERSECOND_SOCKET_TYPE": "udp"},
+		{"REDIS_PERSECOND": "true", "REDIS_PERSECOND_URL": ""},
+		{"REDIS_PERSECOND": "true", "REDIS_PERSECOND_TLS": "yes please"},
+		{"REDIS_PERSECOND": "true", "REDIS_PERSECOND_TLS": "true", "REDIS_PERSECOND_SOCKET_TYPE": "unix"},
+		{"REDIS_PERSECOND": "true", "REDIS_PERSECOND_TIMEOUT": "soon"},
+		{"REDIS_PERSECOND": "true", "REDIS_PERSECOND_SOCKET_TYPE": "tcp", "REDIS_PERSECOND_TYPE": "SENTINEL", "REDIS_PERSECOND_URL": "justamaster"},
+	} {
+		var name string
+		for k := range env {
+			if k != "REDIS_PERSECOND" || len(env) == 1 {
+				name = k
+			}
+		}
+		if env["REDIS_PERSECOND_TLS"] == "true" {
+			name = "REDIS_PERSECOND_TLS"
+		}
+		if env["REDIS_PERSECOND_TYPE"] == "SENTINEL" {
+			name = "REDIS_PERSECOND_URL"
+		}
+		_, err := readEnvoyEnv(lookupOf(env))
+		if err == nil || !strings.Contains(err.Error(), name+":") {
+			t.Errorf("%v: error %v, want one naming %s", env, err, name)
+		}
+	}
+
+	// Notices: the client's tuning knobs always; the others when
+	// REDIS_PERSECOND is not true.
+	es, err := readEnvoyEnv(lookupOf(map[string]string{"REDIS_PERSECOND_URL": "fast:6380", "REDIS_PERSECOND_POOL_SIZE": "4"}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(es.notices) != 2 || !strings.HasPrefix(es.notices[0], "REDIS_PERSECOND_POOL_SIZE: accepted and ignored") ||
+		!strings.HasPrefix(es.notices[1], "REDIS_PERSECOND_URL: ignored: REDIS_PERSECOND is not true") {
+		t.Errorf("notices %q", es.notices)
+	}
+	es, err = readEnvoyEnv(lookupOf(map[string]string{"REDIS_PERSECOND": "true", "REDIS_PERSECOND_URL": "fast.sock",
+		"REDIS_PERSECOND_PIPELINE_WINDOW": "1ms", "REDIS_PERSECOND_POOL_ON_EMPTY_BEHAVIOR": "ERROR"}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(es.notices) != 2 || !strings.HasPrefix(es.notices[0], "REDIS_PERSECOND_PIPELINE_WINDOW: accepted and ignored") ||
+		!strings.HasPrefix(es.notices[1], "REDIS_PERSECOND_POOL_ON_EMPTY_BEHAVIOR: accepted and ignored") {
+		t.Errorf("notices %q", es.notices)
+	}
+}

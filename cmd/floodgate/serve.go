@@ -47,6 +47,8 @@ Redis URLs:
   redis://host1:7000,host2:7001             Cluster seed nodes
   redis+sentinel://host1:26379,host2:26379/mymaster[/db]   Sentinel
   unix:///run/redis.sock
+--redis-persecond takes the same forms, for the limits whose unit is a second
+(envoyproxy/ratelimit's REDIS_PERSECOND), with companions of the same names.
 A password is best given with --redis-password-file (or $FLOODGATE_REDIS_PASSWORD)
 rather than in the URL, where process listings show it; URLs are always shown
 with their passwords redacted.
@@ -65,13 +67,10 @@ func runServe(args []string, stdout, stderr io.Writer) int {
 		xdsf          = addXDSFlags(fs)
 		httpAddr      = fs.String("http-addr", ":8080", "HTTP API `address` (host:port, or unix:PATH for a Unix socket); empty for none")
 		grpcAddr      = fs.String("grpc-addr", ":8081", "gRPC (Envoy RLS v3) `address` (host:port, or unix:PATH); empty for none")
-		redisURL      = fs.String("redis", "", "Redis `URL`; empty for the embedded memory backend. Keep passwords out of it: see --redis-password-file")
-		redisPassFile = fs.String("redis-password-file", "", "`file` holding the Redis password (also $FLOODGATE_REDIS_PASSWORD), instead of one in the --redis URL")
-		sentPassFile  = fs.String("redis-sentinel-password-file", "", "`file` holding the Sentinels' password (also $FLOODGATE_REDIS_SENTINEL_PASSWORD), instead of ?sentinel_password=")
-		redisTLSCA    = fs.String("redis-tls-ca", "", "CA certificates `file` (PEM) the Redis server's certificate may be signed by, besides the system's; needs a rediss:// URL")
-		redisTLSCert  = fs.String("redis-tls-cert", "", "client certificate `file` (PEM) to present to Redis (with --redis-tls-key); reloaded when it changes")
-		redisTLSKey   = fs.String("redis-tls-key", "", "client private key `file` (PEM) for --redis-tls-cert")
-		redisTLSSkip  = fs.Bool("redis-tls-insecure-skip-verify", false, "do not verify that the Redis server's certificate names the host dialled (its chain is still verified, against --redis-tls-ca or the system's CAs): for Cluster nodes and Sentinel masters known by IP")
+		mainStore     = addStoreFlags(fs, "redis", "the Redis", "Redis `URL`; empty for the embedded memory backend. Keep passwords out of it: see --redis-password-file", "FLOODGATE_REDIS_PASSWORD", "FLOODGATE_REDIS_SENTINEL_PASSWORD")
+		psStore       = addStoreFlags(fs, "redis-persecond", "the per-second Redis", "Redis `URL` (the forms of --redis) of a second store, for the limits whose unit is a second; empty to keep them with the others. Needs --redis. A request with limits on both stores is decided per store: see docs/server.md", "FLOODGATE_REDIS_PERSECOND_PASSWORD", "FLOODGATE_REDIS_PERSECOND_SENTINEL_PASSWORD")
+		psTimeout     = fs.Duration("redis-persecond-timeout", 0, "per-call `timeout` of the per-second store; 0 for --timeout's")
+		redisURL      = mainStore.url
 		memMax        = fs.Int64("memory-max-bytes", 0, "bound on the embedded memory backend's estimated state, in `bytes`: rate limit state beyond it is forgotten, expired first, then least recently used (those keys start afresh). 0 for the default (128 MiB, under 512 MB RSS), negative for no bound. Ignored with --redis")
 		prefix        = fs.String("redis-prefix", "floodgate", "prefix of every Redis key")
 		timeout       = fs.Duration("timeout", server.DefaultTimeout, "per-call store `timeout`")
@@ -172,12 +171,12 @@ func runServe(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "floodgate serve: %v\n", err)
 		return exitFailure
 	}
-	redisPass, err := readSecret("--redis-password-file", *redisPassFile, "FLOODGATE_REDIS_PASSWORD")
+	redisPass, sentinelPass, err := mainStore.passwords()
 	if err != nil {
 		fmt.Fprintf(stderr, "floodgate serve: %v\n", err)
 		return exitFailure
 	}
-	sentinelPass, err := readSecret("--redis-sentinel-password-file", *sentPassFile, "FLOODGATE_REDIS_SENTINEL_PASSWORD")
+	psPass, psSentinelPass, err := psStore.passwords()
 	if err != nil {
 		fmt.Fprintf(stderr, "floodgate serve: %v\n", err)
 		return exitFailure
@@ -191,6 +190,13 @@ func runServe(args []string, stdout, stderr io.Writer) int {
 		if sentinelPass == "" && *redisURL != "" {
 			sentinelPass = envoy.sentinelPassword
 		}
+		// REDIS_PERSECOND_AUTH and REDIS_PERSECOND_SENTINEL_AUTH.
+		if psPass == "" && *psStore.url != "" {
+			psPass = envoy.psPassword
+		}
+		if psSentinelPass == "" && *psStore.url != "" {
+			psSentinelPass = envoy.psSentinelPassword
+		}
 		svcOpts.Envoy = envoy.envoy
 		svcOpts.NearLimitRatio = envoy.nearLimitRatio
 		for _, n := range envoy.notices {
@@ -199,6 +205,18 @@ func runServe(args []string, stdout, stderr io.Writer) int {
 	}
 	if (redisPass != "" || sentinelPass != "") && *redisURL == "" {
 		return usageError(stderr, "floodgate serve", "a Redis password is given but no --redis URL")
+	}
+	if *psStore.url == "" {
+		if psPass != "" || psSentinelPass != "" || psStore.tlsGiven() || *psTimeout != 0 {
+			return usageError(stderr, "floodgate serve", "a per-second store option (a password, TLS, --redis-persecond-timeout) is given but no --redis-persecond URL")
+		}
+	} else if *redisURL == "" || *redisURL == "memory://" || *redisURL == "memory" {
+		return usageError(stderr, "floodgate serve", "--redis-persecond needs --redis: the per-second limits go to a Redis of their own, the others to --redis's")
+	} else if u := *psStore.url; u == "memory://" || u == "memory" {
+		return usageError(stderr, "floodgate serve", "--redis-persecond names a Redis (the forms of --redis), not the memory backend")
+	}
+	if *psTimeout < 0 {
+		return usageError(stderr, "floodgate serve", "--redis-persecond-timeout must not be negative")
 	}
 	tp, err := newTracerProvider(context.Background(), &tracing, os.Getenv)
 	if err != nil {
@@ -231,16 +249,23 @@ func runServe(args []string, stdout, stderr io.Writer) int {
 		interval = -1
 	}
 
-	b, closer, err := server.OpenStore(*redisURL, *prefix, max(*timeout, 2*time.Second),
-		server.RedisPassword(redisPass), server.SentinelPassword(sentinelPass),
-		server.RedisTLS(server.RedisTLSOptions{CAFile: *redisTLSCA, CertFile: *redisTLSCert, KeyFile: *redisTLSKey, SkipHostnameVerification: *redisTLSSkip}),
-		server.StoreLogger(logger),
-		server.MemoryOptions(backend.WithMaxBytes(*memMax)))
+	b, closer, err := mainStore.open(*prefix, max(*timeout, 2*time.Second), redisPass, sentinelPass, logger, backend.WithMaxBytes(*memMax))
 	if err != nil {
 		fmt.Fprintf(stderr, "floodgate serve: %v\nCheck that Redis runs at that address, or leave out --redis to keep limits in this process.\n", err)
 		return exitFailure
 	}
 	defer closer.Close()
+	var psBackend backend.Backend
+	if *psStore.url != "" {
+		// The same prefix: the keys of the two stores never meet.
+		pb, pc, err := psStore.open(*prefix, max(*psTimeout, *timeout, 2*time.Second), psPass, psSentinelPass, logger)
+		if err != nil {
+			fmt.Fprintf(stderr, "floodgate serve: %v\nCheck that Redis runs at that address, or leave out --redis-persecond to keep the per-second limits in --redis's.\n", err)
+			return exitFailure
+		}
+		defer pc.Close()
+		psBackend = pb
+	}
 	if envoy != nil && envoy.stats != nil {
 		// envoyproxy/ratelimit's stats to StatsD; closed (a last flush)
 		// after the server has stopped.
@@ -272,6 +297,9 @@ func runServe(args []string, stdout, stderr io.Writer) int {
 			EnvoyStats:      svcOpts.EnvoyStats,
 			LocalCacheBytes: *localCache,
 			Tracing:         svcOpts.Tracing,
+
+			PerSecondBackend: psBackend,
+			PerSecondTimeout: *psTimeout,
 		},
 		Token:           token,
 		TLSCertFile:     *tlsCert,
@@ -311,9 +339,15 @@ func runServe(args []string, stdout, stderr io.Writer) int {
 		backendName = "redis"
 	}
 	info, _ := debug.ReadBuildInfo()
-	logger.Info("floodgate starting", "version", versionString(info), "backend", backendName,
-		"store", server.RedactURL(*redisURL),
-		"http", srv.HTTPAddr(), "grpc", srv.GRPCAddr(), "failure_mode", mode.String(), "timeout", *timeout, "compat", *compat)
+	attrs := []any{"version", versionString(info), "backend", backendName, "store", server.RedactURL(*redisURL)}
+	if *psStore.url != "" {
+		psT := *psTimeout
+		if psT == 0 {
+			psT = *timeout
+		}
+		attrs = append(attrs, "persecond_store", server.RedactURL(*psStore.url), "persecond_timeout", psT)
+	}
+	logger.Info("floodgate starting", append(attrs, "http", srv.HTTPAddr(), "grpc", srv.GRPCAddr(), "failure_mode", mode.String(), "timeout", *timeout, "compat", *compat)...)
 
 	if debugLn != nil {
 		go func() { _ = http.Serve(debugLn, debugHandler(token)) }()
