@@ -216,11 +216,25 @@ func (g goRedis) Cluster() bool {
 }
 
 func (g goRedis) EvalSha(ctx context.Context, sha string, keys []string, args []string) (any, error) {
-	return g.evalShaAny(ctx, sha, keys, strArgs(args))
+	return g.evalStrings(ctx, "evalsha", sha, keys, args)
 }
 
 func (g goRedis) Eval(ctx context.Context, src string, keys []string, args []string) (any, error) {
-	return g.evalAny(ctx, src, keys, strArgs(args))
+	return g.evalStrings(ctx, "eval", src, keys, args)
+}
+
+// evalStrings is evalCmd with string arguments, which a client of a
+// go-redis type gets as one command built in place: no []any of the
+// arguments first.
+func (g goRedis) evalStrings(ctx context.Context, name, payload string, keys []string, args []string) (any, error) {
+	if !g.known {
+		return g.evalCmd(ctx, name, payload, keys, strArgs(args))
+	}
+	cmdArgs := evalArgs(name, payload, keys, nil, len(args))
+	for _, a := range args {
+		cmdArgs = append(cmdArgs, a)
+	}
+	return g.run(ctx, cmdArgs, len(keys) > 0)
 }
 
 // evalShaAny and evalAny take go-redis's own argument form, so that
@@ -249,8 +263,13 @@ func (g goRedis) evalCmd(ctx context.Context, name, payload string, keys []strin
 		}
 		return g.followTopology(g.guarded(ctx, call))
 	}
-	cmd := redis.NewCmd(ctx, evalArgs(name, payload, keys, args)...)
-	if err := g.process(ctx, cmd, len(keys) > 0); err != nil {
+	return g.run(ctx, evalArgs(name, payload, keys, args, 0), len(keys) > 0)
+}
+
+// run sends a command built by evalArgs, with a reply of any shape.
+func (g goRedis) run(ctx context.Context, cmdArgs []any, keyed bool) (any, error) {
+	cmd := redis.NewCmd(ctx, cmdArgs...)
+	if err := g.process(ctx, cmd, keyed); err != nil {
 		return nil, err
 	}
 	return normal(cmd.Result())
@@ -270,7 +289,7 @@ func (g goRedisInts) evalInts(ctx context.Context, src string, keys []string, ar
 }
 
 func (g goRedis) evalIntsCmd(ctx context.Context, name, payload string, keys []string, args []any) ([]int64, error) {
-	cmd := redis.NewIntSliceCmd(ctx, evalArgs(name, payload, keys, args)...)
+	cmd := redis.NewIntSliceCmd(ctx, evalArgs(name, payload, keys, args, 0)...)
 	if err := g.process(ctx, cmd, len(keys) > 0); err != nil {
 		return nil, err
 	}
@@ -278,9 +297,10 @@ func (g goRedis) evalIntsCmd(ctx context.Context, name, payload string, keys []s
 }
 
 // evalArgs builds EVALSHA or EVAL (name) as go-redis's own Eval does, the
-// first key at position 3, so that a Cluster client routes it by its slot.
-func evalArgs(name, payload string, keys []string, args []any) []any {
-	cmdArgs := make([]any, 3+len(keys), 3+len(keys)+len(args))
+// first key at position 3, so that a Cluster client routes it by its slot;
+// room is left for more arguments to append.
+func evalArgs(name, payload string, keys []string, args []any, more int) []any {
+	cmdArgs := make([]any, 3+len(keys), 3+len(keys)+len(args)+more)
 	cmdArgs[0] = name
 	cmdArgs[1] = payload
 	cmdArgs[2] = len(keys)

@@ -360,10 +360,41 @@ var lockLibs = []lockLib{
 	}},
 }
 
+// floodgateRedisKind is floodgate-redis with another lock kind on the same
+// backend: the read side of an RWMutex, or a Semaphore of permits.
+func floodgateRedisKind(name string, mk func(b *testing.B, be *backend.Redis, n string) lock.Locker) lockLib {
+	return lockLib{name: name, redis: true, open: func(b *testing.B) func(string, bool) benchLock {
+		be := redisLockBackend(b, false)
+		return func(n string, _ bool) benchLock { return floodgateLock{mk(b, be, n)} }
+	}}
+}
+
+var (
+	// floodgateRLock: RLock + RUnlock of an RWMutex (readers share it).
+	floodgateRLock = floodgateRedisKind("floodgate-redis-rlock", func(b *testing.B, be *backend.Redis, n string) lock.Locker {
+		m, err := lock.NewRWMutex(be, n, lock.TTL(lockTTL))
+		if err != nil {
+			b.Fatal(err)
+		}
+		return m.RLocker()
+	})
+	// floodgateSemaphore: a Semaphore of 4 permits (uncontended) and of 1
+	// (contended, so that critical sections must not overlap).
+	floodgateSemaphore = func(permits int) lockLib {
+		return floodgateRedisKind(fmt.Sprintf("floodgate-redis-semaphore%d", permits), func(b *testing.B, be *backend.Redis, n string) lock.Locker {
+			return mustLocker(b)(lock.NewSemaphore(be, n, permits, lock.TTL(lockTTL)))
+		})
+	}
+)
+
 // uncontendedLibs adds floodgate-redis with TryLock, to show what Lock's
-// subscription costs when nobody holds the lock.
+// subscription costs when nobody holds the lock, and the read side of an
+// RWMutex and a Semaphore on Redis.
 var uncontendedLibs = append(append(append([]lockLib(nil), lockLibs[:2]...),
-	floodgateRedisLib("floodgate-redis-trylock", false, true)), lockLibs[2:]...)
+	floodgateRedisLib("floodgate-redis-trylock", false, true), floodgateRLock, floodgateSemaphore(4)), lockLibs[2:]...)
+
+// contendedLibs adds a Semaphore of one permit on Redis.
+var contendedLibs = append(append(append([]lockLib(nil), lockLibs[:2]...), floodgateSemaphore(1)), lockLibs[2:]...)
 
 // --- benchmarks ------------------------------------------------------------
 
@@ -429,7 +460,7 @@ func BenchmarkLockUncontended(b *testing.B) {
 // time Redis spent in them (script-µs/op; redsync's acquire attempt is a
 // plain SET NX, not a script).
 func BenchmarkLockContended(b *testing.B) {
-	for _, lib := range lockLibs {
+	for _, lib := range contendedLibs {
 		b.Run("lib="+lib.name, func(b *testing.B) {
 			name := "bench-contended-" + lib.name
 			newLock := lib.open(b)
