@@ -266,6 +266,9 @@ end
 -- place of the f-th live waiter (or of the last waiter). Drops dead waiters
 -- from the head of waiters first, as firstLive.
 local function semWake(holders, waiters, deadlines, permits, channel, now)
+  -- A waiter queues after it has subscribed and before it waits: with
+  -- nobody queued, nobody waits for a message.
+  if redis.call('EXISTS', waiters) == 0 then return end
   local free = permits - redis.call('ZCOUNT', holders, '(' .. int(now), '+inf')
   if free <= 0 then return end
   firstLive(waiters, deadlines, now)
@@ -280,6 +283,7 @@ end
 -- nil, nil when q is empty.
 local function rwFirst(q, deadlines, s, now)
   local head = redis.call('ZRANGE', q, 0, 99, 'WITHSCORES')
+  if #head == 0 then return nil, nil end
   for i = 1, #head, 2 do
     if tonumber(redis.call('HGET', deadlines, s .. head[i]) or '0') > now then
       return tonumber(head[i + 1]), head[i]
@@ -298,6 +302,8 @@ end
 -- no reader but it holds. Keys as rw_acquire.lua: writer KEYS[1], readers
 -- KEYS[3], rq KEYS[5], wq KEYS[6], deadlines KEYS[7].
 local function rwWake(writer, readers, rq, wq, deadlines, channel, now)
+  -- As semWake: with nobody queued, nobody waits for a message.
+  if redis.call('EXISTS', rq, wq) == 0 then return end
   local w = redis.call('HMGET', writer, 'o', 'd')
   if w[1] and tonumber(w[2]) > now then return end
   local fw, fwo = rwFirst(wq, deadlines, 'w', now)

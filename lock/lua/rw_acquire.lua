@@ -48,7 +48,12 @@ sharedForget(KEYS[3], KEYS[4], now)
 
 local myq = KEYS[5]
 if side == 'w' then myq = KEYS[6] end
-local place = tonumber(redis.call('ZSCORE', myq, owner) or '0')
+-- Only a waiting attempt, or an owner that other calls share (Owner), can
+-- have a place: the first attempt of a call without Owner never queued.
+local place = 0
+if ARGV[6] == '1' or reentrant then
+  place = tonumber(redis.call('ZSCORE', myq, owner) or '0')
+end
 if place ~= 0 and ARGV[6] == '1' then
   -- Still waiting: renew the waiter lease before anyone judges it.
   redis.call('HSET', KEYS[7], side .. owner, int(now + lease))

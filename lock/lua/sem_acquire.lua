@@ -37,7 +37,12 @@ local call, reentrant = ARGV[8], ARGV[9] == '1'
 
 sharedForget(KEYS[1], KEYS[2], now)
 
-local place = tonumber(redis.call('ZSCORE', KEYS[4], owner) or '0')
+-- Only a waiting attempt, or an owner that other calls share (Owner), can
+-- have a place: the first attempt of a call without Owner never queued.
+local place = 0
+if ARGV[6] == '1' or reentrant then
+  place = tonumber(redis.call('ZSCORE', KEYS[4], owner) or '0')
+end
 if place ~= 0 and ARGV[6] == '1' then
   -- Still waiting: renew the waiter lease before anyone judges it.
   redis.call('HSET', KEYS[5], owner, int(now + lease))
