@@ -10,7 +10,8 @@
 #   bench/serve.sh                          # everything, about 12 minutes
 #   RUNS=1 DURATION=3s bench/serve.sh       # a smoke pass
 #   CASES='open-grpc' RATES=20000 bench/serve.sh
-#   CASES='envoy-grpc compat-grpc redis-grpc' RUNS=5 OUT=results/serve-envoy.jsonl bench/serve.sh
+#   CASES='envoy-grpc envoy-pipelined-grpc compat-grpc redis-grpc' RUNS=5 \
+#     REDIS_RATES='2000 5000' OUT=results/serve-envoy.jsonl bench/serve.sh
 #
 # Cases: closed-grpc, closed-http (closed loop on the memory backend, 1 and
 # 10,000 keys), open-grpc, open-http (open loop at each of RATES on memory),
@@ -30,8 +31,11 @@
 # layout, RUNTIME_ROOT/RUNTIME_SUBDIRECTORY/config/bench.yaml, the same Redis,
 # statsd off, REDIS_TIMEOUT written out at envoy's default of 10s) and the same
 # closed loops, then an open loop at each of REDIS_RATES (as redis-grpc).
-# Ratios between the servers of one round are what count on a shared machine;
-# OUT names the results file (default results/serve-latest.jsonl).
+# envoy-pipelined-grpc is envoy-grpc with REDIS_PIPELINE_WINDOW set to
+# ENVOY_PIPELINE_WINDOW (envoy's advice for throughput: 150us to 500us; its
+# default, 0, writes every command at once). Ratios between the servers of
+# one round are what count on a shared machine; OUT names the results file
+# (default results/serve-latest.jsonl).
 #
 # PIN=1 (the default on a machine with 2 or more cores) puts the server on the
 # last core and the load generator on the others (taskset, GOMAXPROCS to
@@ -51,6 +55,7 @@ CASES=${CASES:-closed-grpc closed-http open-grpc open-http floor-grpc redis-lib 
 CLIENT=${CLIENT:-h2}
 ENVOY_MODULE=${ENVOY_MODULE:-github.com/envoyproxy/ratelimit}
 ENVOY_VERSION=${ENVOY_VERSION:-v1.4.1-0.20260122083618-3fb702589d36}
+ENVOY_PIPELINE_WINDOW=${ENVOY_PIPELINE_WINDOW:-150us}
 REDIS_RATES=${REDIS_RATES:-2000}
 OUT=${OUT:-results/serve-latest.jsonl}
 cores=$(nproc)
@@ -169,26 +174,30 @@ envoy_env() {
 }
 
 # serve STORE: start floodgate serve (STORE memory or redis; compat: floodgate
-# serve --compat envoy on Redis), envoyproxy/ratelimit (envoy) or
-# cmd/rlsfloor (floor); sets server_pid, server, grpc_addr, http_addr, and the
+# serve --compat envoy on Redis), envoyproxy/ratelimit (envoy,
+# envoy-pipelined) or cmd/rlsfloor (floor); sets server_pid, server, grpc_addr, http_addr, and the
 # CPUs of the load generator (cpus, procs).
 serve() {
 	local args=(serve --config "$config" --grpc-addr 127.0.0.1:0 --http-addr 127.0.0.1:0 --log-format json --log-level info --reload-interval 0)
 	local scpus=$server_cpus sprocs=$server_procs
 	cpus=$client_cpus procs=$client_procs
 	server=floodgate
-	if [[ $1 == redis || $1 == envoy || $1 == compat ]]; then
+	if [[ $1 == redis || $1 == envoy* || $1 == compat ]]; then
 		scpus="" sprocs=$cores cpus="" procs=$cores
 	fi
 	if [[ $1 == redis ]]; then args+=(--redis "redis://127.0.0.1:$redis_port"); fi
 	: >"$tmp/serve.log"
 	local ready='"msg":"floodgate starting"'
-	if [[ $1 == envoy || $1 == compat ]]; then
+	if [[ $1 == envoy* || $1 == compat ]]; then
 		# Both servers as an envoyproxy/ratelimit deployment runs: its
 		# variables only, no flags.
 		envoy_env
-		if [[ $1 == envoy ]]; then
+		if [[ $1 == envoy-pipelined ]]; then
+			env_vars+=(REDIS_PIPELINE_WINDOW="$ENVOY_PIPELINE_WINDOW")
+		fi
+		if [[ $1 == envoy* ]]; then
 			server="envoyproxy/ratelimit $ENVOY_VERSION"
+			if [[ $1 == envoy-pipelined ]]; then server+=" REDIS_PIPELINE_WINDOW=$ENVOY_PIPELINE_WINDOW"; fi
 			env "${env_vars[@]}" GOMAXPROCS="$sprocs" "$envoy" >"$tmp/serve.log" 2>&1 &
 		else
 			server="floodgate --compat envoy"
@@ -313,7 +322,7 @@ for ((run = 1; run <= RUNS; run++)); do
 				for rate in $REDIS_RATES; do load "$c" redis grpc 10000 "$rate"; done
 			fi
 			stop_server ;;
-		envoy-grpc | compat-grpc)
+		envoy-grpc | envoy-pipelined-grpc | compat-grpc)
 			redis-cli -p "$redis_port" flushall >/dev/null
 			serve "${c%-grpc}"
 			for keys in 1 10000; do load "$c" redis grpc "$keys"; done

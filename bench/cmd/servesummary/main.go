@@ -113,7 +113,7 @@ func write(w io.Writer, all []run) {
 
 // envoyCase are the cases of the comparison with envoyproxy/ratelimit, shown
 // apart: they share store, API and load with redis-grpc.
-var envoyCase = map[string]bool{"envoy-grpc": true, "compat-grpc": true}
+var envoyCase = map[string]bool{"envoy-grpc": true, "envoy-pipelined-grpc": true, "compat-grpc": true}
 
 func writeCases(w io.Writer, runs []run) {
 	if len(runs) == 0 {
@@ -261,7 +261,10 @@ func (l load) String() string {
 }
 
 // envoyOrder is the order of the servers in the comparison.
-var envoyOrder = []string{"envoy-grpc", "compat-grpc", "redis-grpc"}
+var envoyOrder = []string{"envoy-grpc", "envoy-pipelined-grpc", "compat-grpc", "redis-grpc"}
+
+// envoyBase are the envoyproxy/ratelimit cases floodgate's are compared with.
+var envoyBase = []string{"envoy-grpc", "envoy-pipelined-grpc"}
 
 // writeEnvoy puts floodgate beside envoyproxy/ratelimit: every server's
 // figures, then floodgate's over envoy's taken per round (the servers of a
@@ -296,7 +299,7 @@ func writeEnvoy(w io.Writer, runs []run) {
 			names[r.Case] = r.Server
 		}
 	}
-	if !hasCase(runs, "envoy-grpc") {
+	if !hasCase(runs, "envoy-grpc") && !hasCase(runs, "envoy-pipelined-grpc") {
 		return
 	}
 	slices.SortStableFunc(loads, func(a, b load) int {
@@ -309,10 +312,11 @@ func writeEnvoy(w io.Writer, runs []run) {
 		return int(a.rate - b.rate)
 	})
 	name := func(c string) string {
-		return map[string]string{"envoy-grpc": "envoyproxy/ratelimit", "compat-grpc": "floodgate --compat envoy", "redis-grpc": "floodgate --redis"}[c]
+		return map[string]string{"envoy-grpc": "envoyproxy/ratelimit", "envoy-pipelined-grpc": "envoyproxy/ratelimit, pipelined",
+			"compat-grpc": "floodgate --compat envoy", "redis-grpc": "floodgate --redis"}[c]
 	}
-	fmt.Fprintf(w, "floodgate beside %s: the same configuration on the same Redis, the same gRPC load (64 workers, 4 connections); medians over the runs, p99 range in brackets:\n\n",
-		cmp.Or(names["envoy-grpc"], "envoyproxy/ratelimit"))
+	fmt.Fprintf(w, "floodgate beside %s (pipelined: %s): the same configuration on the same Redis, the same gRPC load (64 workers, 4 connections); medians over the runs, p99 range in brackets:\n\n",
+		cmp.Or(names["envoy-grpc"], "envoyproxy/ratelimit"), cmp.Or(names["envoy-pipelined-grpc"], "not run"))
 	fmt.Fprintln(w, "| load | server | runs | decisions/s | p50 ms | p99 ms (range) | p99.9 ms | server CPU µs/decision | Redis CPU µs/decision | errors |")
 	fmt.Fprintln(w, "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|")
 	for _, l := range loads {
@@ -333,51 +337,57 @@ func writeEnvoy(w io.Writer, runs []run) {
 	fmt.Fprintln(w)
 	fmt.Fprintln(w, "floodgate ÷ envoyproxy/ratelimit in the same round, median of the rounds (range). Above 1 is better for decisions/s, below 1 for latency and CPU:")
 	fmt.Fprintln(w)
-	fmt.Fprintln(w, "| load | floodgate | rounds | decisions/s | p50 | p99 | server CPU per decision | Redis CPU per decision |")
-	fmt.Fprintln(w, "|---|---|---:|---:|---:|---:|---:|---:|")
-	for _, l := range loads {
-		for _, c := range envoyOrder[1:] {
-			var rounds []int
-			for k := range byRound {
-				if k.cas == c && k.l == l {
-					if _, ok := byRound[rk{sk{"envoy-grpc", l}, k.round}]; ok {
-						rounds = append(rounds, k.round)
+	fmt.Fprintln(w, "| load | floodgate | ÷ | rounds | decisions/s | p50 | p99 | server CPU per decision | Redis CPU per decision |")
+	fmt.Fprintln(w, "|---|---|---|---:|---:|---:|---:|---:|---:|")
+	for _, base := range envoyBase {
+		for _, l := range loads {
+			for _, c := range []string{"compat-grpc", "redis-grpc"} {
+				var rounds []int
+				for k := range byRound {
+					if k.cas == c && k.l == l {
+						if _, ok := byRound[rk{sk{base, l}, k.round}]; ok {
+							rounds = append(rounds, k.round)
+						}
 					}
 				}
-			}
-			if len(rounds) == 0 {
-				continue
-			}
-			ratio := func(f func(run) float64) string {
-				var v []float64
-				for _, n := range rounds {
-					fg, ev := byRound[rk{sk{c, l}, n}], byRound[rk{sk{"envoy-grpc", l}, n}]
-					if d := f(ev); d > 0 {
-						v = append(v, f(fg)/d)
+				if len(rounds) == 0 {
+					continue
+				}
+				ratio := func(f func(run) float64) string {
+					var v []float64
+					for _, n := range rounds {
+						if d := f(byRound[rk{sk{base, l}, n}]); d > 0 {
+							v = append(v, f(byRound[rk{sk{c, l}, n}])/d)
+						}
 					}
+					return ratioCell(v)
 				}
-				if len(v) == 0 {
-					return "–"
-				}
-				slices.Sort(v)
-				m := v[len(v)/2]
-				if len(v)%2 == 0 {
-					m = (v[len(v)/2-1] + v[len(v)/2]) / 2
-				}
-				if len(v) == 1 {
-					return fmt.Sprintf("**%.2f**", m)
-				}
-				return fmt.Sprintf("**%.2f** (%.2f–%.2f)", m, v[0], v[len(v)-1])
+				fmt.Fprintf(w, "| %s | %s | %s | %d | %s | %s | %s | %s | %s |\n", l, name(c), name(base), len(rounds),
+					ratio(func(r run) float64 { return r.Bench.DecisionsPS }),
+					ratio(func(r run) float64 { return r.Bench.Latency.P50 }),
+					ratio(func(r run) float64 { return r.Bench.Latency.P99 }),
+					ratio(func(r run) float64 { return r.ServerCPUS / float64(max(r.Bench.Requests, 1)) }),
+					ratio(func(r run) float64 { return r.RedisCPUS / float64(max(r.Bench.Requests, 1)) }))
 			}
-			fmt.Fprintf(w, "| %s | %s | %d | %s | %s | %s | %s | %s |\n", l, name(c), len(rounds),
-				ratio(func(r run) float64 { return r.Bench.DecisionsPS }),
-				ratio(func(r run) float64 { return r.Bench.Latency.P50 }),
-				ratio(func(r run) float64 { return r.Bench.Latency.P99 }),
-				ratio(func(r run) float64 { return r.ServerCPUS / float64(max(r.Bench.Requests, 1)) }),
-				ratio(func(r run) float64 { return r.RedisCPUS / float64(max(r.Bench.Requests, 1)) }))
 		}
 	}
 	fmt.Fprintln(w)
+}
+
+// ratioCell is the median of v in bold, with its range.
+func ratioCell(v []float64) string {
+	if len(v) == 0 {
+		return "–"
+	}
+	slices.Sort(v)
+	m := v[len(v)/2]
+	if len(v)%2 == 0 {
+		m = (v[len(v)/2-1] + v[len(v)/2]) / 2
+	}
+	if len(v) == 1 {
+		return fmt.Sprintf("**%.2f**", m)
+	}
+	return fmt.Sprintf("**%.2f** (%.2f–%.2f)", m, v[0], v[len(v)-1])
 }
 
 func hasCase(runs []run, c string) bool {
