@@ -35,7 +35,7 @@
 # ENVOY_PIPELINE_WINDOW (envoy's advice for throughput: 150us to 500us; its
 # default, 0, writes every command at once). Ratios between the servers of
 # one round are what count on a shared machine; OUT names the results file
-# (default results/serve-latest.jsonl).
+# (relative to bench/; default results/serve-latest.jsonl).
 #
 # PIN=1 (the default on a machine with 2 or more cores) puts the server on the
 # last core and the load generator on the others (taskset, GOMAXPROCS to
@@ -44,7 +44,8 @@
 # them. The Redis cases are never pinned: redis-server, the server and the
 # load generator (or the library) share every core, so that the library and
 # the server get the same machine. Needs redis-server on PATH for the Redis
-# cases, and taskset (util-linux) for PIN=1.
+# cases (envoy-*, compat-grpc included), the Go module proxy (GOPROXY) for
+# envoy-*, and taskset (util-linux) for PIN=1.
 set -euo pipefail
 cd "$(dirname "$0")"
 
