@@ -151,7 +151,7 @@ if [[ " $CASES " == *" envoy-"* ]]; then build_envoy; fi
 redis_port=""
 if [[ " $CASES " =~ \ (redis|envoy|compat)- ]]; then
 	command -v redis-server >/dev/null || { echo "serve.sh: the Redis cases need redis-server (apt-get install -y redis-server)" >&2; exit 1; }
-	redis_port=$((20000 + RANDOM % 20000))
+	redis_port=$(free_port)
 	redis-server --port "$redis_port" --bind 127.0.0.1 --save '' --appendonly no \
 		--dir "$tmp" --daemonize no >"$tmp/redis.log" 2>&1 &
 	redis_pid=$!
@@ -172,12 +172,16 @@ envoy_env() {
 		HOST=127.0.0.1 PORT="$(free_port)" GRPC_HOST=127.0.0.1 GRPC_PORT="$(free_port)"
 		DEBUG_HOST=127.0.0.1 DEBUG_PORT="$(free_port)"
 	)
+	local v
+	for v in "${env_vars[@]}"; do
+		[[ $v != *= ]] || { echo "serve.sh: no value for ${v%=}" >&2; exit 1; }
+	done
 }
 
 # serve STORE: start floodgate serve (STORE memory or redis; compat: floodgate
 # serve --compat envoy on Redis), envoyproxy/ratelimit (envoy,
-# envoy-pipelined) or cmd/rlsfloor (floor); sets server_pid, server, grpc_addr, http_addr, and the
-# CPUs of the load generator (cpus, procs).
+# envoy-pipelined) or cmd/rlsfloor (floor); sets server_pid, server,
+# grpc_addr, http_addr, and the CPUs of the load generator (cpus, procs).
 serve() {
 	local args=(serve --config "$config" --grpc-addr 127.0.0.1:0 --http-addr 127.0.0.1:0 --log-format json --log-level info --reload-interval 0)
 	local scpus=$server_cpus sprocs=$server_procs
@@ -207,7 +211,7 @@ serve() {
 		server_pid=$!
 		pids+=("$server_pid")
 		grpc_addr=127.0.0.1:$(env_value GRPC_PORT) http_addr=127.0.0.1:$(env_value PORT)
-		# Ready when it answers a decision with the configured limit.
+		# Ready when it answers a decision.
 		for _ in $(seq 100); do
 			"$fg" check --addr "$grpc_addr" --domain bench --timeout 1s user=ready >/dev/null 2>&1 && return
 			kill -0 "$server_pid" 2>/dev/null || break
