@@ -17,9 +17,11 @@
 //	                                        store: decisions/s, p50-µs, p99-µs (results/server.md)
 //
 // serve.sh measures floodgate serve as a separate process under floodgate
-// bench, against cmd/rlsfloor (grpc-go answering without deciding) and
-// cmd/libload (the library on the same Redis); cmd/servesummary writes the
-// tables of results/server.md.
+// bench, against cmd/rlsfloor (grpc-go answering without deciding),
+// cmd/libload (the library on the same Redis) and envoyproxy/ratelimit
+// (built from its module at run time, on the same Redis with the same
+// configuration and environment); cmd/servesummary writes the tables of
+// results/server.md.
 //
 // G is the number of goroutines, started explicitly (not b.RunParallel), so
 // it does not depend on GOMAXPROCS. The b.N calls are split evenly among them.

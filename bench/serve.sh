@@ -10,15 +10,32 @@
 #   bench/serve.sh                          # everything, about 12 minutes
 #   RUNS=1 DURATION=3s bench/serve.sh       # a smoke pass
 #   CASES='open-grpc' RATES=20000 bench/serve.sh
+#   CASES='envoy-grpc envoy-pipelined-grpc compat-grpc redis-grpc' RUNS=5 \
+#     REDIS_RATES='2000 5000' OUT=results/serve-envoy.jsonl bench/serve.sh
 #
 # Cases: closed-grpc, closed-http (closed loop on the memory backend, 1 and
 # 10,000 keys), open-grpc, open-http (open loop at each of RATES on memory),
 # floor-grpc (the closed and open loops of closed-grpc and open-grpc against
 # cmd/rlsfloor, a grpc-go server that answers OK without deciding: the
 # transport's floor), redis-grpc, redis-http (floodgate serve --redis, closed
-# loop) and redis-lib (cmd/libload: the library's Limiter.Allow from 64
-# goroutines on the same Redis: the issue's "library's own decisions/s in
-# the same run").
+# loop; redis-grpc also an open loop at each of REDIS_RATES) and redis-lib
+# (cmd/libload: the library's Limiter.Allow from 64 goroutines on the same
+# Redis: the issue's "library's own decisions/s in the same run").
+#
+# envoy-grpc and compat-grpc put floodgate beside envoyproxy/ratelimit (issue
+# 16), with redis-grpc for floodgate in its own mode: envoy-grpc builds
+# envoyproxy/ratelimit from its module at ENVOY_VERSION (fetched from the Go
+# module proxy when the script runs; none of its code is kept here) and
+# compat-grpc runs floodgate serve --compat envoy. Both get the same
+# environment (envoy's variables: the configuration below in envoy's runtime
+# layout, RUNTIME_ROOT/RUNTIME_SUBDIRECTORY/config/bench.yaml, the same Redis,
+# statsd off, REDIS_TIMEOUT written out at envoy's default of 10s) and the same
+# closed loops, then an open loop at each of REDIS_RATES (as redis-grpc).
+# envoy-pipelined-grpc is envoy-grpc with REDIS_PIPELINE_WINDOW set to
+# ENVOY_PIPELINE_WINDOW (envoy's advice for throughput: 150us to 500us; its
+# default, 0, writes every command at once). Ratios between the servers of
+# one round are what count on a shared machine; OUT names the results file
+# (relative to bench/; default results/serve-latest.jsonl).
 #
 # PIN=1 (the default on a machine with 2 or more cores) puts the server on the
 # last core and the load generator on the others (taskset, GOMAXPROCS to
@@ -27,7 +44,8 @@
 # them. The Redis cases are never pinned: redis-server, the server and the
 # load generator (or the library) share every core, so that the library and
 # the server get the same machine. Needs redis-server on PATH for the Redis
-# cases, and taskset (util-linux) for PIN=1.
+# cases (envoy-*, compat-grpc included), the Go module proxy (GOPROXY) for
+# envoy-*, and taskset (util-linux) for PIN=1.
 set -euo pipefail
 cd "$(dirname "$0")"
 
@@ -36,6 +54,11 @@ RUNS=${RUNS:-3}
 RATES=${RATES:-5000 10000 20000}
 CASES=${CASES:-closed-grpc closed-http open-grpc open-http floor-grpc redis-lib redis-grpc redis-http}
 CLIENT=${CLIENT:-h2}
+ENVOY_MODULE=${ENVOY_MODULE:-github.com/envoyproxy/ratelimit}
+ENVOY_VERSION=${ENVOY_VERSION:-v1.4.1-0.20260122083618-3fb702589d36}
+ENVOY_PIPELINE_WINDOW=${ENVOY_PIPELINE_WINDOW:-150us}
+REDIS_RATES=${REDIS_RATES:-2000}
+OUT=${OUT:-results/serve-latest.jsonl}
 cores=$(nproc)
 PIN=${PIN:-$((cores >= 2 ? 1 : 0))}
 
@@ -51,7 +74,11 @@ trap cleanup EXIT
 go build -o "$tmp/rlsfloor" ./cmd/rlsfloor
 go build -o "$tmp/libload" ./cmd/libload
 fg=$tmp/floodgate
-cat >"$tmp/bench.yaml" <<'EOF'
+# The configuration, in envoyproxy/ratelimit's runtime layout so that every
+# server reads the same file.
+mkdir -p "$tmp/runtime/current/config"
+config=$tmp/runtime/current/config/bench.yaml
+cat >"$config" <<'EOF'
 domain: bench
 descriptors:
   - key: user
@@ -85,10 +112,46 @@ start() {
 cputicks() { awk '{print $14 + $15}' "/proc/$1/stat"; }
 hz=$(getconf CLK_TCK)
 
+# free_port: a TCP port on 127.0.0.1 that nothing listens on now.
+free_port() {
+	local p
+	for _ in $(seq 100); do
+		p=$((20000 + RANDOM % 20000))
+		if ! (exec 3<>"/dev/tcp/127.0.0.1/$p") 2>/dev/null; then
+			echo "$p"
+			return
+		fi
+	done
+	echo "serve.sh: no free port found" >&2
+	exit 1
+}
+
+# build_envoy: envoyproxy/ratelimit's server at ENVOY_VERSION, from the Go
+# module proxy, built in a copy of its module (its go.mod may have replace
+# directives, which go install refuses).
+envoy=""
+build_envoy() {
+	local json dir
+	if ! json=$(cd "$tmp" && GOWORK=off GOFLAGS=-mod=mod go mod download -json "$ENVOY_MODULE@$ENVOY_VERSION" 2>&1); then
+		echo "serve.sh: cannot download $ENVOY_MODULE@$ENVOY_VERSION from the Go module proxy (GOPROXY=$(go env GOPROXY)); set ENVOY_VERSION to a version the proxy serves, or GOPROXY:" >&2
+		printf '%s\n' "$json" >&2
+		exit 1
+	fi
+	dir=$(printf '%s\n' "$json" | sed -n 's/^[[:space:]]*"Dir": "\(.*\)",\{0,1\}$/\1/p')
+	[[ -n $dir && -d $dir/src/service_cmd ]] || { echo "serve.sh: $ENVOY_MODULE@$ENVOY_VERSION has no src/service_cmd:" >&2; printf '%s\n' "$json" >&2; exit 1; }
+	cp -R "$dir" "$tmp/envoy-src"
+	chmod -R u+w "$tmp/envoy-src"
+	echo "serve.sh: building $ENVOY_MODULE@$ENVOY_VERSION (./src/service_cmd)" >&2
+	(cd "$tmp/envoy-src" && GOWORK=off GOFLAGS=-mod=mod go build -o "$tmp/envoy-ratelimit" ./src/service_cmd) ||
+		{ echo "serve.sh: building $ENVOY_MODULE@$ENVOY_VERSION failed" >&2; exit 1; }
+	envoy=$tmp/envoy-ratelimit
+}
+if [[ " $CASES " == *" envoy-"* ]]; then build_envoy; fi
+
 redis_port=""
-if [[ " $CASES " == *" redis-"* ]]; then
+if [[ " $CASES " =~ \ (redis|envoy|compat)- ]]; then
 	command -v redis-server >/dev/null || { echo "serve.sh: the Redis cases need redis-server (apt-get install -y redis-server)" >&2; exit 1; }
-	redis_port=$((20000 + RANDOM % 20000))
+	redis_port=$(free_port)
 	redis-server --port "$redis_port" --bind 127.0.0.1 --save '' --appendonly no \
 		--dir "$tmp" --daemonize no >"$tmp/redis.log" 2>&1 &
 	redis_pid=$!
@@ -99,20 +162,67 @@ if [[ " $CASES " == *" redis-"* ]]; then
 	done
 fi
 
-# serve STORE: start floodgate serve (STORE memory or redis) or cmd/rlsfloor
-# (STORE floor); sets server_pid, grpc_addr, http_addr, and the CPUs of the
-# load generator (cpus, procs).
+# envoy_env: envoyproxy/ratelimit's environment for the envoy and compat
+# cases, with fresh ports; the same for both servers.
+envoy_env() {
+	env_vars=(
+		USE_STATSD=false LOG_LEVEL=warn
+		REDIS_SOCKET_TYPE=tcp REDIS_URL="127.0.0.1:$redis_port" REDIS_TIMEOUT=10s
+		RUNTIME_ROOT="$tmp/runtime" RUNTIME_SUBDIRECTORY=current RUNTIME_WATCH_ROOT=false
+		HOST=127.0.0.1 PORT="$(free_port)" GRPC_HOST=127.0.0.1 GRPC_PORT="$(free_port)"
+		DEBUG_HOST=127.0.0.1 DEBUG_PORT="$(free_port)"
+	)
+	local v
+	for v in "${env_vars[@]}"; do
+		[[ $v != *= ]] || { echo "serve.sh: no value for ${v%=}" >&2; exit 1; }
+	done
+}
+
+# serve STORE: start floodgate serve (STORE memory or redis; compat: floodgate
+# serve --compat envoy on Redis), envoyproxy/ratelimit (envoy,
+# envoy-pipelined) or cmd/rlsfloor (floor); sets server_pid, server,
+# grpc_addr, http_addr, and the CPUs of the load generator (cpus, procs).
 serve() {
-	local args=(serve --config "$tmp/bench.yaml" --grpc-addr 127.0.0.1:0 --http-addr 127.0.0.1:0 --log-format json --log-level info --reload-interval 0)
+	local args=(serve --config "$config" --grpc-addr 127.0.0.1:0 --http-addr 127.0.0.1:0 --log-format json --log-level info --reload-interval 0)
 	local scpus=$server_cpus sprocs=$server_procs
 	cpus=$client_cpus procs=$client_procs
-	if [[ $1 == redis ]]; then
-		args+=(--redis "redis://127.0.0.1:$redis_port")
+	server=floodgate
+	if [[ $1 == redis || $1 == envoy* || $1 == compat ]]; then
 		scpus="" sprocs=$cores cpus="" procs=$cores
 	fi
+	if [[ $1 == redis ]]; then args+=(--redis "redis://127.0.0.1:$redis_port"); fi
 	: >"$tmp/serve.log"
 	local ready='"msg":"floodgate starting"'
+	if [[ $1 == envoy* || $1 == compat ]]; then
+		# Both servers as an envoyproxy/ratelimit deployment runs: its
+		# variables only, no flags.
+		envoy_env
+		if [[ $1 == envoy-pipelined ]]; then
+			env_vars+=(REDIS_PIPELINE_WINDOW="$ENVOY_PIPELINE_WINDOW")
+		fi
+		if [[ $1 == envoy* ]]; then
+			server="envoyproxy/ratelimit $ENVOY_VERSION"
+			if [[ $1 == envoy-pipelined ]]; then server+=" REDIS_PIPELINE_WINDOW=$ENVOY_PIPELINE_WINDOW"; fi
+			env "${env_vars[@]}" GOMAXPROCS="$sprocs" "$envoy" >"$tmp/serve.log" 2>&1 &
+		else
+			server="floodgate --compat envoy"
+			env "${env_vars[@]}" GOMAXPROCS="$sprocs" "$fg" serve --compat envoy >"$tmp/serve.log" 2>&1 &
+		fi
+		server_pid=$!
+		pids+=("$server_pid")
+		grpc_addr=127.0.0.1:$(env_value GRPC_PORT) http_addr=127.0.0.1:$(env_value PORT)
+		# Ready when it answers a decision.
+		for _ in $(seq 100); do
+			"$fg" check --addr "$grpc_addr" --domain bench --timeout 1s user=ready >/dev/null 2>&1 && return
+			kill -0 "$server_pid" 2>/dev/null || break
+			sleep 0.1
+		done
+		echo "serve.sh: $server did not start:" >&2
+		cat "$tmp/serve.log" >&2
+		exit 1
+	fi
 	if [[ $1 == floor ]]; then
+		server=rlsfloor
 		ready='listening on'
 		GOMAXPROCS=$sprocs start "$scpus" "$tmp/rlsfloor" --addr 127.0.0.1:0 2>"$tmp/serve.log" &
 	else
@@ -131,6 +241,14 @@ serve() {
 		http_addr=$(sed -n 's/.*"msg":"floodgate starting".*"http":"\([^"]*\)".*/\1/p' "$tmp/serve.log")
 	fi
 	[[ -n $grpc_addr && -n $http_addr ]] || { echo "serve.sh: the $1 server did not start:" >&2; cat "$tmp/serve.log" >&2; exit 1; }
+}
+
+# env_value NAME: the value of NAME in env_vars.
+env_value() {
+	local v
+	for v in "${env_vars[@]}"; do
+		if [[ $v == "$1="* ]]; then echo "${v#*=}"; fi
+	done
 }
 
 stop_server() {
@@ -152,7 +270,7 @@ load() {
 	s1=$(cputicks "$server_pid")
 	if [[ $store == redis ]]; then r1=$(cputicks "$redis_pid"); fi
 	record "$name" "$store" "$((s1 - s0))" "$((r1 - r0))"
-	echo "serve.sh: $name store=$store api=$api keys=$keys rate=${rate:-closed}: $(grep -o '"decisions_per_s": *[0-9]*' "$tmp/run.json")" >&2
+	echo "serve.sh: $name ($server) store=$store api=$api keys=$keys rate=${rate:-closed}: $(grep -o '"decisions_per_s": *[0-9]*' "$tmp/run.json")" >&2
 }
 
 # libload KEYS: one run of the library on the Redis.
@@ -161,23 +279,29 @@ libload() {
 	r0=$(cputicks "$redis_pid")
 	GOMAXPROCS=$cores "$tmp/libload" --redis "redis://127.0.0.1:$redis_port" --keys "$1" --duration "$DURATION" >"$tmp/run.json"
 	r1=$(cputicks "$redis_pid")
+	server=library
 	record redis-lib redis 0 "$((r1 - r0))"
 	echo "serve.sh: redis-lib keys=$1: $(grep -o '"decisions_per_s": *[0-9]*' "$tmp/run.json")" >&2
 }
 
 # record CASE STORE SERVER_TICKS REDIS_TICKS: append the run in $tmp/run.json.
 record() {
-	printf '{"case":"%s","store":"%s","round":%d,"pin":%s,"client":"%s","server_cpu_s":%s,"redis_cpu_s":%s,"bench":%s}\n' \
-		"$1" "$2" "$run" "$PIN" "$CLIENT" "$(awk -v t="$3" -v hz="$hz" 'BEGIN{print t/hz}')" \
+	printf '{"case":"%s","server":"%s","store":"%s","round":%d,"pin":%s,"client":"%s","server_cpu_s":%s,"redis_cpu_s":%s,"bench":%s}\n' \
+		"$1" "$server" "$2" "$run" "$PIN" "$CLIENT" "$(awk -v t="$3" -v hz="$hz" 'BEGIN{print t/hz}')" \
 		"$(awk -v t="$4" -v hz="$hz" 'BEGIN{print t/hz}')" "$(tr -d '\n' <"$tmp/run.json")" >>"$out"
 }
 
-mkdir -p results
-out=results/serve-latest.jsonl
+mkdir -p "$(dirname "$OUT")"
+out=$OUT
 : >"$out"
+echo "serve.sh: floodgate $(cd .. && git describe --always --dirty 2>/dev/null || echo '(no git)'), $(go env GOVERSION), $(redis-server --version 2>/dev/null | grep -o 'v=[^ ]*' || echo 'no redis-server'); results in $out" >&2
 echo "serve.sh: $cores cores, PIN=$PIN (server on CPUs ${server_cpus:-all}, load generator on ${client_cpus:-all}), $RUNS runs of $DURATION per case" >&2
+read -ra cases <<<"$CASES"
 for ((run = 1; run <= RUNS; run++)); do
-	for c in $CASES; do
+	# Each round starts one case later, so that no case always runs right
+	# after the same other one.
+	for ((i = 0; i < ${#cases[@]}; i++)); do
+		c=${cases[$(((i + run - 1) % ${#cases[@]}))]}
 		case $c in
 		closed-grpc | closed-http)
 			serve memory
@@ -199,6 +323,15 @@ for ((run = 1; run <= RUNS; run++)); do
 			redis-cli -p "$redis_port" flushall >/dev/null
 			serve redis
 			for keys in 1 10000; do load "$c" redis "${c#redis-}" "$keys"; done
+			if [[ $c == redis-grpc ]]; then
+				for rate in $REDIS_RATES; do load "$c" redis grpc 10000 "$rate"; done
+			fi
+			stop_server ;;
+		envoy-grpc | envoy-pipelined-grpc | compat-grpc)
+			redis-cli -p "$redis_port" flushall >/dev/null
+			serve "${c%-grpc}"
+			for keys in 1 10000; do load "$c" redis grpc "$keys"; done
+			for rate in $REDIS_RATES; do load "$c" redis grpc 10000 "$rate"; done
 			stop_server ;;
 		*)
 			echo "serve.sh: unknown case $c" >&2
