@@ -42,6 +42,7 @@ type driver struct {
 type holding struct {
 	node     string // full path
 	token    int64
+	version  int32       // the node's data version when this driver made it, or -1: unknown
 	deadline time.Time   // local monotonic clock
 	timer    *time.Timer // fires at deadline: the node is deleted
 }
@@ -123,6 +124,7 @@ func (d *driver) Acquire(ctx context.Context, owner string, ttl time.Duration, w
 		}
 	}()
 	r := retrier{wait: wait, conn: d.conn}
+	var watch <-chan watched // the watch on node, set beside the first listing
 	for {
 		if node == "" {
 			n, err := d.create(ctx, pc, data)
@@ -133,6 +135,11 @@ func (d *driver) Acquire(ctx context.Context, owner string, ttl time.Duration, w
 				continue
 			}
 			node = n
+			if !d.r.poke() {
+				// Most first listings admit the node (an uncontended
+				// lock): set the holder's watch in the same round trip.
+				watch = d.watchAsync(node)
+			}
 		}
 		nodes, err := d.children(ctx)
 		if err != nil {
@@ -149,7 +156,8 @@ func (d *driver) Acquire(ctx context.Context, owner string, ttl time.Duration, w
 			continue
 		}
 		if d.r.admitted(nodes, i) {
-			g, ok, err := d.grant(ctx, owner, node, data, ttl)
+			g, ok, err := d.grant(ctx, owner, node, data, ttl, watch)
+			watch = nil
 			if err != nil {
 				if err = r.retry(ctx, err); err != nil {
 					return lock.Grant{}, err
@@ -165,6 +173,7 @@ func (d *driver) Acquire(ctx context.Context, owner string, ttl time.Duration, w
 		if !wait {
 			return lock.Grant{}, lock.ErrLocked
 		}
+		watch = nil // set again when the node is admitted
 		if err := d.wait(ctx, nodes, i); err != nil {
 			if err = r.retry(ctx, err); err != nil {
 				return lock.Grant{}, err
@@ -321,30 +330,51 @@ func (d *driver) wait(ctx context.Context, nodes []child, i int) error {
 // grant completes the acquisition of node, which the queue has admitted:
 // it wakes the next semaphore waiter, reads the fencing token, watches the
 // node and records the holding. ok is false when the node is gone.
-func (d *driver) grant(ctx context.Context, owner, node string, data []byte, ttl time.Duration) (lock.Grant, bool, error) {
+func (d *driver) grant(ctx context.Context, owner, node string, data []byte, ttl time.Duration, watch <-chan watched) (lock.Grant, bool, error) {
 	if d.r.poke() {
 		// Best effort: a waiter that misses it looks again within MaxPoll.
 		_, _ = call(ctx, func() (*zk.Stat, error) { return d.conn.Set(node, data, -1) })
 	}
-	type res struct {
-		ok bool
-		st *zk.Stat
-		ev <-chan zk.Event
+	if watch == nil {
+		watch = d.watchAsync(node)
 	}
-	r, err := call(ctx, func() (res, error) {
-		ok, st, ev, err := d.conn.ExistsW(node)
-		return res{ok, st, ev}, err
-	})
-	if err != nil {
-		return lock.Grant{}, false, wrap(err)
+	var r watched
+	select {
+	case r = <-watch:
+	case <-ctx.Done():
+		return lock.Grant{}, false, ctx.Err()
+	}
+	if r.err != nil {
+		return lock.Grant{}, false, wrap(r.err)
 	}
 	if !r.ok {
 		return lock.Grant{}, false, nil
 	}
-	h := &holding{node: node, token: r.st.Czxid}
+	h := &holding{node: node, token: r.st.Czxid, version: r.st.Version}
 	d.hold(owner, h, ttl)
 	go d.watchHeld(owner, h, r.ev)
 	return lock.Grant{Token: h.token}, true, nil
+}
+
+// watched is the answer of an ExistsW on a node: whether it exists, its
+// stat (the czxid is the holder's fencing token) and the watch.
+type watched struct {
+	ok  bool
+	st  *zk.Stat
+	ev  <-chan zk.Event
+	err error
+}
+
+// watchAsync sends ExistsW on node and returns where its answer arrives:
+// go-zookeeper pipelines requests on one connection, so it travels beside
+// whatever the caller sends next.
+func (d *driver) watchAsync(node string) <-chan watched {
+	ch := make(chan watched, 1)
+	go func() {
+		ok, st, ev, err := d.conn.ExistsW(node)
+		ch <- watched{ok, st, ev, err}
+	}()
+	return ch
 }
 
 // hold records h as owner's holding, or pushes its deadline to at least
@@ -472,7 +502,7 @@ func (d *driver) reenter(ctx context.Context, owner string, ttl time.Duration) (
 			return lock.Grant{}, false, wrap(err)
 		}
 		if h == nil {
-			h = &holding{node: node, token: st.Czxid}
+			h = &holding{node: node, token: st.Czxid, version: -1}
 			type res struct {
 				ok bool
 				ev <-chan zk.Event
@@ -578,6 +608,28 @@ func (d *driver) Release(ctx context.Context, owner string) error {
 	h := d.current(owner)
 	if h == nil {
 		return lock.ErrNotHeld
+	}
+	if d.o.Owner == "" {
+		// Without Owner no one else re-enters this holding: it has one
+		// level, and while its data version is the one this driver made,
+		// nobody changed it. One delete of that version releases it, as
+		// Curator's does; a changed version takes the careful way below.
+		d.mu.Lock()
+		version := h.version
+		d.mu.Unlock()
+		if version >= 0 {
+			_, err := call(ctx, func() (struct{}, error) { return struct{}{}, d.conn.Delete(h.node, version) })
+			switch {
+			case err == nil:
+				d.forget(owner, h)
+				return nil
+			case errors.Is(err, zk.ErrNoNode):
+				d.forget(owner, h)
+				return lock.ErrNotHeld
+			case !errors.Is(err, zk.ErrBadVersion):
+				return wrap(err)
+			}
+		}
 	}
 	for {
 		hd, st, err := d.get(ctx, h.node)
