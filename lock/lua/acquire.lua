@@ -7,7 +7,8 @@
 --         acquisition that finds no f
 -- KEYS[3] waiter queue (zset: owner scored by arrival µs)
 -- KEYS[4] waiter deadlines (hash: owner -> µs; a waiter that stops retrying drops out)
--- KEYS[5] this call's tombstone (set by cancel.lua when the caller gave up)
+-- KEYS[5] unused (the tombstone of 0.9; a call's tombstone is now field
+--         'x'..call of the lock hash, set by cancel.lua when the caller gave up)
 -- ARGV[1] now µs or "" for TIME; ARGV[2] owner; ARGV[3] ttl µs; ARGV[4] fair (1/0);
 -- ARGV[5] waiting (1: join or stay in the queue on failure); ARGV[6] waiter lease µs;
 -- ARGV[7] call id (the same in every resend of this call); ARGV[8] reentrant (1/0:
@@ -22,13 +23,16 @@
 -- that owner's holdings) records the token each acquiring call got: a resend
 -- of a logged call whose holding is live gets the same token and adds no
 -- level. A tombstone means cancel.lua already ran for this call: refused,
--- nothing changes (no token is burnt).
-if buried(KEYS[5]) then return {0, -1} end
+-- nothing changes (no token is burnt). Field q of the hash says that a
+-- waiter was queued (see mutexQueued in common.lua).
 local now = clock(ARGV[1])
 local owner, ttl, call = ARGV[2], tonumber(ARGV[3]), ARGV[7]
+local h = redis.call('HMGET', KEYS[1], 'o', 'c', 't', 'd', 'k', 'f', 'x' .. call)
+if h[7] then return {0, -1} end
 
 local function enqueue()
   if ARGV[5] == '1' then
+    redis.call('HSET', KEYS[1], 'q', 1) -- see mutexQueued
     redis.call('ZADD', KEYS[3], 'NX', int(now), owner)
     redis.call('HSET', KEYS[4], owner, int(now + tonumber(ARGV[6])))
     redis.call('PEXPIRE', KEYS[3], math.ceil(tonumber(ARGV[6]) / 1000) + 1000)
@@ -36,7 +40,6 @@ local function enqueue()
   end
 end
 
-local h = redis.call('HMGET', KEYS[1], 'o', 'c', 't', 'd', 'k', 'f')
 if h[1] and tonumber(h[4]) > now then
   if h[1] == owner then return {1, reenter(KEYS[1], h, call, ARGV[8] == '1')} end
   enqueue()

@@ -1,22 +1,32 @@
 -- cancel.lua: a mutex acquire whose caller gave up without an answer (its
 -- context ended or the connection failed during the call) must hold nothing,
 -- whenever the acquire runs: before, after or twice around this script.
--- KEYS as acquire.lua; KEYS[5] the abandoned call's tombstone
+-- KEYS as acquire.lua (KEYS[5] unused)
 -- ARGV[1] now µs or "" for TIME; ARGV[2] owner; ARGV[3] call id of the
 -- abandoned acquire; ARGV[4] ttl µs of the lease it asked for; ARGV[5]
 -- channel to wake the next waiter on; ARGV[6] reentrant (1/0)
 -- reply: 1 the call's hold level was given back; 0 it held nothing.
 --
--- The tombstone (PX = the lease's TTL) makes acquire.lua refuse the call if it
--- lands later, or lands again. The caller leaves the waiter queue. When the
+-- The tombstone (a field of the lock hash, until the lease's TTL has passed)
+-- makes acquire.lua refuse the call if it lands later, or lands again. The caller leaves the waiter queue. When the
 -- call holds the lock — without Owner: owner holds it, since the owner id is
 -- this Lock call's own; with Owner: the call log names this call with the
 -- live holding's token — its level is released as release.lua would, with
 -- the wake-up. The log then names the cancel ('~'..call), so a second run
 -- releases nothing more.
-bury(KEYS[5], ARGV[4])
 local now = clock(ARGV[1])
 local owner, call = ARGV[2], ARGV[3]
+-- The tombstone: field 'x'..call of the lock hash, holding when it may go
+-- (now + the lease's TTL: no resend of the call outlives that). Tombstones
+-- that may go are dropped here: cancels are rare, and nothing else reads
+-- them.
+local all = redis.call('HGETALL', KEYS[1])
+for i = 1, #all, 2 do
+  if string.sub(all[i], 1, 1) == 'x' and tonumber(all[i + 1]) <= now then
+    redis.call('HDEL', KEYS[1], all[i])
+  end
+end
+redis.call('HSET', KEYS[1], 'x' .. call, int(now + tonumber(ARGV[4])))
 
 unqueue(KEYS[3], KEYS[4], owner, '')
 local left, h = cancel(KEYS[1], owner, call, ARGV[6] == '1', now)

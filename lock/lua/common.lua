@@ -109,20 +109,22 @@ end
 -- hold count left (a resend gets the first run's answer: from the log, or 0
 -- when r names the call); ended is true only when this run ended the holding
 -- (d set to 0, which no now passes, and r to call, in one HSET; o, c, t
--- stay, dead): the caller then wakes the next waiter.
+-- stay, dead): the caller then wakes the next waiter. Third, the fields read
+-- first: HMGET(key, 'o', 'c', 'd', 'k', 'r', 'q', 'f') (q and f: the
+-- mutex's queue flag and fence, see acquire.lua).
 local function release(key, owner, call, now)
-  local h = redis.call('HMGET', key, 'o', 'c', 'd', 'k', 'r')
-  if h[5] == call then return 0, false end
+  local h = redis.call('HMGET', key, 'o', 'c', 'd', 'k', 'r', 'q', 'f')
+  if h[5] == call then return 0, false, h end
   local done = logged(h[4], call)
-  if done then return done, false end
-  if not h[1] or h[1] ~= owner or tonumber(h[3]) <= now then return -1, false end
+  if done then return done, false, h end
+  if not h[1] or h[1] ~= owner or tonumber(h[3]) <= now then return -1, false, h end
   local c = tonumber(h[2])
   if c > 1 then
     redis.call('HSET', key, 'c', c - 1, 'k', record(h[4], call, c - 1))
-    return c - 1, false
+    return c - 1, false, h
   end
   redis.call('HSET', key, 'd', 0, 'r', call)
-  return 0, true
+  return 0, true, h
 end
 
 -- cancel: give back the level the abandoned acquire call got of owner's
@@ -246,6 +248,17 @@ end
 local function unqueue(q, deadlines, owner, prefix)
   redis.call('ZREM', q, owner)
   redis.call('HDEL', deadlines, prefix .. owner)
+end
+
+-- mutexQueued: whether a mutex's waiter queue q exists, judged first by
+-- the lock hash's flag q (fields h from release): acquire.lua sets it when
+-- it queues a waiter, so a lock nobody queued for costs no lookup; a flag
+-- whose queue is gone is cleared.
+local function mutexQueued(key, h, q)
+  if not h[6] then return false end
+  if redis.call('EXISTS', q) == 1 then return true end
+  redis.call('HDEL', key, 'q')
+  return false
 end
 
 -- firstLive: the longest live waiter of q (mutex and Semaphore queues,

@@ -1,7 +1,8 @@
 -- handoff.lua: a mutex's holder releases and, when no other process waits
 -- in Redis, gives the lock to the next caller of its own process in the
 -- same step (see cohort.go), so that the hand-off costs one round trip.
--- KEYS as acquire.lua; KEYS[5] the tombstone of the receiver's call
+-- KEYS as acquire.lua (KEYS[5] unused: the receiver's tombstone is field
+-- 'x'..ARGV[7] of the lock hash)
 -- ARGV[1] now µs or ""; ARGV[2] owner releasing; ARGV[3] channel; ARGV[4]
 -- call id of the release; ARGV[5] receiver's owner; ARGV[6] its ttl µs;
 -- ARGV[7] call id of the receiver's acquire
@@ -15,14 +16,14 @@
 -- the receiver's own attempt then finds its holding (acquire.lua's resend
 -- path, the same token).
 local now = clock(ARGV[1])
-local left, ended = release(KEYS[1], ARGV[2], ARGV[4], now)
+local left, ended, h = release(KEYS[1], ARGV[2], ARGV[4], now)
 if not ended then return {left, 0} end
-if redis.call('EXISTS', KEYS[3]) == 1 then
+if mutexQueued(KEYS[1], h, KEYS[3]) then
   redis.call('PUBLISH', ARGV[3], firstLive(KEYS[3], KEYS[4], now) or '')
   return {0, 0}
 end
-if buried(KEYS[5]) then return {0, 0} end
-local fence = redis.call('HGET', KEYS[1], 'f')
+if redis.call('HEXISTS', KEYS[1], 'x' .. ARGV[7]) == 1 then return {0, 0} end
+local fence = h[7]
 if not fence then
   fence = redis.call('GET', KEYS[2])
   if fence then redis.call('DEL', KEYS[2]) end

@@ -13,11 +13,11 @@
 -- call log k (see acquire.lua) records the count each release left, and a
 -- resend of a logged call gets that answer without releasing another level.
 local now = clock(ARGV[1])
-local left, ended = release(KEYS[1], ARGV[2], ARGV[4], now)
+local left, ended, h = release(KEYS[1], ARGV[2], ARGV[4], now)
 if not ended then return left end
 -- A waiter queues (acquire.lua) after it has subscribed and before it
 -- waits: with nobody queued, nobody is waiting for this message.
-if redis.call('EXISTS', KEYS[3]) == 1 then
+if mutexQueued(KEYS[1], h, KEYS[3]) then
   redis.call('PUBLISH', ARGV[3], firstLive(KEYS[3], KEYS[4], now) or '')
 end
 return 0
