@@ -208,7 +208,9 @@ func TestPerSecondStoreDown(t *testing.T) {
 			for i := range 3 {
 				start := time.Now()
 				r, err := s.Decide(context.Background(), &Request{Domain: "api", Descriptors: []Descriptor{desc(1, "sec", user), desc(1, "min", user)}})
-				if took := time.Since(start); took > time.Second {
+				// Bounded by the 30ms store timeout, not by the paused
+				// Redis; the margin is for a loaded CI machine under -race.
+				if took := time.Since(start); took > 5*time.Second {
 					t.Fatalf("request %d took %v", i, took)
 				}
 				switch mode {
