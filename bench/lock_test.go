@@ -398,6 +398,21 @@ var contendedLibs = append(append(append([]lockLib(nil), lockLibs[:2]...), flood
 
 // --- benchmarks ------------------------------------------------------------
 
+// redisStats reads the shared Redis's CPU time and script statistics.
+func redisStats(b *testing.B) (float64, scriptStats) {
+	return redisClients(b).serverCPU(b), redisClients(b).scriptStats(b)
+}
+
+// reportRedis reports, per operation since redisStats gave cpu0 and
+// scripts0, the Redis main thread's CPU (server-µs/op), the scripts run
+// (scripts/op) and the time Redis spent in them (script-µs/op).
+func reportRedis(b *testing.B, cpu0 float64, scripts0 scriptStats) {
+	cpu, st := redisStats(b)
+	b.ReportMetric((cpu-cpu0)*1e6/float64(b.N), "server-µs/op")
+	b.ReportMetric(float64(st.calls-scripts0.calls)/float64(b.N), "scripts/op")
+	b.ReportMetric(float64(st.usec-scripts0.usec)/float64(b.N), "script-µs/op")
+}
+
 // BenchmarkLockUncontended: one goroutine locks and unlocks the same name b.N
 // times; ns/op is one Lock plus one Unlock (two round trips for the Redis
 // libraries). For the Redis libraries it also reports the Redis main
@@ -425,8 +440,7 @@ func BenchmarkLockUncontended(b *testing.B) {
 			var cpu0 float64
 			var scripts0 scriptStats
 			if lib.redis {
-				cpu0 = redisClients(b).serverCPU(b)
-				scripts0 = redisClients(b).scriptStats(b)
+				cpu0, scripts0 = redisStats(b)
 			}
 			b.ReportAllocs()
 			b.ResetTimer()
@@ -438,11 +452,7 @@ func BenchmarkLockUncontended(b *testing.B) {
 			b.StopTimer()
 			b.ReportMetric(float64(b.Elapsed().Microseconds())/float64(b.N), "µs/op")
 			if lib.redis {
-				cpu := redisClients(b).serverCPU(b) - cpu0
-				b.ReportMetric(cpu*1e6/float64(b.N), "server-µs/op")
-				st := redisClients(b).scriptStats(b)
-				b.ReportMetric(float64(st.calls-scripts0.calls)/float64(b.N), "scripts/op")
-				b.ReportMetric(float64(st.usec-scripts0.usec)/float64(b.N), "script-µs/op")
+				reportRedis(b, cpu0, scripts0)
 			}
 		})
 	}
@@ -524,8 +534,7 @@ func BenchmarkLockContended(b *testing.B) {
 			var cpu0 float64
 			var scripts0 scriptStats
 			if lib.redis {
-				cpu0 = redisClients(b).serverCPU(b)
-				scripts0 = redisClients(b).scriptStats(b)
+				cpu0, scripts0 = redisStats(b)
 			}
 			b.ResetTimer()
 			t0 := time.Now()
@@ -548,11 +557,7 @@ func BenchmarkLockContended(b *testing.B) {
 			b.ReportMetric(all.quantile(0.99).Seconds()*1e3, "wait-p99-ms")
 			b.ReportMetric(float64(overlaps.Load()), "overlaps")
 			if lib.redis {
-				cpu := redisClients(b).serverCPU(b) - cpu0
-				b.ReportMetric(cpu*1e6/float64(b.N), "server-µs/op")
-				st := redisClients(b).scriptStats(b)
-				b.ReportMetric(float64(st.calls-scripts0.calls)/float64(b.N), "scripts/op")
-				b.ReportMetric(float64(st.usec-scripts0.usec)/float64(b.N), "script-µs/op")
+				reportRedis(b, cpu0, scripts0)
 			}
 		})
 	}

@@ -259,6 +259,29 @@ type lockResult struct {
 	err   error
 }
 
+// slowMutex returns a maker of Mutexes of name with a 30s TTL and MaxPoll:
+// only a release, never an expiry or a poll, can free them within a test.
+func slowMutex(t *testing.T, name string) func(b *backend.Redis) lock.Locker {
+	return func(b *backend.Redis) lock.Locker {
+		l, err := lock.NewMutex(b, name, lock.TTL(30*time.Second), lock.MaxPoll(30*time.Second))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return l
+	}
+}
+
+// holding warms l up (its scripts loaded) and locks it.
+func holding(t *testing.T, l lock.Locker) *lock.Lease {
+	t.Helper()
+	warm(t, l)
+	lease, err := l.Lock(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return lease
+}
+
 // TestHandOffWaiterGivesUp: the local waiter's context ends while the
 // release that hands it the lock is stalled; its Lock returns the error, and
 // when the release lands the lock handed to it is released again: another
@@ -266,20 +289,10 @@ type lockResult struct {
 func TestHandOffWaiterGivesUp(t *testing.T) {
 	p, fb, db := faultyRedis(t)
 	name := lockName(t)
-	newMutex := func(b *backend.Redis) lock.Locker {
-		l, err := lock.NewMutex(b, name, lock.TTL(30*time.Second), lock.MaxPoll(30*time.Second))
-		if err != nil {
-			t.Fatal(err)
-		}
-		return l
-	}
+	newMutex := slowMutex(t, name)
 	ctx := context.Background()
 	holder := newMutex(fb)
-	warm(t, holder)
-	lease, err := holder.Lock(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
+	lease := holding(t, holder)
 	wctx, cancelWaiter := context.WithCancel(ctx)
 	waiter := startWaiter(wctx, newMutex(fb))
 	p.Stall()
@@ -319,20 +332,10 @@ func TestHandOffWaiterGivesUp(t *testing.T) {
 func TestHandOffLostReply(t *testing.T) {
 	p, fb, db := faultyRedis(t)
 	name := lockName(t)
-	newMutex := func(b *backend.Redis) lock.Locker {
-		l, err := lock.NewMutex(b, name, lock.TTL(30*time.Second), lock.MaxPoll(30*time.Second))
-		if err != nil {
-			t.Fatal(err)
-		}
-		return l
-	}
+	newMutex := slowMutex(t, name)
 	ctx := context.Background()
 	holder := newMutex(fb)
-	warm(t, holder)
-	lease, err := holder.Lock(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
+	lease := holding(t, holder)
 	waiter := startWaiter(ctx, newMutex(fb))
 	p.LoseNextRepliesTo(1, "EVALSHA")
 	if err := lease.Unlock(ctx); err != nil {

@@ -54,18 +54,8 @@ if ARGV[4] == '1' then
     return {0, 0}
   end
 end
--- The next fencing token, as mint does, from the fence in the hash: one
--- HSET writes the holding and the fence together.
-local fence = h[6]
-if not fence then
-  -- A new name, or the first acquisition since an upgrade from a layout
-  -- that kept the fence apart and gave this hash a TTL.
-  fence = redis.call('GET', KEYS[2])
-  if fence then redis.call('DEL', KEYS[2]) end
-  redis.call('PERSIST', KEYS[1])
-end
-local token = tonumber(fence or '0') + 1
-if token < now then token = now end
+-- The next fencing token: one HSET writes the holding and the fence.
+local token = mutexToken(KEYS[1], KEYS[2], h[6], now)
 local log = ''
 if ARGV[8] == '1' then log = record(h[5], call, token) end
 redis.call('HSET', KEYS[1], 'o', owner, 'c', 1, 't', int(token), 'd', int(now + ttl), 'k', log, 'f', int(token))

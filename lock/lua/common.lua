@@ -74,6 +74,23 @@ local function mint(fence, now)
   return token
 end
 
+-- mutexToken: the next fencing token of the mutex whose lock hash is key,
+-- as mint: from the hash's fence field, whose value is f. When f is nil (a
+-- new name, or the first acquisition since the 0.9 layout, which kept the
+-- fence in a key of its own and gave the hash a TTL) the old fence key is
+-- read, continued above and deleted, and the hash's TTL dropped. The caller
+-- writes the token to f.
+local function mutexToken(key, oldFence, f, now)
+  if not f then
+    f = redis.call('GET', oldFence)
+    if f then redis.call('DEL', oldFence) end
+    redis.call('PERSIST', key)
+  end
+  local token = tonumber(f or '0') + 1
+  if token < now then token = now end
+  return token
+end
+
 -- Holdings of one owner in a hash (the mutex's lock hash, the RWMutex's
 -- writer hash): fields o owner, c hold count, t token, d deadline µs, k call
 -- log (with Owner), r the call that last ended a holding (and, in the

@@ -23,13 +23,6 @@ if mutexQueued(KEYS[1], h, KEYS[3]) then
   return {0, 0}
 end
 if redis.call('HEXISTS', KEYS[1], 'x' .. ARGV[7]) == 1 then return {0, 0} end
-local fence = h[7]
-if not fence then
-  fence = redis.call('GET', KEYS[2])
-  if fence then redis.call('DEL', KEYS[2]) end
-  redis.call('PERSIST', KEYS[1])
-end
-local token = tonumber(fence or '0') + 1
-if token < now then token = now end
+local token = mutexToken(KEYS[1], KEYS[2], h[7], now)
 redis.call('HSET', KEYS[1], 'o', ARGV[5], 'c', 1, 't', int(token), 'd', int(now + tonumber(ARGV[6])), 'k', '', 'f', int(token))
 return {0, token}
