@@ -374,14 +374,15 @@ func (d *dbDriver) waiterLease() time.Duration { return max(3*d.o.MaxPoll, minWa
 func (d *dbDriver) try(ctx context.Context, owner string, ttl time.Duration, waiter, call string) (lock.Grant, time.Duration, error) {
 	var g lock.Grant
 	var hint time.Duration
-	err := retry(ctx, true, func() (err error) {
-		if d.dialect == Postgres {
+	var err error
+	if d.dialect == Postgres {
+		err = retry(ctx, true, func() (err error) {
 			g, hint, err = d.pgTry(ctx, owner, ttl, waiter, call)
-		} else {
-			g, hint, err = d.myTry(ctx, owner, ttl, waiter, call)
-		}
-		return err
-	})
+			return err
+		})
+	} else {
+		g, hint, err = d.myTry(ctx, owner, ttl, waiter, call) // retries by itself
+	}
 	if err != nil && !errors.Is(err, lock.ErrLocked) {
 		return lock.Grant{}, 0, fmt.Errorf("sqllock: acquire %q: %w", d.name, err)
 	}
@@ -426,6 +427,13 @@ func (d *dbDriver) Acquire(ctx context.Context, owner string, ttl time.Duration,
 		g, _, err := d.try(ctx, owner, ttl, "", call)
 		return g, err
 	}
+	if d.dialect == MySQL && d.gated() {
+		g, err := d.myAcquireWait(ctx, owner, ttl, call)
+		if err != nil && ctx.Err() == nil {
+			err = fmt.Errorf("sqllock: acquire %q: %w", d.name, err)
+		}
+		return g, err
+	}
 	waiter := ""
 	if d.o.Fair || d.ln != nil {
 		waiter = lock.NewOwnerID() // this call's place in the queue
@@ -453,8 +461,13 @@ func (d *dbDriver) undo(ctx context.Context, owner, call string) error {
 		if _, err := d.db.ExecContext(ctx, myTouch, d.name); err != nil {
 			return err
 		}
-		_, err := d.db.ExecContext(ctx, myUndo, d.name, owner, call)
-		return err
+		if _, err := d.db.ExecContext(ctx, myUndo, d.name, owner, call); err != nil {
+			return err
+		}
+		if p := pins.get(pinKey{d.db, d.name, owner}); p != nil {
+			p.release(ctx) // the gate, if owner no longer holds the lock
+		}
+		return nil
 	})
 }
 
@@ -579,6 +592,7 @@ func (d *dbDriver) leave(ctx context.Context, waiter string) {
 // Extend implements lock.Driver.
 func (d *dbDriver) Extend(ctx context.Context, owner string, ttl time.Duration) error {
 	var res sql.Result
+	start := time.Now()
 	err := retry(ctx, true, func() (err error) {
 		if d.dialect == Postgres {
 			res, err = d.db.ExecContext(ctx, pgExtend, d.name, owner, ttl.Microseconds())
@@ -588,7 +602,18 @@ func (d *dbDriver) Extend(ctx context.Context, owner string, ttl time.Duration) 
 		}
 		return err
 	})
-	return affected(res, err, "extend", d.name)
+	err = affected(res, err, "extend", d.name)
+	if d.dialect == MySQL {
+		if p := pins.get(pinKey{d.db, d.name, owner}); p != nil {
+			switch {
+			case err == nil:
+				p.extend(start.Add(ttl), false)
+			case errors.Is(err, lock.ErrNotHeld):
+				p.release(ctx)
+			}
+		}
+	}
+	return err
 }
 
 // Release implements lock.Driver.
@@ -614,7 +639,13 @@ func (d *dbDriver) Release(ctx context.Context, owner string) error {
 		res, err = d.db.ExecContext(ctx, myRelease, d.name, owner)
 		return err
 	})
-	return affected(res, err, "release", d.name)
+	err = affected(res, err, "release", d.name)
+	if p := pins.get(pinKey{d.db, d.name, owner}); p != nil && (err == nil || errors.Is(err, lock.ErrNotHeld)) {
+		// After the row was freed: the waiter handed the gate finds it
+		// free. (After another error the gate waits for the lease's end.)
+		p.release(ctx)
+	}
+	return err
 }
 
 // affected maps an UPDATE of the owner's unexpired row to nil (one row) or
