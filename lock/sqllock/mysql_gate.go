@@ -78,8 +78,9 @@ WHERE name = ?`
 
 // myGateWait blocks until the gate is free and takes it, or the timeout (in
 // seconds; fractions are honoured by MariaDB 10.1.2 and later, MySQL rounds
-// them) passes: 1 taken, 0 timed out. Args: name, timeout.
-const myGateWait = `SELECT GET_LOCK(` + myGate + `, ?)`
+// them) passes: whether the gate was free when asked, and 1 taken, 0 timed
+// out. Args: name, name, timeout.
+const myGateWait = `SELECT IS_FREE_LOCK(` + myGate + `), GET_LOCK(` + myGate + `, ?)`
 
 // myGateRelease releases the gate unconditionally. Arg: name.
 const myGateRelease = `DO RELEASE_LOCK(` + myGate + `)`
@@ -325,12 +326,26 @@ func (d *dbDriver) myAcquireWait(ctx context.Context, owner string, ttl time.Dur
 		}
 	}()
 	backoff := minBackoff
-	for {
+	gateFirst := d.busy.Load() && d.o.Owner == "" && waiter == ""
+	if gateFirst {
+		// The last Lock found the lock taken: queue for the gate before
+		// the first attempt, which would fail (without Owner a new call
+		// cannot re-enter; an expired lease is taken over after the gate
+		// wait, at MaxPoll at most).
+		if err := s.waitGate(ctx, 0); err != nil {
+			return lock.Grant{}, err
+		}
+	}
+	for first := true; ; first = false {
 		g, hint, err := s.try(ctx, owner, ttl, waiter, call)
 		if err == nil {
 			queued = false // the acquisition left the queue
+			if first && !gateFirst {
+				d.busy.Store(false) // taken at once (after the gate wait, waitGate says)
+			}
 			return g, nil
 		}
+		d.busy.Store(true)
 		if ctx.Err() != nil {
 			return lock.Grant{}, ctx.Err()
 		}
@@ -383,8 +398,8 @@ func (s *mySession) waitGate(ctx context.Context, hint time.Duration) error {
 	if dl, ok := ctx.Deadline(); ok {
 		wait = min(wait, time.Until(dl))
 	}
-	var got sql.NullInt64
-	err := s.conn.QueryRowContext(ctx, myGateWait, s.d.name, max(wait, time.Millisecond).Seconds()).Scan(&got)
+	var free, got sql.NullInt64
+	err := s.conn.QueryRowContext(ctx, myGateWait, s.d.name, s.d.name, max(wait, time.Millisecond).Seconds()).Scan(&free, &got)
 	if err != nil {
 		s.discard()
 		if ctx.Err() != nil {
@@ -393,6 +408,7 @@ func (s *mySession) waitGate(ctx context.Context, hint time.Duration) error {
 		return nil // the next attempt, on a new connection, reports a lasting failure
 	}
 	s.gate = got.Valid && got.Int64 == 1
+	s.d.busy.Store(!free.Valid || free.Int64 != 1)
 	return nil
 }
 

@@ -200,6 +200,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"sync/atomic"
 	"time"
 	"unicode/utf8"
 
@@ -359,6 +360,8 @@ type dbDriver struct {
 	o       lock.Options
 	ln      *Listener // nil: waiters only back off
 	channel string    // PostgreSQL notification channel
+	// busy: MySQL, the last Lock found the lock taken (see myAcquireWait).
+	busy atomic.Bool
 }
 
 func (d *dbDriver) waiterLease() time.Duration { return max(3*d.o.MaxPoll, minWaiterLease) }
@@ -436,11 +439,38 @@ func (d *dbDriver) Acquire(ctx context.Context, owner string, ttl time.Duration,
 	}
 	waiter := ""
 	if d.o.Fair || d.ln != nil {
-		waiter = lock.NewOwnerID() // this call's place in the queue
+		// This call's place in the queue: its call id, which a release
+		// that hands the lock to it writes into the row (see pgRelease),
+		// so that a replay of its attempt and its undo find the holding.
+		waiter = call
 	}
-	return waitLoop(ctx, waitSpec{ln: d.ln, channel: d.channel, waiter: waiter, maxPoll: d.o.MaxPoll},
+	w := waitSpec{ln: d.ln, channel: d.channel, waiter: waiter, maxPoll: d.o.MaxPoll}
+	if d.ln != nil {
+		w.confirm = func() (lock.Grant, bool, error) { return d.confirm(ctx, owner, call, ttl) }
+	}
+	return waitLoop(ctx, w,
 		func(waiter string) (lock.Grant, time.Duration, error) { return d.try(ctx, owner, ttl, waiter, call) },
 		d.leave)
+}
+
+// handOffGrace bounds the lease a PostgreSQL release hands to a waiter
+// until the waiter confirms it (pgConfirm), so that a waiter that died
+// without leaving the queue blocks the lock for this long, not its TTL.
+const handOffGrace = 2 * time.Second
+
+// confirm takes a lock a release handed to call (see pgRelease): ok is
+// false when it was not, or the hand-off's grace passed.
+func (d *dbDriver) confirm(ctx context.Context, owner, call string, ttl time.Duration) (g lock.Grant, ok bool, err error) {
+	err = retry(ctx, true, func() error {
+		return d.db.QueryRowContext(ctx, pgConfirm, d.name, owner, call, ttl.Microseconds()).Scan(&g.Token)
+	})
+	if errors.Is(err, sql.ErrNoRows) {
+		return lock.Grant{}, false, nil
+	}
+	if err != nil {
+		return lock.Grant{}, false, fmt.Errorf("sqllock: acquire %q: %w", d.name, err)
+	}
+	return g, true, nil
 }
 
 // undo takes back the hold level that call took for owner, if an attempt
@@ -456,7 +486,8 @@ func (d *dbDriver) undo(ctx context.Context, owner, call string) error {
 			}
 			var holds sql.NullInt64
 			var notified int64
-			return d.db.QueryRowContext(ctx, pgUndo, d.name, owner, d.channel, call).Scan(&holds, &notified)
+			return d.db.QueryRowContext(ctx, pgUndo, d.name, owner, d.channel, handOffGrace.Microseconds(), call).
+				Scan(&holds, &notified)
 		}
 		if _, err := d.db.ExecContext(ctx, myTouch, d.name); err != nil {
 			return err
@@ -512,6 +543,9 @@ type waitSpec struct {
 	channel string    // PostgreSQL notification channel of the lock
 	waiter  string    // the call's id in the queue; "": it does not queue
 	maxPoll time.Duration
+	// confirm, if set, takes a lock that a release handed to the waiter
+	// (a notification flagged as a hand-off); ok false: it was not.
+	confirm func() (g lock.Grant, ok bool, err error)
 }
 
 // waitLoop is the waiting Acquire of every lock of the package. try makes
@@ -532,7 +566,17 @@ func waitLoop(ctx context.Context, w waitSpec, try func(waiter string) (lock.Gra
 			leave(ctx, w.waiter)
 		}
 	}()
+	var sub *subscription
 	var wake, listening <-chan struct{}
+	if w.ln != nil && w.waiter != "" {
+		// The lock's channel is LISTENed already (others wait): subscribe
+		// before the first attempt, so that a release right after it
+		// reaches this waiter without an attempt more.
+		if sub = w.ln.subscribeListening(w.channel, w.waiter); sub != nil {
+			defer sub.close()
+			wake = sub.c
+		}
+	}
 	backoff := minBackoff
 	for {
 		g, hint, err := try(w.waiter)
@@ -552,7 +596,7 @@ func waitLoop(ctx context.Context, w waitSpec, try func(waiter string) (lock.Gra
 			// uncontended Lock costs no listening. A release between
 			// that attempt and the LISTEN is caught by the attempt made
 			// as soon as the LISTEN is in effect (or by the back-off).
-			sub := w.ln.subscribe(w.channel, w.waiter)
+			sub = w.ln.subscribe(w.channel, w.waiter)
 			defer sub.close()
 			wake, listening = sub.c, sub.ready
 		}
@@ -567,6 +611,16 @@ func waitLoop(ctx context.Context, w waitSpec, try func(waiter string) (lock.Gra
 			t.Stop()
 			return lock.Grant{}, ctx.Err()
 		case <-wake:
+			if sub.handed.Swap(false) && w.confirm != nil {
+				g, ok, err := w.confirm()
+				if err != nil {
+					return lock.Grant{}, err
+				}
+				if ok {
+					queued = false // the release took the waiter out of the queue
+					return g, nil
+				}
+			}
 		case <-listening:
 			listening = nil
 		case <-t.C:
@@ -624,7 +678,8 @@ func (d *dbDriver) Release(ctx context.Context, owner string) error {
 		// Not repeated after a terminated session: releasing twice could
 		// drop another hold level of a reentrant owner.
 		err := retry(ctx, false, func() error {
-			return d.db.QueryRowContext(ctx, pgRelease, d.name, owner, d.channel).Scan(&holds, &notified)
+			return d.db.QueryRowContext(ctx, pgRelease, d.name, owner, d.channel, handOffGrace.Microseconds()).
+				Scan(&holds, &notified)
 		})
 		if err != nil {
 			return fmt.Errorf("sqllock: release %q: %w", d.name, err)
