@@ -106,6 +106,11 @@ func pgMigrate(ctx context.Context, db *sql.DB) error {
 // attempt was applied but its reply lost: as R, without another level.
 // T (take-over): the row is free (owner ”) or expired, and, when fair, no
 // live waiter queued before this one: a new holding with the next token.
+// An attempt that finds the lock held by another owner's live lease (in
+// the statement's snapshot) does not touch the row, so that it does not
+// hold the row lock, which the release and the confirmation of a hand-off
+// wait for, until its COMMIT; a lock released since the snapshot was taken
+// is handed to the head waiter or found by the next attempt.
 // A failed waiting attempt joins the queue or refreshes its entry (q); a
 // successful one leaves it and drops expired entries (d). A waiter the
 // lock was handed to (see pgRelease) finds it as P, with its call id.
@@ -114,6 +119,8 @@ a AS (
 	INSERT INTO floodgate_locks AS l (name, owner, holds, token, expires_at, call_id)
 	SELECT $1, $2, 1, GREATEST(1, (extract(epoch FROM c.now) * 1000000)::bigint), c.now + $3::bigint * interval '1 microsecond', $7
 	FROM c
+	WHERE NOT EXISTS (SELECT 1 FROM floodgate_locks x
+		WHERE x.name = $1 AND x.owner <> '' AND x.owner <> $2 AND x.expires_at > c.now)
 	ON CONFLICT (name) DO UPDATE SET
 		token = CASE WHEN l.owner = EXCLUDED.owner AND l.expires_at > (SELECT now FROM c)
 			THEN l.token ELSE GREATEST(l.token + 1, EXCLUDED.token) END,
