@@ -227,14 +227,21 @@ var pgUndo = `WITH c AS (SELECT clock_timestamp() AS now),` + pgHandOff("''") + 
 	RETURNING l.owner, l.holds
 ),` + pgHandOffNotify
 
-// pgConfirm: $1 name, $2 owner, $3 call id, $4 ttl µs. The waiter a release
-// handed the lock to (notified with "!") takes it: its lease, of the
-// hand-off grace, becomes ttl from now. Reply: the token, no row when the
-// lock was not handed to this call or its grace passed.
-const pgConfirm = `UPDATE floodgate_locks
-SET expires_at = GREATEST(expires_at, clock_timestamp() + $4::bigint * interval '1 microsecond')
-WHERE name = $1 AND owner = $2 AND call_id = $3 AND holds > 0 AND expires_at > clock_timestamp()
-RETURNING token`
+// pgConfirm: $1 name, $2 owner, $3 call id (= waiter id), $4 ttl µs. The
+// waiter a release handed the lock to (notified with "!") takes it: its
+// lease, of the hand-off grace, becomes ttl from now, and its queue entry
+// goes (d): an attempt of the waiter whose snapshot was older than the
+// hand-off may have queued it again after the release deleted it, and a
+// release would hand the lock to it once more. Reply: the token, no row
+// when the lock was not handed to this call or its grace passed.
+const pgConfirm = `WITH u AS (
+	UPDATE floodgate_locks
+	SET expires_at = GREATEST(expires_at, clock_timestamp() + $4::bigint * interval '1 microsecond')
+	WHERE name = $1 AND owner = $2 AND call_id = $3 AND holds > 0 AND expires_at > clock_timestamp()
+	RETURNING token
+),
+d AS (DELETE FROM floodgate_lock_waiters w WHERE w.name = $1 AND w.waiter = $3 AND EXISTS (SELECT 1 FROM u))
+SELECT token FROM u`
 
 // pgLeave: $1 name, $2 waiter, $3 channel. The waiter leaves the queue;
 // when the lock is free, the next live waiter is notified in its place (it
