@@ -21,7 +21,8 @@
 //	call_id     the call that made the holding or its last level (see Lost replies)
 //
 // Waiters that need a place in a queue stand in floodgate_lock_waiters
-// (name, waiter, seq, expires_at). Rows of floodgate_locks are never
+// (name, waiter, seq, expires_at, and, for PostgreSQL waiters that listen,
+// the owner and ttl_us a release hands the lock to). Rows of floodgate_locks are never
 // deleted, so that tokens keep increasing: a store keeps one small row per
 // lock name ever used. RWMutexes and Semaphores have tables of their own
 // (see Readers, writers and semaphores). Migrate creates every table; the
@@ -43,11 +44,28 @@
 // On PostgreSQL an acquisition is one statement, in a transaction of its
 // own (see Lost replies): INSERT ... ON CONFLICT (name) DO UPDATE ... WHERE
 // the row is free, expired or held by the same owner, which also joins or
-// leaves the waiter queue. On MySQL it is one INSERT ...
-// ON DUPLICATE KEY UPDATE whose IF() expressions take a free or expired row,
-// read back (SELECT ... FOR UPDATE) in the same transaction. Release and
-// Extend are one UPDATE each that matches only the owner's unexpired row, so
-// a stale holder can never free or extend another owner's lock.
+// leaves the waiter queue. On MySQL it is a transaction that locks the row
+// (SELECT ... FOR UPDATE, which also reads the database clock) and writes
+// the holding the rules decide (one UPDATE). Release and Extend are one
+// UPDATE each that matches only the owner's unexpired row, so a stale holder
+// can never free or extend another owner's lock.
+//
+// What an operation costs, in round trips (statements) on the default
+// paths, with database/sql, pgx (which prepares and caches statements) and
+// go-sql-driver/mysql with interpolateParams=true:
+//
+//	                       PostgreSQL (Listener)        MySQL/MariaDB
+//	TryLock, free          3: BEGIN, INSERT, COMMIT    4: BEGIN, SELECT FOR UPDATE, UPDATE, COMMIT
+//	TryLock, held          3 (the row is not locked)   3: BEGIN, SELECT FOR UPDATE, ROLLBACK
+//	Unlock                 1: UPDATE (+ NOTIFY)        2: UPDATE, then RELEASE_LOCK of the gate
+//	Extend                 1                           1
+//	Lock, handed the lock  1: pgConfirm                4 once the gate is handed over
+//	Lock, waiting          3 to queue; then nothing    1: GET_LOCK, blocking; at most every
+//	                       until a notification        MaxPoll, or at the holder's lease end
+//
+// Fair, and the first use of a name, add a statement; a PostgreSQL Lock
+// that subscribes to a channel not yet LISTENed makes one attempt more once
+// LISTEN is in effect.
 //
 // A statement that failed with a deadlock or serialization failure is
 // retried (at most 3 attempts in all), and so are acquisitions and renewals
@@ -106,20 +124,56 @@
 //
 // # Waiting
 //
-// Lock retries with a bounded exponential back-off: 10ms, doubling, each
-// wait capped by the holder's remaining lease and by lock.MaxPoll (default
-// 1s), so a dead holder's lock is taken soon after it expires and there is
-// never a fixed fast poll. That is all MySQL offers.
+// Waiters do not poll on a growing back-off; each database wakes them
+// itself, and the lease stays in the row: a holder whose connection is
+// killed keeps its lock until its TTL, and its waiters get it when the
+// lease ends.
 //
-// On PostgreSQL, Lockers made by a Listener are also woken by the release
-// itself, through LISTEN/NOTIFY: their waiters queue in
-// floodgate_lock_waiters, and the statement that releases a lock notifies
-// the longest live waiter only, on a channel of that lock (committed with
-// the release), so there is no thundering herd; a waiter that gives up while
-// the lock is free passes the notification on. database/sql has no API for
-// notifications, so a Listener needs a small driver-specific function (see
-// WaitFunc); the package itself depends on database/sql only. A Listener
-// needs session-level connections (not PgBouncer's transaction pooling).
+// MySQL/MariaDB: each lock name has a gate, a user-level lock (GET_LOCK) named
+// after the database and the lock name, which the holder's session keeps
+// from the acquisition to the release (a held lock keeps one connection of
+// the pool out of it; waiting Locks keep one each). A Lock that finds the
+// lock taken blocks in GET_LOCK on the gate; the release frees the row and
+// then releases the gate, which MySQL hands to one waiter, the longest
+// blocked; that waiter takes the row with the gate in its session and so
+// becomes the next holder. A free row is taken only by a session holding
+// the gate, so that a newcomer cannot take the lock from the waiter the
+// gate was handed to; an expired lease is taken over by anyone. Blocked
+// waiters also wake at the holder's lease end and at least every
+// lock.MaxPoll (default 1s), to take over an expired lease. When the holder
+// has no gate (its connection was killed, it took over an expired lease
+// while a hung session kept the gate, or it runs an older version of this
+// package), the waiter that gets the gate retries alone with a back-off from
+// 10ms to 250ms (at most MaxPoll, at most the holder's remaining lease)
+// while the others stay blocked. A pool limited to one connection
+// (SetMaxOpenConns(1)) does not use the gate: its waiters back off as
+// PostgreSQL's without a Listener do. GET_LOCK needs MySQL 5.7 or MariaDB
+// 10.0.2 for several user-level locks per session; MySQL rounds the
+// timeout to whole seconds (MariaDB 10.1.2 and later does not), which can
+// delay the take-over of an expired lease by up to a second.
+//
+// PostgreSQL: Lockers made by a Listener are woken by the release itself,
+// through LISTEN/NOTIFY: their waiters queue in floodgate_lock_waiters, and
+// the statement that releases a lock hands it to the longest live waiter
+// that listens (owner, next token, the waiter's call id, a lease of its TTL
+// but at most 2s) and notifies that waiter only, on a channel of that lock
+// (committed with the release), so there is no thundering herd and no
+// newcomer can take the lock between the release and the waiter. The
+// waiter takes its full TTL with one UPDATE when the notification arrives;
+// a waiter that died without leaving the queue keeps the lock for those 2s,
+// not for its TTL, and one that gives up passes the lock on (its undo is a
+// release). A notification that was missed (the Listener reconnected) is
+// made up by the waiter's next attempt, which finds the holding made for
+// its call. database/sql has no API for notifications, so a Listener needs
+// a small driver-specific function (see WaitFunc); the package itself
+// depends on database/sql only. A Listener needs session-level connections
+// (not PgBouncer's transaction pooling).
+//
+// Without a Listener, a PostgreSQL Lock retries with a bounded exponential
+// back-off: 10ms, doubling, each wait capped by the holder's remaining lease
+// and by lock.MaxPoll, so a dead holder's lock is taken soon after it
+// expires and there is never a fixed fast poll. Listener waiters keep that
+// back-off too, in case a notification is lost.
 //
 // # Fair
 //
@@ -190,6 +244,15 @@
 // needs no special DSN option (no time values are scanned), and
 // interpolateParams=true saves a round trip per statement. Tested with
 // PostgreSQL 15 and MariaDB 10.11.
+//
+// # Upgrading
+//
+// Run Migrate before the new version takes locks: on PostgreSQL it adds the
+// columns owner and ttl_us to floodgate_lock_waiters (issue 17). Versions
+// can be mixed during a rolling upgrade: an older PostgreSQL release frees
+// the lock and notifies as before, which newer waiters handle; an older
+// MySQL holder or newcomer takes no gate, which newer waiters handle with
+// the back-off described under Waiting.
 package sqllock
 
 import (
