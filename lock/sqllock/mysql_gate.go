@@ -326,7 +326,8 @@ func (d *dbDriver) myAcquireWait(ctx context.Context, owner string, ttl time.Dur
 		}
 	}()
 	backoff := minBackoff
-	gateFirst := d.busy.Load() && d.o.Owner == "" && waiter == ""
+	poll := minBackoff // back-off while the pool is tight
+	gateFirst := d.busy.Load() && d.o.Owner == "" && waiter == "" && !d.poolTight()
 	if gateFirst {
 		// The last Lock found the lock taken: queue for the gate before
 		// the first attempt, which would fail (without Owner a new call
@@ -377,10 +378,36 @@ func (d *dbDriver) myAcquireWait(ctx context.Context, owner string, ttl time.Dur
 		} else {
 			backoff = minBackoff
 		}
+		if d.poolTight() {
+			// Blocking would keep a connection that the holder's Unlock
+			// (or anyone) may need from a pool at its limit: give it back
+			// and back off instead.
+			s.close()
+			delay := min(poll, d.o.MaxPoll)
+			if hint > 0 {
+				delay = min(delay, hint+time.Millisecond)
+			}
+			poll = min(2*poll, d.o.MaxPoll)
+			if err := sleepCtx(ctx, delay); err != nil {
+				return lock.Grant{}, err
+			}
+			continue
+		}
+		poll = minBackoff
 		if err := s.waitGate(ctx, hint); err != nil {
 			return lock.Grant{}, err
 		}
+		if !s.gate && d.db.Stats().MaxOpenConnections > 0 {
+			s.close() // timed out: let a limited pool have the connection between waits
+		}
 	}
+}
+
+// poolTight reports whether the pool is limited and all its connections
+// are in use: a waiter then does not block on the gate with one of them.
+func (d *dbDriver) poolTight() bool {
+	st := d.db.Stats()
+	return st.MaxOpenConnections > 0 && st.InUse >= st.MaxOpenConnections
 }
 
 // waitGate blocks on the gate until it is handed over, the holder's lease

@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -219,4 +220,55 @@ func TestMySQLKilledHolderLeaseSurvives(t *testing.T) {
 		t.Fatalf("token %d after %d", l.Token(), held.Token())
 	}
 	_ = l.Unlock(ctx)
+}
+
+// Waiters block on the gate with a connection each, and the holder's
+// Unlock needs one from the same pool: with a pool smaller than the number
+// of waiters, waiters that would take its last connection back off instead
+// of blocking, and those that block give theirs back between waits, so the
+// lock keeps changing hands (without that, an Unlock would wait for the
+// pool until a lease ended).
+func TestMySQLGateSmallPool(t *testing.T) {
+	db := openMariaDB(t, testenv.SharedMariaDB(t).DSN)
+	db.SetMaxOpenConns(3)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	name := fmt.Sprintf("gate-pool-%d", time.Now().UnixNano())
+	const goroutines, n = 8, 10
+	errs := make(chan error, goroutines)
+	var inside, total atomic.Int64
+	for range goroutines {
+		l, err := New(db, MySQL, name, lock.TTL(30*time.Second))
+		if err != nil {
+			t.Fatal(err)
+		}
+		go func() {
+			for range n {
+				lease, err := l.Lock(ctx)
+				if err != nil {
+					errs <- err
+					return
+				}
+				if inside.Add(1) != 1 {
+					errs <- errors.New("two holders at once")
+					return
+				}
+				total.Add(1)
+				inside.Add(-1)
+				if err := lease.Unlock(ctx); err != nil {
+					errs <- err
+					return
+				}
+			}
+			errs <- nil
+		}()
+	}
+	for range goroutines {
+		if err := <-errs; err != nil {
+			t.Fatal(err)
+		}
+	}
+	if total.Load() != goroutines*n {
+		t.Fatalf("%d critical sections, want %d", total.Load(), goroutines*n)
+	}
 }

@@ -132,10 +132,13 @@
 // MySQL/MariaDB: each lock name has a gate, a user-level lock (GET_LOCK) named
 // after the database and the lock name, which the holder's session keeps
 // from the acquisition to the release (a held lock keeps one connection of
-// the pool out of it; waiting Locks keep one each). A Lock that finds the
-// lock taken blocks in GET_LOCK on the gate; the release frees the row and
-// then releases the gate, which MySQL hands to one waiter, the longest
-// blocked; that waiter takes the row with the gate in its session and so
+// the pool out of it; waiting Locks keep one each, but with a limited pool
+// a waiter that would take its last connection backs off instead, and
+// blocked waiters give theirs back between waits, at least every MaxPoll,
+// so that an Unlock is not left waiting for a connection). A Lock that
+// finds the lock taken blocks in GET_LOCK on the gate; the release frees
+// the row and then releases the gate, which MySQL hands to one waiter, the
+// longest blocked; that waiter takes the row with the gate in its session and so
 // becomes the next holder. A free row is taken only by a session holding
 // the gate, so that a newcomer cannot take the lock from the waiter the
 // gate was handed to; an expired lease is taken over by anyone. Blocked
