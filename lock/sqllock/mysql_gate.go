@@ -82,6 +82,21 @@ WHERE name = ?`
 // out. Args: name, name, timeout.
 const myGateWait = `SELECT IS_FREE_LOCK(` + myGate + `), GET_LOCK(` + myGate + `, ?)`
 
+// myReleaseGate is myRelease run on the holder's pinned session: the last
+// level also releases the gate, within the statement, so that an Unlock
+// stays one round trip. The waiter the gate goes to locks the row next and
+// so waits for this statement's commit, which frees the row. RELEASE_LOCK
+// sits in the first assignment, which reads holds before it is assigned
+// (also under MariaDB's SIMULTANEOUS_ASSIGNMENT); OR evaluates it only for
+// the last level. (With binlog_format=STATEMENT the server logs the
+// statement as unsafe for replication: a locking function in an UPDATE;
+// MIXED and ROW log the row.) Args: name (gate), name, owner.
+const myReleaseGate = `UPDATE floodgate_locks SET
+	owner = IF(holds > 1 OR COALESCE(RELEASE_LOCK(` + myGate + `), 1) < 0, owner, ''),
+	expires_at = IF(holds > 1, expires_at, UTC_TIMESTAMP(6)),
+	holds = holds - 1
+WHERE name = ? AND owner = ? AND holds > 0 AND expires_at > UTC_TIMESTAMP(6)`
+
 // myGateRelease releases the gate unconditionally. Arg: name.
 const myGateRelease = `DO RELEASE_LOCK(` + myGate + `)`
 
@@ -530,6 +545,38 @@ func (p *pin) expire() {
 	p.closeLocked(context.Background(), false)
 }
 
+// unlock releases one level of the owner's holding on the pin's session
+// (myReleaseGate), and with the last level the gate and the pin. single
+// says the holding has one level (a Locker without Owner). used is false
+// when the pin was released already, or its session failed: the pin is
+// then discarded (and the gate with its session), and err is the failure;
+// the statement may or may not have been applied.
+func (p *pin) unlock(ctx context.Context, single bool) (res sql.Result, used bool, err error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.conn == nil {
+		return nil, false, nil
+	}
+	res, err = p.conn.ExecContext(ctx, myReleaseGate, p.key.name, p.key.name, p.key.owner)
+	if err != nil {
+		discardConn(p.conn)
+		p.dropLocked()
+		return nil, false, err
+	}
+	n, err := res.RowsAffected()
+	switch {
+	case err != nil || n == 0:
+		// Not held: the statement did not touch the gate.
+		p.closeLocked(ctx, false)
+	case single:
+		_ = p.conn.Close() // the statement released the gate
+		p.dropLocked()
+	default:
+		p.closeLocked(ctx, true) // unless a level is left
+	}
+	return res, true, nil
+}
+
 // release releases the gate once the owner no longer holds the lock (its
 // last level was released, or the lease is gone).
 func (p *pin) release(ctx context.Context) {
@@ -562,6 +609,12 @@ func (p *pin) closeLocked(ctx context.Context, ifFree bool) {
 	} else {
 		_ = p.conn.Close()
 	}
+	p.dropLocked()
+}
+
+// dropLocked forgets the pin once its connection is closed or discarded.
+// It requires p.mu.
+func (p *pin) dropLocked() {
 	p.conn = nil
 	p.timer.Stop()
 	pins.drop(p)

@@ -755,18 +755,29 @@ func (d *dbDriver) Release(ctx context.Context, owner string) error {
 		}
 		return nil
 	}
+	if p := pins.get(pinKey{d.db, d.name, owner}); p != nil {
+		// On the session that holds the gate: one statement releases the
+		// level and, with the last one, the gate.
+		res, used, err := p.unlock(ctx, d.o.Owner == "")
+		if used {
+			return affected(res, nil, "release", d.name)
+		}
+		if err != nil && d.o.Owner != "" {
+			// Not repeated: it may have been applied, and a second
+			// release could drop another hold level.
+			return fmt.Errorf("sqllock: release %q: %w", d.name, err)
+		}
+		// The session failed (killed, most likely: then nothing was
+		// applied). A holding without Owner has one level, so the
+		// release may be made again on the pool; if the first was
+		// applied after all, this one reports ErrNotHeld.
+	}
 	var res sql.Result
 	err := retry(ctx, false, func() (err error) {
 		res, err = d.db.ExecContext(ctx, myRelease, d.name, owner)
 		return err
 	})
-	err = affected(res, err, "release", d.name)
-	if p := pins.get(pinKey{d.db, d.name, owner}); p != nil && (err == nil || errors.Is(err, lock.ErrNotHeld)) {
-		// After the row was freed: the waiter handed the gate finds it
-		// free. (After another error the gate waits for the lease's end.)
-		p.release(ctx)
-	}
-	return err
+	return affected(res, err, "release", d.name)
 }
 
 // affected maps an UPDATE of the owner's unexpired row to nil (one row) or
