@@ -57,7 +57,7 @@
 //	                       PostgreSQL (Listener)        MySQL/MariaDB
 //	TryLock, free          3: BEGIN, INSERT, COMMIT    4: BEGIN, SELECT FOR UPDATE, UPDATE, COMMIT
 //	TryLock, held          3 (the row is not locked)   3: BEGIN, SELECT FOR UPDATE, ROLLBACK
-//	Unlock                 1: UPDATE (+ NOTIFY)        2: UPDATE, then RELEASE_LOCK of the gate
+//	Unlock                 1: UPDATE (+ NOTIFY)        1: UPDATE (+ RELEASE_LOCK of the gate)
 //	Extend                 1                           1
 //	Lock, handed the lock  1: pgConfirm                4 once the gate is handed over
 //	Lock, waiting          3 to queue; then nothing    1: GET_LOCK, blocking; at most every
@@ -136,10 +136,12 @@
 // a waiter that would take its last connection backs off instead, and
 // blocked waiters give theirs back between waits, at least every MaxPoll,
 // so that an Unlock is not left waiting for a connection). A Lock that
-// finds the lock taken blocks in GET_LOCK on the gate; the release frees
-// the row and then releases the gate, which MySQL hands to one waiter, the
-// longest blocked; that waiter takes the row with the gate in its session and so
-// becomes the next holder. A free row is taken only by a session holding
+// finds the lock taken blocks in GET_LOCK on the gate; the release, one
+// UPDATE on the holder's session, frees the row and releases the gate,
+// which MySQL hands to one waiter, the longest blocked (the waiter then
+// locks the row, so it waits for the release to commit); that waiter
+// takes the row with the gate in its session and so becomes the next
+// holder. A free row is taken only by a session holding
 // the gate, so that a newcomer cannot take the lock from the waiter the
 // gate was handed to; an expired lease is taken over by anyone. Blocked
 // waiters also wake at the holder's lease end and at least every
@@ -153,7 +155,9 @@
 // PostgreSQL's without a Listener do. GET_LOCK needs MySQL 5.7 or MariaDB
 // 10.0.2 for several user-level locks per session; MySQL rounds the
 // timeout to whole seconds (MariaDB 10.1.2 and later does not), which can
-// delay the take-over of an expired lease by up to a second.
+// delay the take-over of an expired lease by up to a second. With
+// binlog_format=STATEMENT the server notes the release UPDATE as unsafe for
+// replication (it calls RELEASE_LOCK); MIXED and ROW log its row.
 //
 // PostgreSQL: Lockers made by a Listener are woken by the release itself,
 // through LISTEN/NOTIFY: their waiters queue in floodgate_lock_waiters, and
