@@ -17,8 +17,9 @@ import (
 // as before; the gate only decides who is woken. It is a user-level lock
 // (GET_LOCK) per lock name, held by the holder's session from the
 // acquisition to the release: a waiter blocks in GET_LOCK on the gate, and
-// the release (RELEASE_LOCK, after the row was freed) hands the gate to
-// exactly one waiter, which MySQL picks in the order they asked. That waiter
+// the release (one UPDATE that frees the row and calls RELEASE_LOCK) hands
+// the gate to exactly one waiter, which MySQL picks in the order they asked;
+// that waiter locks the row next, so it waits for the release's commit. It
 // holds the gate when it takes the row, so it becomes the next holder with
 // the gate already in its session: every contended acquisition is a
 // hand-off with one wake-up, no poll and no thundering herd.
