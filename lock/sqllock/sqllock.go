@@ -22,11 +22,11 @@
 //
 // Waiters that need a place in a queue stand in floodgate_lock_waiters
 // (name, waiter, seq, expires_at, and, for PostgreSQL waiters that listen,
-// the owner and ttl_us a release hands the lock to). Rows of floodgate_locks are never
-// deleted, so that tokens keep increasing: a store keeps one small row per
-// lock name ever used. RWMutexes and Semaphores have tables of their own
-// (see Readers, writers and semaphores). Migrate creates every table; the
-// names are fixed.
+// the owner and ttl_us a release hands the lock to). Rows of
+// floodgate_locks are never deleted, so that tokens keep increasing: a
+// store keeps one small row per lock name ever used. RWMutexes and
+// Semaphores have tables of their own (see Readers, writers and
+// semaphores). Migrate creates every table; the names are fixed.
 //
 // # Clocks and expiry
 //
@@ -129,8 +129,8 @@
 // killed keeps its lock until its TTL, and its waiters get it when the
 // lease ends.
 //
-// MySQL/MariaDB: each lock name has a gate, a user-level lock (GET_LOCK) named
-// after the database and the lock name, which the holder's session keeps
+// MySQL/MariaDB: each lock name has a gate, a user-level lock (GET_LOCK)
+// named after the database and the lock name, which the holder's session keeps
 // from the acquisition to the release (a held lock keeps one connection of
 // the pool out of it; waiting Locks keep one each, but with a limited pool
 // a waiter that would take its last connection backs off instead, and
@@ -141,9 +141,9 @@
 // which MySQL hands to one waiter, the longest blocked (the waiter then
 // locks the row, so it waits for the release to commit); that waiter
 // takes the row with the gate in its session and so becomes the next
-// holder. A free row is taken only by a session holding
-// the gate, so that a newcomer cannot take the lock from the waiter the
-// gate was handed to; an expired lease is taken over by anyone. Blocked
+// holder. A free row is taken only by a session holding the gate, so that
+// a newcomer cannot take the lock from the waiter the gate was handed to;
+// an expired lease is taken over by anyone. Blocked
 // waiters also wake at the holder's lease end and at least every
 // lock.MaxPoll (default 1s), to take over an expired lease. When the holder
 // has no gate (its connection was killed, it took over an expired lease
