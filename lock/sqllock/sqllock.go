@@ -420,6 +420,9 @@ const (
 	// maxAttempts bounds the attempts of a statement that failed without
 	// effect (see retryable).
 	maxAttempts = 3
+	// minListeningPoll is the shortest poll of a PostgreSQL waiter that
+	// listens for the hand-off (see waitLoop).
+	minListeningPoll = 50 * time.Millisecond
 )
 
 // dbDriver implements lock.Driver on one lock name.
@@ -671,6 +674,14 @@ func waitLoop(ctx context.Context, w waitSpec, try func(waiter string) (lock.Gra
 			wake, listening = sub.c, sub.ready
 		}
 		delay := min(backoff, w.maxPoll)
+		if sub != nil && listening == nil && w.confirm != nil {
+			// Listening, on a lock whose release hands it on: the poll
+			// only makes up for a notification that was missed (a release
+			// that did not see this waiter's queue entry yet), and a
+			// waiter's turn in the queue often takes longer than
+			// minBackoff, so the poll starts later.
+			delay = min(max(delay, minListeningPoll), w.maxPoll)
+		}
 		if hint > 0 {
 			delay = min(delay, hint+time.Millisecond)
 		}
