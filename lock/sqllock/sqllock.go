@@ -180,7 +180,9 @@
 // back-off: 10ms, doubling, each wait capped by the holder's remaining lease
 // and by lock.MaxPoll, so a dead holder's lock is taken soon after it
 // expires and there is never a fixed fast poll. Listener waiters keep that
-// back-off too, in case a notification is lost.
+// back-off too, in case a notification is lost, but from 50ms on once they
+// listen: a notification is missed only when a release did not see the
+// waiter's queue entry yet.
 //
 // # Fair
 //
