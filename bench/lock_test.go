@@ -565,7 +565,8 @@ func BenchmarkLockContended(b *testing.B) {
 
 // wakeupCase is a holder and a waiter on one lock name, in different
 // sessions (Redis backends with their own pub/sub connection, ZooKeeper
-// sessions; PostgreSQL: one pool and Listener, as in one process).
+// sessions; PostgreSQL: one pool and Listener, MySQL: one pool, as in one
+// process).
 type wakeupCase struct {
 	name string
 	make func(b *testing.B, name string) (holder, waiter lock.Locker)
@@ -583,6 +584,12 @@ var wakeupCases = []wakeupCase{
 		_, ln := postgresLocks(b)
 		opts := []lock.Option{lock.TTL(lockTTL), lock.MaxPoll(wakeupMaxPoll)}
 		return must(ln.New(n, opts...)), must(ln.New(n, opts...))
+	}},
+	{"floodgate-mysql", func(b *testing.B, n string) (lock.Locker, lock.Locker) {
+		must := mustLocker(b)
+		db := mysqlLocks(b)
+		opts := []lock.Option{lock.TTL(lockTTL), lock.MaxPoll(wakeupMaxPoll)}
+		return must(sqllock.New(db, sqllock.MySQL, n, opts...)), must(sqllock.New(db, sqllock.MySQL, n, opts...))
 	}},
 	{"floodgate-zookeeper", func(b *testing.B, n string) (lock.Locker, lock.Locker) {
 		must := mustLocker(b)

@@ -72,8 +72,9 @@ func Example() {
 	}
 }
 
-// A lock on MySQL or MariaDB: waiters back off exponentially, bounded by the
-// holder's remaining lease and by lock.MaxPoll.
+// A lock on MySQL or MariaDB: a waiting Lock blocks on the lock's gate (a
+// GET_LOCK held by the holder's session) and is handed it by the release;
+// it also wakes at the holder's lease end and at least every lock.MaxPoll.
 func ExampleNew() {
 	ctx := context.Background()
 	db, err := sql.Open("mysql", "app@tcp(127.0.0.1:3306)/app")

@@ -280,3 +280,87 @@ func TestLinearizabilityCheckCatchesLateWriteAfterKill(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// TestLinearizableMariaDBUnderKilledConnections is the test above on
+// MariaDB, whose waiters block on the gate (a GET_LOCK held by the
+// holder's session): four clients, each with a pool of its own, increment
+// the fenced register (in PostgreSQL: the resource may live anywhere) under
+// one MariaDB lock while every client session is killed from the side,
+// holders' sessions and their gates included, and holders sometimes stall
+// past their TTL so that the lock passes on and their late writes must be
+// refused. The history must be linearizable, with no refusal of a holder
+// whose lease was live.
+func TestLinearizableMariaDBUnderKilledConnections(t *testing.T) {
+	t.Parallel()
+	srv := testenv.NewMariaDB(t)
+	pc := newPGClients(t)
+	reg := newSQLRegister(t, pc.admin, false)
+	h := &locktest.History{}
+	name := locktest.Name(t)
+	const ttl = 300 * time.Millisecond
+	const clients, ops = 4, 10
+	s := server{dialect: sqllock.MySQL, driver: "mysql", dsn: srv.DSN}
+
+	var kills atomic.Int64
+	kill := func(ctx context.Context) {
+		if err := srv.KillConnections(ctx); err != nil {
+			t.Errorf("kill: %v", err)
+		} else {
+			kills.Add(1)
+		}
+	}
+	var lockErrs atomic.Int64
+	var wg sync.WaitGroup
+	for c := range clients {
+		mu, err := sqllock.New(s.open(t), sqllock.MySQL, name, lock.TTL(ttl), lock.MaxPoll(50*time.Millisecond))
+		if err != nil {
+			t.Fatal(err)
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			rng := rand.New(rand.NewPCG(uint64(c), 11))
+			for i := range ops {
+				ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+				lease, err := mu.Lock(ctx)
+				if err != nil {
+					lockErrs.Add(1) // a statement that met a killed session
+					cancel()
+					continue
+				}
+				stall := (c == 0 && i == 1) || rng.IntN(4) == 0
+				h.Increment(ctx, c, lease, reg, func() {
+					if rng.IntN(3) == 0 {
+						kill(ctx) // everyone's sessions, this holder's gate too
+					}
+					if stall {
+						time.Sleep(3 * ttl)
+					}
+				})
+				_ = lease.Unlock(ctx)
+				cancel()
+			}
+		}()
+	}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for range 6 {
+			time.Sleep(300 * time.Millisecond)
+			kill(context.Background())
+		}
+	}()
+	wg.Wait()
+	<-done
+	if kills.Load() == 0 {
+		t.Fatal("no session was killed: the fault was not injected")
+	}
+	if n := lockErrs.Load(); n > clients*ops/2 {
+		t.Fatalf("%d of %d Lock calls failed under the kills", n, clients*ops)
+	}
+	t.Logf("%d kills, %d Lock calls failed", kills.Load(), lockErrs.Load())
+	if h.Refused() == 0 {
+		t.Fatal("no late write was refused: the stalls did not let the lock pass on")
+	}
+	h.Check(t, reg, true)
+}

@@ -5,7 +5,9 @@ import (
 	"database/sql"
 	"database/sql/driver"
 	"errors"
+	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/floodgate-dev/floodgate/lock"
@@ -124,6 +126,7 @@ type subscription struct {
 	c       chan struct{} // wake-ups; buffered 1
 	ready   chan struct{} // closed once LISTEN is in effect
 	once    sync.Once
+	handed  atomic.Bool // a wake-up said the lock was handed to this waiter
 }
 
 func (s *subscription) markReady() { s.once.Do(func() { close(s.ready) }) }
@@ -167,6 +170,23 @@ func (l *Listener) subscribe(channel, waiter string) *subscription {
 		l.done = make(chan struct{})
 		go l.run(l.done)
 	}
+	return s
+}
+
+// subscribeListening registers a waiter on channel only if the channel is
+// LISTENed and has subscribers already, so that it is surely listened (see
+// subscribe): the subscription is ready at once. It returns nil otherwise,
+// having changed nothing.
+func (l *Listener) subscribeListening(channel, waiter string) *subscription {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	m := l.subs[channel]
+	if l.closed || !l.running || len(m) == 0 || !l.listened[channel] {
+		return nil
+	}
+	s := &subscription{l: l, channel: channel, waiter: waiter, c: make(chan struct{}, 1), ready: make(chan struct{})}
+	m[s] = struct{}{}
+	s.markReady()
 	return s
 }
 
@@ -368,11 +388,18 @@ func (l *Listener) sync(conn *sql.Conn, want map[string]bool) error {
 	return nil
 }
 
+// dispatch wakes the subscriptions a notification is for: payload is a
+// waiter id, followed by "!" when a release handed the lock to that waiter
+// (see pgRelease), or "" for every waiter of the channel.
 func (l *Listener) dispatch(channel, payload string) {
+	waiter, handed := strings.CutSuffix(payload, "!")
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	for s := range l.subs[channel] {
-		if payload == "" || payload == s.waiter {
+		if waiter == "" || waiter == s.waiter {
+			if handed {
+				s.handed.Store(true)
+			}
 			s.wake()
 		}
 	}

@@ -31,10 +31,12 @@ func received(s *subscription, within time.Duration) bool {
 	}
 }
 
-// A release notifies only the longest live waiter; a waiter that gives up
-// while the lock is free passes the wake-up on to the next one. Waiting
-// here has no back-off: only a notification can arrive on a subscription.
-func TestReleaseNotifiesHeadWaiter(t *testing.T) {
+// A release hands the lock to the longest live waiter that listens and
+// notifies only that one; the waiter confirms with pgConfirm. A waiter
+// that gives up after the hand-off passes the lock on to the next (its
+// undo is a release matched on its call id). Waiting here has no back-off:
+// only a notification can arrive on a subscription.
+func TestReleaseHandsOffToHeadWaiter(t *testing.T) {
 	db, err := sql.Open("pgx", testenv.SharedPostgres(t).DSN)
 	if err != nil {
 		t.Fatal(err)
@@ -54,9 +56,11 @@ func TestReleaseNotifiesHeadWaiter(t *testing.T) {
 	name := fmt.Sprintf("notify-%d", time.Now().UnixNano())
 	d := &dbDriver{db: db, dialect: Postgres, name: name, o: o, ln: ln, channel: channelName(name)}
 
-	if _, _, err := d.try(ctx, "holder", time.Minute, "", "c-holder"); err != nil {
+	held, _, err := d.try(ctx, "holder", time.Minute, "", "c-holder")
+	if err != nil {
 		t.Fatal(err)
 	}
+	// Waiter ids are their calls' ids, as in dbDriver.Acquire.
 	s1, s2 := ln.subscribe(d.channel, "w1"), ln.subscribe(d.channel, "w2")
 	defer s1.close()
 	defer s2.close()
@@ -68,30 +72,51 @@ func TestReleaseNotifiesHeadWaiter(t *testing.T) {
 		}
 	}
 	for _, w := range []string{"w1", "w2"} {
-		if _, hint, err := d.try(ctx, "o-"+w, time.Minute, w, "c-"+w); !errors.Is(err, lock.ErrLocked) || hint <= 0 {
+		if _, hint, err := d.try(ctx, "o-"+w, time.Minute, w, w); !errors.Is(err, lock.ErrLocked) || hint <= 0 {
 			t.Fatalf("%s: %v, hint %v; want ErrLocked and the holder's remaining lease", w, err, hint)
 		}
 	}
 	if err := d.Release(ctx, "holder"); err != nil {
 		t.Fatal(err)
 	}
-	if !received(s1, 10*time.Second) {
-		t.Fatal("the head waiter was not notified of the release")
+	if !received(s1, 10*time.Second) || !s1.handed.Load() {
+		t.Fatal("the head waiter was not notified of a hand-off")
 	}
 	// Dispatch wakes all subscriptions of a notification at once.
 	if received(s2, 0) {
 		t.Fatal("the release woke the second waiter too")
 	}
-	d.leave(ctx, "w1")
-	if !received(s2, 10*time.Second) {
-		t.Fatal("the waiter that gave up did not pass the wake-up on")
+	// The lock is w1's now: a newcomer cannot take it.
+	if _, _, err := d.try(ctx, "newcomer", time.Minute, "", "c-newcomer"); !errors.Is(err, lock.ErrLocked) {
+		t.Fatalf("TryLock after the hand-off: %v, want ErrLocked", err)
 	}
-	g, _, err := d.try(ctx, "o-w2", time.Minute, "w2", "c-w2b")
-	if err != nil {
+
+	// w1 gives up before confirming: leaving and undoing its call hands
+	// the lock on to w2.
+	d.leave(ctx, "w1")
+	if err := d.undo(ctx, "o-w1", "w1"); err != nil {
 		t.Fatal(err)
 	}
-	if g.Token <= 0 {
-		t.Fatalf("token %d", g.Token)
+	if !received(s2, 10*time.Second) || !s2.handed.Load() {
+		t.Fatal("the waiter that gave up did not pass the lock on")
+	}
+	if _, ok, err := d.confirm(ctx, "o-w1", "w1", time.Minute); err != nil || ok {
+		t.Fatalf("confirm of the waiter that gave up: %v, %v; want not handed", ok, err)
+	}
+	// An attempt of w2 whose snapshot predates the hand-off may queue w2
+	// again after the release deleted its entry (found by the contended
+	// benchmark: a later release handed the lock to the stale entry and the
+	// lock sat for the grace); the confirmation removes it.
+	if _, err := db.ExecContext(ctx, `INSERT INTO floodgate_lock_waiters (name, waiter, expires_at, owner, ttl_us)
+VALUES ($1, 'w2', clock_timestamp() + interval '1 minute', 'o-w2', 60000000)`, name); err != nil {
+		t.Fatal(err)
+	}
+	g, ok, err := d.confirm(ctx, "o-w2", "w2", time.Minute)
+	if err != nil || !ok {
+		t.Fatalf("confirm of the hand-off: %v, %v", ok, err)
+	}
+	if g.Token <= held.Token {
+		t.Fatalf("token %d after %d", g.Token, held.Token)
 	}
 	var n int
 	if err := db.QueryRowContext(ctx, "SELECT count(*) FROM floodgate_lock_waiters WHERE name = $1", name).Scan(&n); err != nil {
@@ -99,6 +124,69 @@ func TestReleaseNotifiesHeadWaiter(t *testing.T) {
 	}
 	if n != 0 {
 		t.Fatalf("%d queue entries left after the last waiter acquired", n)
+	}
+	// A replayed attempt of w2's call finds the same holding.
+	if again, _, err := d.try(ctx, "o-w2", time.Minute, "w2", "w2"); err != nil || again.Token != g.Token {
+		t.Fatalf("replay after the hand-off: %v, token %d, want %d", err, again.Token, g.Token)
+	}
+	if err := d.Release(ctx, "o-w2"); err != nil {
+		t.Fatal(err)
+	}
+	if err := d.Release(ctx, "o-w2"); !errors.Is(err, lock.ErrNotHeld) {
+		t.Fatalf("second release: %v, want ErrNotHeld (the replay added a level)", err)
+	}
+}
+
+// A waiter that stopped without leaving the queue (its process died) and
+// is handed the lock never confirms: the lock is free again after the
+// hand-off's grace, not the waiter's TTL.
+func TestHandOffToDeadWaiterEndsAfterGrace(t *testing.T) {
+	db, err := sql.Open("pgx", testenv.SharedPostgres(t).DSN)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	if err := Migrate(ctx, db, Postgres); err != nil {
+		t.Fatal(err)
+	}
+	ln, err := NewListener(db, waitPgx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	o, _ := lock.BuildOptions(nil)
+	name := fmt.Sprintf("dead-waiter-%d", time.Now().UnixNano())
+	d := &dbDriver{db: db, dialect: Postgres, name: name, o: o, ln: ln, channel: channelName(name)}
+	if _, _, err := d.try(ctx, "holder", time.Minute, "", "c-holder"); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := d.try(ctx, "o-dead", time.Hour, "dead", "dead"); !errors.Is(err, lock.ErrLocked) {
+		t.Fatal(err)
+	}
+	released := time.Now()
+	if err := d.Release(ctx, "holder"); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := d.try(ctx, "other", time.Minute, "", "c-other-1"); !errors.Is(err, lock.ErrLocked) {
+		t.Fatalf("TryLock right after the hand-off: %v, want ErrLocked", err)
+	}
+	for {
+		_, _, err := d.try(ctx, "other", time.Minute, "", "c-other-2")
+		if err == nil {
+			break
+		}
+		if !errors.Is(err, lock.ErrLocked) {
+			t.Fatal(err)
+		}
+		if time.Since(released) > handOffGrace+5*time.Second {
+			t.Fatalf("the lock handed to a dead waiter is still held %v after the release", time.Since(released))
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	if waited := time.Since(released); waited < handOffGrace-100*time.Millisecond {
+		t.Fatalf("free %v after the hand-off, before its grace %v", waited, handOffGrace)
 	}
 }
 

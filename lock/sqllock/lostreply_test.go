@@ -254,3 +254,43 @@ func TestFailedLockCommittedHoldsNothing(t *testing.T) {
 		})
 	}
 }
+
+// The same on MySQL with the gate (a pool of more than one connection):
+// a waiting Lock whose traffic stalls, and whose session takes the gate or
+// the row's lock once it resumes, leaves neither behind. First while the
+// lock is free (its attempt), then while another holds it (its wait on the
+// gate).
+func TestFailedLockStalledHoldsNothingGated(t *testing.T) {
+	t.Parallel()
+	px := newProxied(t, sqllock.MySQL)
+	px.via.SetMaxOpenConns(4)
+	for _, held := range []bool{false, true} {
+		t.Run(fmt.Sprintf("held=%v", held), func(t *testing.T) {
+			name := fmt.Sprintf("stalled-gated-%v-%d", held, time.Now().UnixNano())
+			l, _ := sqllock.New(px.via, sqllock.MySQL, name, lock.TTL(lostTTL))
+			other, _ := sqllock.New(px.direct, sqllock.MySQL, name, lock.TTL(lostTTL))
+			var holder *lock.Lease
+			if held {
+				var err error
+				if holder, err = other.TryLock(context.Background()); err != nil {
+					t.Fatal(err)
+				}
+			}
+			px.p.Stall()
+			ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+			lease, err := l.Lock(ctx)
+			cancel()
+			px.p.Resume()
+			if err == nil {
+				_ = lease.Unlock(context.Background())
+				t.Fatal("Lock succeeded through a stalled connection")
+			}
+			if holder != nil {
+				if err := holder.Unlock(context.Background()); err != nil {
+					t.Fatal(err)
+				}
+			}
+			freedWithin(t, other, 10*time.Second)
+		})
+	}
+}

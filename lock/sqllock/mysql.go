@@ -5,9 +5,6 @@ import (
 	"database/sql"
 	"regexp"
 	"strings"
-	"time"
-
-	"github.com/floodgate-dev/floodgate/lock"
 )
 
 // MySQL/MariaDB statements. Time is UTC_TIMESTAMP(6), which MySQL evaluates
@@ -96,59 +93,8 @@ WHERE table_schema = DATABASE() AND table_name = ? AND column_name = 'call_id'`,
 	return nil
 }
 
-const (
-	myNow    = `UTC_TIMESTAMP(6)`
-	myNowUs  = `TIMESTAMPDIFF(MICROSECOND, '1970-01-01 00:00:00', UTC_TIMESTAMP(6))`
-	myReent  = `(owner = ? AND expires_at > UTC_TIMESTAMP(6))`              // R; arg: owner
-	myTakeUp = `((owner = '' OR expires_at <= UTC_TIMESTAMP(6)) AND ? = 1)` // T; arg: fair ok
-)
-
-// myAcquire: one INSERT ... ON DUPLICATE KEY UPDATE. R (re-entry), P
-// (replay) and T (take-over) are as for PostgreSQL; the fairness condition
-// is computed before, in the same transaction, and passed as a parameter.
-//
-// MySQL evaluates the assignments left to right, each seeing the columns
-// already assigned. R and T read only owner and expires_at, so token and
-// holds are assigned first; owner is assigned before expires_at, and
-// re-evaluating R and T with the new owner gives the same branch: after
-// re-entry the owner is unchanged; after a take-over R' holds only if the
-// old lease was still running, which T excludes (owner ” has expires_at in
-// the past, set by the release), and T' is still true. The statement is also
-// correct if the assignments were simultaneous. call_id comes last: it is
-// set when the owner holds the row after the other assignments, that is
-// after R or T.
-const myAcquire = `INSERT INTO floodgate_locks (name, owner, holds, token, expires_at, call_id)
-VALUES (?, ?, 1, GREATEST(1, ` + myNowUs + `), ` + myNow + ` + INTERVAL ? MICROSECOND, ?)
-ON DUPLICATE KEY UPDATE
-	token = IF(` + myReent + `, token, IF(` + myTakeUp + `, GREATEST(token + 1, ` + myNowUs + `), token)),
-	holds = IF(` + myReent + `, holds + IF(call_id = ?, 0, 1), IF(` + myTakeUp + `, 1, holds)),
-	owner = IF(` + myReent + ` OR ` + myTakeUp + `, ?, owner),
-	expires_at = IF(` + myReent + `, GREATEST(expires_at, ` + myNow + ` + INTERVAL ? MICROSECOND),
-		IF(` + myTakeUp + `, ` + myNow + ` + INTERVAL ? MICROSECOND, expires_at)),
-	call_id = IF(` + myReent + `, ?, call_id)`
-
-func myAcquireArgs(name, owner string, ttlUs int64, fairOK int, call string) []any {
-	return []any{
-		name, owner, ttlUs, call,
-		owner, fairOK, // token
-		owner, call, fairOK, // holds
-		owner, fairOK, owner, // owner
-		owner, ttlUs, fairOK, ttlUs, // expires_at
-		owner, call, // call_id
-	}
-}
-
-// myAhead counts the live waiters queued before waiter (all of them when it
-// is not queued).
-const myAhead = `SELECT COUNT(*) FROM floodgate_lock_waiters w
-WHERE w.name = ? AND w.waiter <> ? AND w.expires_at > UTC_TIMESTAMP(6)
-	AND w.seq < COALESCE((SELECT m.seq FROM floodgate_lock_waiters m WHERE m.name = ? AND m.waiter = ?), 9223372036854775807)`
-
-// myReadBack reads the row the acquisition locked: whether owner holds it,
-// the token, the remaining lease in µs (NULL when free).
-const myReadBack = `SELECT owner = ? AND expires_at > UTC_TIMESTAMP(6), token,
-	IF(owner = '', NULL, TIMESTAMPDIFF(MICROSECOND, UTC_TIMESTAMP(6), expires_at))
-FROM floodgate_locks WHERE name = ? FOR UPDATE`
+// myNowUs is the database clock in µs since 1970 (UTC).
+const myNowUs = `TIMESTAMPDIFF(MICROSECOND, '1970-01-01 00:00:00', UTC_TIMESTAMP(6))`
 
 // myEnqueue joins the queue (seq from AUTO_INCREMENT) or refreshes the entry.
 const myEnqueue = `INSERT INTO floodgate_lock_waiters (name, waiter, expires_at)
@@ -192,60 +138,6 @@ const myExtend = `UPDATE floodgate_locks SET expires_at = IF(
 	expires_at + INTERVAL 1 MICROSECOND,
 	UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND)
 WHERE name = ? AND owner = ? AND holds > 0 AND expires_at > UTC_TIMESTAMP(6)`
-
-// myTry makes one attempt in a transaction: [fairness check], the upsert,
-// the read-back under the row lock the upsert took, and the queue update.
-// COMMIT is sent only once every reply arrived (see pgTry).
-func (d *dbDriver) myTry(ctx context.Context, owner string, ttl time.Duration, waiter, call string) (g lock.Grant, hint time.Duration, err error) {
-	tx, err := d.db.BeginTx(ctx, nil)
-	if err != nil {
-		return lock.Grant{}, 0, err
-	}
-	defer func() {
-		if err != nil && tx != nil {
-			_ = tx.Rollback()
-		}
-	}()
-	fairOK := 1
-	if d.o.Fair {
-		var ahead int64
-		if err = tx.QueryRowContext(ctx, myAhead, d.name, waiter, d.name, waiter).Scan(&ahead); err != nil {
-			return lock.Grant{}, 0, err
-		}
-		if ahead > 0 {
-			fairOK = 0
-		}
-	}
-	if _, err = tx.ExecContext(ctx, myAcquire, myAcquireArgs(d.name, owner, ttl.Microseconds(), fairOK, call)...); err != nil {
-		return lock.Grant{}, 0, err
-	}
-	var held bool
-	var token int64
-	var remaining sql.NullInt64
-	if err = tx.QueryRowContext(ctx, myReadBack, owner, d.name).Scan(&held, &token, &remaining); err != nil {
-		return lock.Grant{}, 0, err
-	}
-	if waiter != "" {
-		if held {
-			_, err = tx.ExecContext(ctx, myDequeue, d.name, waiter)
-		} else {
-			lease := d.waiterLease().Microseconds()
-			_, err = tx.ExecContext(ctx, myEnqueue, d.name, waiter, lease, lease)
-		}
-		if err != nil {
-			return lock.Grant{}, 0, err
-		}
-	}
-	err = tx.Commit()
-	tx = nil
-	if err != nil {
-		return lock.Grant{}, 0, err
-	}
-	if held {
-		return lock.Grant{Token: token}, 0, nil
-	}
-	return lock.Grant{}, hintOf(remaining), lock.ErrLocked
-}
 
 // myShared are the statements of the RWMutex and the Semaphore on MySQL:
 // the PostgreSQL ones with ? placeholders, but for the two below. No

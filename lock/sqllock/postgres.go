@@ -35,8 +35,14 @@ var pgSchema = []string{
 	waiter     text        NOT NULL,
 	seq        bigserial   NOT NULL,
 	expires_at timestamptz NOT NULL,
+	owner      text        NOT NULL DEFAULT '',
+	ttl_us     bigint      NOT NULL DEFAULT 0,
 	PRIMARY KEY (name, waiter)
 )`,
+	// Tables made before hand-off on release (issue 17) get the columns
+	// that name whom to hand the lock to.
+	`ALTER TABLE floodgate_lock_waiters ADD COLUMN IF NOT EXISTS owner text NOT NULL DEFAULT ''`,
+	`ALTER TABLE floodgate_lock_waiters ADD COLUMN IF NOT EXISTS ttl_us bigint NOT NULL DEFAULT 0`,
 	// RWMutex and Semaphore (see shared.go). Deadlines are µs since 1970
 	// by the database clock, as the Go code computes with them.
 	`CREATE TABLE IF NOT EXISTS floodgate_shared_locks (
@@ -89,7 +95,8 @@ func pgMigrate(ctx context.Context, db *sql.DB) error {
 }
 
 // pgAcquire: $1 name, $2 owner, $3 ttl µs, $4 fair, $5 waiter ("" = do not
-// queue), $6 waiter lease µs, $7 call id.
+// queue), $6 waiter lease µs, $7 call id, $8 whether the waiter listens (a
+// release may then hand it the lock: its entry names owner and ttl).
 // Reply: the token (NULL when not acquired); the holder's remaining lease in
 // µs before the statement (NULL when free or absent).
 //
@@ -99,13 +106,21 @@ func pgMigrate(ctx context.Context, db *sql.DB) error {
 // attempt was applied but its reply lost: as R, without another level.
 // T (take-over): the row is free (owner ”) or expired, and, when fair, no
 // live waiter queued before this one: a new holding with the next token.
+// An attempt that finds the lock held by another owner's live lease (in
+// the statement's snapshot) does not touch the row, so that it does not
+// hold the row lock, which the release and the confirmation of a hand-off
+// wait for, until its COMMIT; a lock released since the snapshot was taken
+// is handed to the head waiter or found by the next attempt.
 // A failed waiting attempt joins the queue or refreshes its entry (q); a
-// successful one leaves it and drops expired entries (d).
+// successful one leaves it and drops expired entries (d). A waiter the
+// lock was handed to (see pgRelease) finds it as P, with its call id.
 const pgAcquire = `WITH c AS (SELECT clock_timestamp() AS now),
 a AS (
 	INSERT INTO floodgate_locks AS l (name, owner, holds, token, expires_at, call_id)
 	SELECT $1, $2, 1, GREATEST(1, (extract(epoch FROM c.now) * 1000000)::bigint), c.now + $3::bigint * interval '1 microsecond', $7
 	FROM c
+	WHERE NOT EXISTS (SELECT 1 FROM floodgate_locks x
+		WHERE x.name = $1 AND x.owner <> '' AND x.owner <> $2 AND x.expires_at > c.now)
 	ON CONFLICT (name) DO UPDATE SET
 		token = CASE WHEN l.owner = EXCLUDED.owner AND l.expires_at > (SELECT now FROM c)
 			THEN l.token ELSE GREATEST(l.token + 1, EXCLUDED.token) END,
@@ -126,8 +141,8 @@ a AS (
 	RETURNING l.token
 ),
 q AS (
-	INSERT INTO floodgate_lock_waiters (name, waiter, expires_at)
-	SELECT $1, $5, c.now + $6::bigint * interval '1 microsecond' FROM c
+	INSERT INTO floodgate_lock_waiters (name, waiter, expires_at, owner, ttl_us)
+	SELECT $1, $5, c.now + $6::bigint * interval '1 microsecond', CASE WHEN $8::boolean THEN $2 ELSE '' END, $3 FROM c
 	WHERE $5 <> '' AND NOT EXISTS (SELECT 1 FROM a)
 	ON CONFLICT (name, waiter) DO UPDATE SET expires_at = EXCLUDED.expires_at
 ),
@@ -139,29 +154,61 @@ SELECT (SELECT token FROM a),
 	(SELECT (extract(epoch FROM x.expires_at - c.now) * 1000000)::bigint
 		FROM floodgate_locks x, c WHERE x.name = $1 AND x.owner <> '')`
 
-// pgRelease: $1 name, $2 owner, $3 channel.
-// Reply: the hold count left (NULL when not held); whether a waiter was
-// notified. The last level frees the row (owner ”, expires_at now, token
-// kept) and notifies the longest live waiter's id on the lock's channel, in
-// the same transaction, so it is delivered once the release is committed.
-// Without live waiters nothing is notified (NOTIFY serializes committing
-// transactions database-wide).
-const pgRelease = `WITH c AS (SELECT clock_timestamp() AS now),
-r AS (
-	UPDATE floodgate_locks l SET
-		holds = l.holds - 1,
-		owner = CASE WHEN l.holds > 1 THEN l.owner ELSE '' END,
-		expires_at = CASE WHEN l.holds > 1 THEN l.expires_at ELSE c.now END
-	FROM c
+// pgRelease: $1 name, $2 owner, $3 channel, $4 hand-off grace µs.
+// Reply: the hold count left (NULL when not held; after a hand-off, the new
+// holder's 1); whether a waiter was notified.
+//
+// A level that is not the last only lowers the hold count. The last one
+// hands the lock to the longest live waiter (h) if that waiter listens (its
+// entry names its owner): the row gets the waiter's owner, the next token,
+// the waiter's call id (its waiter id, see waitLoop) and a lease of
+// min(its ttl, grace), which the waiter makes its full TTL when it has the
+// notification (pgConfirm); its queue entry is deleted (d). A waiter gone
+// without leaving the queue therefore keeps the lock for the grace at most.
+// Otherwise the row is freed (owner ”, expires_at now, token kept). The
+// head waiter is notified on the lock's channel in the same transaction,
+// so it is delivered once the release is committed: its id followed by "!"
+// when the lock was handed to it. Without live waiters nothing is notified
+// (NOTIFY serializes committing transactions database-wide).
+var pgRelease = `WITH c AS (SELECT clock_timestamp() AS now),` + pgHandOff("l.call_id") + `
 	WHERE l.name = $1 AND l.owner = $2 AND l.holds > 0 AND l.expires_at > c.now
-	RETURNING l.holds
-),
+	RETURNING l.owner, l.holds
+),` + pgHandOffNotify
+
+// pgHandOff is the part of pgRelease and pgUndo that picks the head waiter
+// and sets the row; its WHERE and RETURNING follow. callKept is the call
+// id the row keeps when it is not handed on.
+func pgHandOff(callKept string) string {
+	return `
 h AS (
-	SELECT w.waiter FROM floodgate_lock_waiters w, c
-	WHERE w.name = $1 AND w.expires_at > c.now AND EXISTS (SELECT 1 FROM r WHERE r.holds = 0)
+	SELECT w.waiter, w.owner, w.ttl_us FROM floodgate_lock_waiters w, c
+	WHERE w.name = $1 AND w.expires_at > c.now
 	ORDER BY w.seq LIMIT 1
 ),
-n AS (SELECT pg_notify($3, h.waiter) FROM h)
+r AS (
+	UPDATE floodgate_locks l SET
+		holds = CASE WHEN l.holds > 1 THEN l.holds - 1 WHEN h.owner <> '' THEN 1 ELSE 0 END,
+		owner = CASE WHEN l.holds > 1 THEN l.owner WHEN h.owner <> '' THEN h.owner ELSE '' END,
+		token = CASE WHEN l.holds <= 1 AND h.owner <> ''
+			THEN GREATEST(l.token + 1, (extract(epoch FROM c.now) * 1000000)::bigint) ELSE l.token END,
+		expires_at = CASE WHEN l.holds > 1 THEN l.expires_at
+			WHEN h.owner <> '' THEN c.now + LEAST(h.ttl_us, $4::bigint) * interval '1 microsecond'
+			ELSE c.now END,
+		call_id = CASE WHEN l.holds <= 1 AND h.owner <> '' THEN h.waiter ELSE ` + callKept + ` END
+	FROM c LEFT JOIN h ON true`
+}
+
+// pgHandOffNotify ends pgRelease and pgUndo: the handed-off waiter leaves
+// the queue, the head waiter is notified, and the reply.
+const pgHandOffNotify = `
+d AS (
+	DELETE FROM floodgate_lock_waiters w USING r, h
+	WHERE w.name = $1 AND w.waiter = h.waiter AND h.owner <> '' AND r.owner = h.owner
+),
+n AS (
+	SELECT pg_notify($3, h.waiter || CASE WHEN r.owner = h.owner THEN '!' ELSE '' END)
+	FROM h, r WHERE r.owner <> $2
+)
 SELECT (SELECT holds FROM r), (SELECT count(*) FROM n)`
 
 // pgTouch makes sure a lock's row exists, as a free row, before pgUndo:
@@ -171,27 +218,30 @@ SELECT (SELECT holds FROM r), (SELECT count(*) FROM n)`
 const pgTouch = `INSERT INTO floodgate_locks (name, owner, holds, token, expires_at)
 VALUES ($1, '', 0, 0, clock_timestamp()) ON CONFLICT (name) DO NOTHING`
 
-// pgUndo takes back the hold level that call $4 of owner $2 took, if it
-// did: it is pgRelease matched on the call id, which it clears, so that it
-// may be repeated. $1 name, $2 owner, $3 channel, $4 call id.
-const pgUndo = `WITH c AS (SELECT clock_timestamp() AS now),
-r AS (
-	UPDATE floodgate_locks l SET
-		holds = l.holds - 1,
-		owner = CASE WHEN l.holds > 1 THEN l.owner ELSE '' END,
-		expires_at = CASE WHEN l.holds > 1 THEN l.expires_at ELSE c.now END,
-		call_id = ''
-	FROM c
-	WHERE l.name = $1 AND l.owner = $2 AND l.call_id = $4 AND l.holds > 0 AND l.expires_at > c.now
-	RETURNING l.holds
+// pgUndo takes back the hold level that call $5 of owner $2 took, if it
+// did: it is pgRelease matched on the call id, which it clears (unless it
+// hands the lock on), so that it may be repeated. $1 name, $2 owner, $3
+// channel, $4 hand-off grace µs, $5 call id.
+var pgUndo = `WITH c AS (SELECT clock_timestamp() AS now),` + pgHandOff("''") + `
+	WHERE l.name = $1 AND l.owner = $2 AND l.call_id = $5 AND l.holds > 0 AND l.expires_at > c.now
+	RETURNING l.owner, l.holds
+),` + pgHandOffNotify
+
+// pgConfirm: $1 name, $2 owner, $3 call id (= waiter id), $4 ttl µs. The
+// waiter a release handed the lock to (notified with "!") takes it: its
+// lease, of the hand-off grace, becomes ttl from now, and its queue entry
+// goes (d): an attempt of the waiter whose snapshot was older than the
+// hand-off may have queued it again after the release deleted it, and a
+// release would hand the lock to it once more. Reply: the token, no row
+// when the lock was not handed to this call or its grace passed.
+const pgConfirm = `WITH u AS (
+	UPDATE floodgate_locks
+	SET expires_at = GREATEST(expires_at, clock_timestamp() + $4::bigint * interval '1 microsecond')
+	WHERE name = $1 AND owner = $2 AND call_id = $3 AND holds > 0 AND expires_at > clock_timestamp()
+	RETURNING token
 ),
-h AS (
-	SELECT w.waiter FROM floodgate_lock_waiters w, c
-	WHERE w.name = $1 AND w.expires_at > c.now AND EXISTS (SELECT 1 FROM r WHERE r.holds = 0)
-	ORDER BY w.seq LIMIT 1
-),
-n AS (SELECT pg_notify($3, h.waiter) FROM h)
-SELECT (SELECT holds FROM r), (SELECT count(*) FROM n)`
+d AS (DELETE FROM floodgate_lock_waiters w WHERE w.name = $1 AND w.waiter = $3 AND EXISTS (SELECT 1 FROM u))
+SELECT token FROM u`
 
 // pgLeave: $1 name, $2 waiter, $3 channel. The waiter leaves the queue;
 // when the lock is free, the next live waiter is notified in its place (it
@@ -232,7 +282,7 @@ func (d *dbDriver) pgTry(ctx context.Context, owner string, ttl time.Duration, w
 	}()
 	var token, remaining sql.NullInt64
 	err = tx.QueryRowContext(ctx, pgAcquire,
-		d.name, owner, ttl.Microseconds(), d.o.Fair, waiter, d.waiterLease().Microseconds(), call,
+		d.name, owner, ttl.Microseconds(), d.o.Fair, waiter, d.waiterLease().Microseconds(), call, d.ln != nil,
 	).Scan(&token, &remaining)
 	if err != nil {
 		return lock.Grant{}, 0, err

@@ -21,11 +21,12 @@
 //	call_id     the call that made the holding or its last level (see Lost replies)
 //
 // Waiters that need a place in a queue stand in floodgate_lock_waiters
-// (name, waiter, seq, expires_at). Rows of floodgate_locks are never
-// deleted, so that tokens keep increasing: a store keeps one small row per
-// lock name ever used. RWMutexes and Semaphores have tables of their own
-// (see Readers, writers and semaphores). Migrate creates every table; the
-// names are fixed.
+// (name, waiter, seq, expires_at, and, for PostgreSQL waiters that listen,
+// the owner and ttl_us a release hands the lock to). Rows of
+// floodgate_locks are never deleted, so that tokens keep increasing: a
+// store keeps one small row per lock name ever used. RWMutexes and
+// Semaphores have tables of their own (see Readers, writers and
+// semaphores). Migrate creates every table; the names are fixed.
 //
 // # Clocks and expiry
 //
@@ -43,11 +44,28 @@
 // On PostgreSQL an acquisition is one statement, in a transaction of its
 // own (see Lost replies): INSERT ... ON CONFLICT (name) DO UPDATE ... WHERE
 // the row is free, expired or held by the same owner, which also joins or
-// leaves the waiter queue. On MySQL it is one INSERT ...
-// ON DUPLICATE KEY UPDATE whose IF() expressions take a free or expired row,
-// read back (SELECT ... FOR UPDATE) in the same transaction. Release and
-// Extend are one UPDATE each that matches only the owner's unexpired row, so
-// a stale holder can never free or extend another owner's lock.
+// leaves the waiter queue. On MySQL it is a transaction that locks the row
+// (SELECT ... FOR UPDATE, which also reads the database clock) and writes
+// the holding the rules decide (one UPDATE). Release and Extend are one
+// UPDATE each that matches only the owner's unexpired row, so a stale holder
+// can never free or extend another owner's lock.
+//
+// What an operation costs, in round trips (statements) on the default
+// paths, with database/sql, pgx (which prepares and caches statements) and
+// go-sql-driver/mysql with interpolateParams=true:
+//
+//	                       PostgreSQL (Listener)        MySQL/MariaDB
+//	TryLock, free          3: BEGIN, INSERT, COMMIT    4: BEGIN, SELECT FOR UPDATE, UPDATE, COMMIT
+//	TryLock, held          3 (the row is not locked)   3: BEGIN, SELECT FOR UPDATE, ROLLBACK
+//	Unlock                 1: UPDATE (+ NOTIFY)        1: UPDATE (+ RELEASE_LOCK of the gate)
+//	Extend                 1                           1
+//	Lock, handed the lock  1: pgConfirm                4 once the gate is handed over
+//	Lock, waiting          3 to queue; then nothing    1: GET_LOCK, blocking; at most every
+//	                       until a notification        MaxPoll, or at the holder's lease end
+//
+// Fair, and the first use of a name, add a statement; a PostgreSQL Lock
+// that subscribes to a channel not yet LISTENed makes one attempt more once
+// LISTEN is in effect.
 //
 // A statement that failed with a deadlock or serialization failure is
 // retried (at most 3 attempts in all), and so are acquisitions and renewals
@@ -106,20 +124,65 @@
 //
 // # Waiting
 //
-// Lock retries with a bounded exponential back-off: 10ms, doubling, each
-// wait capped by the holder's remaining lease and by lock.MaxPoll (default
-// 1s), so a dead holder's lock is taken soon after it expires and there is
-// never a fixed fast poll. That is all MySQL offers.
+// Waiters do not poll on a growing back-off; each database wakes them
+// itself, and the lease stays in the row: a holder whose connection is
+// killed keeps its lock until its TTL, and its waiters get it when the
+// lease ends.
 //
-// On PostgreSQL, Lockers made by a Listener are also woken by the release
-// itself, through LISTEN/NOTIFY: their waiters queue in
-// floodgate_lock_waiters, and the statement that releases a lock notifies
-// the longest live waiter only, on a channel of that lock (committed with
-// the release), so there is no thundering herd; a waiter that gives up while
-// the lock is free passes the notification on. database/sql has no API for
-// notifications, so a Listener needs a small driver-specific function (see
-// WaitFunc); the package itself depends on database/sql only. A Listener
-// needs session-level connections (not PgBouncer's transaction pooling).
+// MySQL/MariaDB: each lock name has a gate, a user-level lock (GET_LOCK)
+// named after the database and the lock name, which the holder's session keeps
+// from the acquisition to the release (a held lock keeps one connection of
+// the pool out of it; waiting Locks keep one each, but with a limited pool
+// a waiter that would take its last connection backs off instead, and
+// blocked waiters give theirs back between waits, at least every MaxPoll,
+// so that an Unlock is not left waiting for a connection). A Lock that
+// finds the lock taken blocks in GET_LOCK on the gate; the release, one
+// UPDATE on the holder's session, frees the row and releases the gate,
+// which MySQL hands to one waiter, the longest blocked (the waiter then
+// locks the row, so it waits for the release to commit); that waiter
+// takes the row with the gate in its session and so becomes the next
+// holder. A free row is taken only by a session holding the gate, so that
+// a newcomer cannot take the lock from the waiter the gate was handed to;
+// an expired lease is taken over by anyone. Blocked
+// waiters also wake at the holder's lease end and at least every
+// lock.MaxPoll (default 1s), to take over an expired lease. When the holder
+// has no gate (its connection was killed, it took over an expired lease
+// while a hung session kept the gate, or it runs an older version of this
+// package), the waiter that gets the gate retries alone with a back-off from
+// 10ms to 250ms (at most MaxPoll, at most the holder's remaining lease)
+// while the others stay blocked. A pool limited to one connection
+// (SetMaxOpenConns(1)) does not use the gate: its waiters back off as
+// PostgreSQL's without a Listener do. GET_LOCK needs MySQL 5.7 or MariaDB
+// 10.0.2 for several user-level locks per session; MySQL rounds the
+// timeout to whole seconds (MariaDB 10.1.2 and later does not), which can
+// delay the take-over of an expired lease by up to a second. With
+// binlog_format=STATEMENT the server notes the release UPDATE as unsafe for
+// replication (it calls RELEASE_LOCK); MIXED and ROW log its row.
+//
+// PostgreSQL: Lockers made by a Listener are woken by the release itself,
+// through LISTEN/NOTIFY: their waiters queue in floodgate_lock_waiters, and
+// the statement that releases a lock hands it to the longest live waiter
+// that listens (owner, next token, the waiter's call id, a lease of its TTL
+// but at most 2s) and notifies that waiter only, on a channel of that lock
+// (committed with the release), so there is no thundering herd and no
+// newcomer can take the lock between the release and the waiter. The
+// waiter takes its full TTL with one UPDATE when the notification arrives;
+// a waiter that died without leaving the queue keeps the lock for those 2s,
+// not for its TTL, and one that gives up passes the lock on (its undo is a
+// release). A notification that was missed (the Listener reconnected) is
+// made up by the waiter's next attempt, which finds the holding made for
+// its call. database/sql has no API for notifications, so a Listener needs
+// a small driver-specific function (see WaitFunc); the package itself
+// depends on database/sql only. A Listener needs session-level connections
+// (not PgBouncer's transaction pooling).
+//
+// Without a Listener, a PostgreSQL Lock retries with a bounded exponential
+// back-off: 10ms, doubling, each wait capped by the holder's remaining lease
+// and by lock.MaxPoll, so a dead holder's lock is taken soon after it
+// expires and there is never a fixed fast poll. Listener waiters keep that
+// back-off too, in case a notification is lost, but from 50ms on once they
+// listen: a notification is missed only when a release did not see the
+// waiter's queue entry yet.
 //
 // # Fair
 //
@@ -190,6 +253,15 @@
 // needs no special DSN option (no time values are scanned), and
 // interpolateParams=true saves a round trip per statement. Tested with
 // PostgreSQL 15 and MariaDB 10.11.
+//
+// # Upgrading
+//
+// Run Migrate before the new version takes locks: on PostgreSQL it adds the
+// columns owner and ttl_us to floodgate_lock_waiters (issue 17). Versions
+// can be mixed during a rolling upgrade: an older PostgreSQL release frees
+// the lock and notifies as before, which newer waiters handle; an older
+// MySQL holder or newcomer takes no gate, which newer waiters handle with
+// the back-off described under Waiting.
 package sqllock
 
 import (
@@ -200,6 +272,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"sync/atomic"
 	"time"
 	"unicode/utf8"
 
@@ -349,6 +422,9 @@ const (
 	// maxAttempts bounds the attempts of a statement that failed without
 	// effect (see retryable).
 	maxAttempts = 3
+	// minListeningPoll is the shortest poll of a PostgreSQL waiter that
+	// listens for the hand-off (see waitLoop).
+	minListeningPoll = 50 * time.Millisecond
 )
 
 // dbDriver implements lock.Driver on one lock name.
@@ -359,6 +435,8 @@ type dbDriver struct {
 	o       lock.Options
 	ln      *Listener // nil: waiters only back off
 	channel string    // PostgreSQL notification channel
+	// busy: MySQL, the last Lock found the lock taken (see myAcquireWait).
+	busy atomic.Bool
 }
 
 func (d *dbDriver) waiterLease() time.Duration { return max(3*d.o.MaxPoll, minWaiterLease) }
@@ -374,14 +452,15 @@ func (d *dbDriver) waiterLease() time.Duration { return max(3*d.o.MaxPoll, minWa
 func (d *dbDriver) try(ctx context.Context, owner string, ttl time.Duration, waiter, call string) (lock.Grant, time.Duration, error) {
 	var g lock.Grant
 	var hint time.Duration
-	err := retry(ctx, true, func() (err error) {
-		if d.dialect == Postgres {
+	var err error
+	if d.dialect == Postgres {
+		err = retry(ctx, true, func() (err error) {
 			g, hint, err = d.pgTry(ctx, owner, ttl, waiter, call)
-		} else {
-			g, hint, err = d.myTry(ctx, owner, ttl, waiter, call)
-		}
-		return err
-	})
+			return err
+		})
+	} else {
+		g, hint, err = d.myTry(ctx, owner, ttl, waiter, call) // retries by itself
+	}
 	if err != nil && !errors.Is(err, lock.ErrLocked) {
 		return lock.Grant{}, 0, fmt.Errorf("sqllock: acquire %q: %w", d.name, err)
 	}
@@ -426,13 +505,47 @@ func (d *dbDriver) Acquire(ctx context.Context, owner string, ttl time.Duration,
 		g, _, err := d.try(ctx, owner, ttl, "", call)
 		return g, err
 	}
+	if d.dialect == MySQL && d.gated() {
+		g, err := d.myAcquireWait(ctx, owner, ttl, call)
+		if err != nil && ctx.Err() == nil {
+			err = fmt.Errorf("sqllock: acquire %q: %w", d.name, err)
+		}
+		return g, err
+	}
 	waiter := ""
 	if d.o.Fair || d.ln != nil {
-		waiter = lock.NewOwnerID() // this call's place in the queue
+		// This call's place in the queue: its call id, which a release
+		// that hands the lock to it writes into the row (see pgRelease),
+		// so that a replay of its attempt and its undo find the holding.
+		waiter = call
 	}
-	return waitLoop(ctx, waitSpec{ln: d.ln, channel: d.channel, waiter: waiter, maxPoll: d.o.MaxPoll},
+	w := waitSpec{ln: d.ln, channel: d.channel, waiter: waiter, maxPoll: d.o.MaxPoll}
+	if d.ln != nil {
+		w.confirm = func() (lock.Grant, bool, error) { return d.confirm(ctx, owner, call, ttl) }
+	}
+	return waitLoop(ctx, w,
 		func(waiter string) (lock.Grant, time.Duration, error) { return d.try(ctx, owner, ttl, waiter, call) },
 		d.leave)
+}
+
+// handOffGrace bounds the lease a PostgreSQL release hands to a waiter
+// until the waiter confirms it (pgConfirm), so that a waiter that died
+// without leaving the queue blocks the lock for this long, not its TTL.
+const handOffGrace = 2 * time.Second
+
+// confirm takes a lock a release handed to call (see pgRelease): ok is
+// false when it was not, or the hand-off's grace passed.
+func (d *dbDriver) confirm(ctx context.Context, owner, call string, ttl time.Duration) (g lock.Grant, ok bool, err error) {
+	err = retry(ctx, true, func() error {
+		return d.db.QueryRowContext(ctx, pgConfirm, d.name, owner, call, ttl.Microseconds()).Scan(&g.Token)
+	})
+	if errors.Is(err, sql.ErrNoRows) {
+		return lock.Grant{}, false, nil
+	}
+	if err != nil {
+		return lock.Grant{}, false, fmt.Errorf("sqllock: acquire %q: %w", d.name, err)
+	}
+	return g, true, nil
 }
 
 // undo takes back the hold level that call took for owner, if an attempt
@@ -448,13 +561,19 @@ func (d *dbDriver) undo(ctx context.Context, owner, call string) error {
 			}
 			var holds sql.NullInt64
 			var notified int64
-			return d.db.QueryRowContext(ctx, pgUndo, d.name, owner, d.channel, call).Scan(&holds, &notified)
+			return d.db.QueryRowContext(ctx, pgUndo, d.name, owner, d.channel, handOffGrace.Microseconds(), call).
+				Scan(&holds, &notified)
 		}
 		if _, err := d.db.ExecContext(ctx, myTouch, d.name); err != nil {
 			return err
 		}
-		_, err := d.db.ExecContext(ctx, myUndo, d.name, owner, call)
-		return err
+		if _, err := d.db.ExecContext(ctx, myUndo, d.name, owner, call); err != nil {
+			return err
+		}
+		if p := pins.get(pinKey{d.db, d.name, owner}); p != nil {
+			p.release(ctx) // the gate, if owner no longer holds the lock
+		}
+		return nil
 	})
 }
 
@@ -499,6 +618,9 @@ type waitSpec struct {
 	channel string    // PostgreSQL notification channel of the lock
 	waiter  string    // the call's id in the queue; "": it does not queue
 	maxPoll time.Duration
+	// confirm, if set, takes a lock that a release handed to the waiter
+	// (a notification flagged as a hand-off); ok false: it was not.
+	confirm func() (g lock.Grant, ok bool, err error)
 }
 
 // waitLoop is the waiting Acquire of every lock of the package. try makes
@@ -519,7 +641,17 @@ func waitLoop(ctx context.Context, w waitSpec, try func(waiter string) (lock.Gra
 			leave(ctx, w.waiter)
 		}
 	}()
+	var sub *subscription
 	var wake, listening <-chan struct{}
+	if w.ln != nil && w.waiter != "" {
+		// The lock's channel is LISTENed already (others wait): subscribe
+		// before the first attempt, so that a release right after it
+		// reaches this waiter without an attempt more.
+		if sub = w.ln.subscribeListening(w.channel, w.waiter); sub != nil {
+			defer sub.close()
+			wake = sub.c
+		}
+	}
 	backoff := minBackoff
 	for {
 		g, hint, err := try(w.waiter)
@@ -539,11 +671,19 @@ func waitLoop(ctx context.Context, w waitSpec, try func(waiter string) (lock.Gra
 			// uncontended Lock costs no listening. A release between
 			// that attempt and the LISTEN is caught by the attempt made
 			// as soon as the LISTEN is in effect (or by the back-off).
-			sub := w.ln.subscribe(w.channel, w.waiter)
+			sub = w.ln.subscribe(w.channel, w.waiter)
 			defer sub.close()
 			wake, listening = sub.c, sub.ready
 		}
 		delay := min(backoff, w.maxPoll)
+		if sub != nil && listening == nil && w.confirm != nil {
+			// Listening, on a lock whose release hands it on: the poll
+			// only makes up for a notification that was missed (a release
+			// that did not see this waiter's queue entry yet), and a
+			// waiter's turn in the queue often takes longer than
+			// minBackoff, so the poll starts later.
+			delay = min(max(delay, minListeningPoll), w.maxPoll)
+		}
 		if hint > 0 {
 			delay = min(delay, hint+time.Millisecond)
 		}
@@ -554,6 +694,16 @@ func waitLoop(ctx context.Context, w waitSpec, try func(waiter string) (lock.Gra
 			t.Stop()
 			return lock.Grant{}, ctx.Err()
 		case <-wake:
+			if sub.handed.Swap(false) && w.confirm != nil {
+				g, ok, err := w.confirm()
+				if err != nil {
+					return lock.Grant{}, err
+				}
+				if ok {
+					queued = false // the release took the waiter out of the queue
+					return g, nil
+				}
+			}
 		case <-listening:
 			listening = nil
 		case <-t.C:
@@ -579,6 +729,7 @@ func (d *dbDriver) leave(ctx context.Context, waiter string) {
 // Extend implements lock.Driver.
 func (d *dbDriver) Extend(ctx context.Context, owner string, ttl time.Duration) error {
 	var res sql.Result
+	start := time.Now()
 	err := retry(ctx, true, func() (err error) {
 		if d.dialect == Postgres {
 			res, err = d.db.ExecContext(ctx, pgExtend, d.name, owner, ttl.Microseconds())
@@ -588,7 +739,18 @@ func (d *dbDriver) Extend(ctx context.Context, owner string, ttl time.Duration) 
 		}
 		return err
 	})
-	return affected(res, err, "extend", d.name)
+	err = affected(res, err, "extend", d.name)
+	if d.dialect == MySQL {
+		if p := pins.get(pinKey{d.db, d.name, owner}); p != nil {
+			switch {
+			case err == nil:
+				p.extend(start.Add(ttl), false)
+			case errors.Is(err, lock.ErrNotHeld):
+				p.release(ctx)
+			}
+		}
+	}
+	return err
 }
 
 // Release implements lock.Driver.
@@ -599,7 +761,8 @@ func (d *dbDriver) Release(ctx context.Context, owner string) error {
 		// Not repeated after a terminated session: releasing twice could
 		// drop another hold level of a reentrant owner.
 		err := retry(ctx, false, func() error {
-			return d.db.QueryRowContext(ctx, pgRelease, d.name, owner, d.channel).Scan(&holds, &notified)
+			return d.db.QueryRowContext(ctx, pgRelease, d.name, owner, d.channel, handOffGrace.Microseconds()).
+				Scan(&holds, &notified)
 		})
 		if err != nil {
 			return fmt.Errorf("sqllock: release %q: %w", d.name, err)
@@ -608,6 +771,23 @@ func (d *dbDriver) Release(ctx context.Context, owner string) error {
 			return lock.ErrNotHeld
 		}
 		return nil
+	}
+	if p := pins.get(pinKey{d.db, d.name, owner}); p != nil {
+		// On the session that holds the gate: one statement releases the
+		// level and, with the last one, the gate.
+		res, used, err := p.unlock(ctx, d.o.Owner == "")
+		if used {
+			return affected(res, nil, "release", d.name)
+		}
+		if err != nil && d.o.Owner != "" {
+			// Not repeated: it may have been applied, and a second
+			// release could drop another hold level.
+			return fmt.Errorf("sqllock: release %q: %w", d.name, err)
+		}
+		// The session failed (killed, most likely: then nothing was
+		// applied). A holding without Owner has one level, so the
+		// release may be made again on the pool; if the first was
+		// applied after all, this one reports ErrNotHeld.
 	}
 	var res sql.Result
 	err := retry(ctx, false, func() (err error) {
