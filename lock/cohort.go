@@ -130,44 +130,56 @@ func (k cohortKey) waitTurn(ctx context.Context, owner string, ttl, maxPoll time
 	}
 	t := time.NewTimer(wait)
 	defer t.Stop()
-	select {
-	case tn := <-w.turn:
-		return tn.token, nil
-	case <-t.C:
-		return k.leave(w, true)
-	case <-ctx.Done():
-		if tn, err := k.leave(w, false); err == nil {
-			return tn, nil // its turn came first
+	timer := t.C
+	for {
+		select {
+		case tn := <-w.turn:
+			return tn.token, nil
+		case <-timer:
+			tn, out := k.leave(w, true)
+			if out != handOffPending {
+				return tn, nil
+			}
+			timer = nil // the hand-off under way decides: wait for it or ctx
+		case <-ctx.Done():
+			if tn, out := k.leave(w, false); out == gotTurn {
+				return tn, nil // its turn came first
+			}
+			return 0, ctx.Err()
 		}
-		return 0, ctx.Err()
 	}
 }
 
-// leave ends a wait without a turn (goOn: the timer, the waiter goes to
-// Redis; else ctx ended). A turn that came meanwhile is taken instead, and
-// nil returned with its token; a hand-off under way is left to its caller,
-// who releases what it hands (abandoned). errLeft means the waiter left.
-func (k cohortKey) leave(w *localWaiter, goOn bool) (int64, error) {
+// leaveOutcome is how a wait ended in leave.
+type leaveOutcome int
+
+const (
+	gotTurn        leaveOutcome = iota // the turn came meanwhile: its token is returned
+	left                               // out of the queue without a turn (goOn: trying)
+	handOffPending                     // a hand-off to the waiter is under way (goOn only)
+)
+
+// leave ends a wait without a turn: goOn when its timer fired (the waiter
+// goes to Redis), else its ctx ended. A turn that came meanwhile is taken
+// instead. A hand-off under way decides for the waiter: with goOn the
+// waiter waits for it; else the waiter is marked abandoned, and the
+// hand-off's caller releases what it hands.
+func (k cohortKey) leave(w *localWaiter, goOn bool) (int64, leaveOutcome) {
 	cohorts.Lock()
 	defer cohorts.Unlock()
 	select {
 	case tn := <-w.turn:
-		return tn.token, nil
+		return tn.token, gotTurn
 	default:
 	}
-	c := cohorts.m[k]
-	switch w.state {
-	case handed:
+	if w.state == handed {
 		if goOn {
-			// The hand-off decides: wait for it (it is one round trip).
-			cohorts.Unlock()
-			tn := <-w.turn
-			cohorts.Lock()
-			return tn.token, nil
+			return 0, handOffPending
 		}
 		w.state = abandoned
-		return 0, errLeft
+		return 0, left
 	}
+	c := cohorts.m[k]
 	for i, x := range c.waiters {
 		if x == w {
 			c.waiters = append(c.waiters[:i:i], c.waiters[i+1:]...)
@@ -176,13 +188,9 @@ func (k cohortKey) leave(w *localWaiter, goOn bool) (int64, error) {
 	}
 	if goOn {
 		c.trying++
-		return 0, nil
 	}
-	return 0, errLeft
+	return 0, left
 }
-
-// errLeft is leave's answer when the waiter left without a turn.
-var errLeft = context.Canceled
 
 // done ends a trying call: holding until end when held, else passing the
 // turn on.
