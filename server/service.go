@@ -287,6 +287,7 @@ func NewService(b backend.Backend, opts Options) (*Service, error) {
 		if opts.Metrics != nil {
 			opts.Metrics.watchLocalCache(s.local)
 		}
+		opts.EnvoyStats.WatchLocalCache(s.local)
 	}
 	return s, nil
 }

@@ -137,7 +137,7 @@ var envoyEnvVars = []envoyEnvVar{
 	{"REDIS_PERSECOND_PIPELINE_LIMIT", envIgnored, "see REDIS_PERSECOND"},
 	{"REDIS_PERSECOND_CLUSTER_PIPELINE_PARALLELISM", envIgnored, "see REDIS_PERSECOND"},
 	{"REDIS_HEALTH_CHECK_ACTIVE_CONNECTION", envIgnored, "floodgate's circuit breaker and /readyz follow the store"},
-	{"REDIS_TIMEOUT", envHonoured, "--timeout (per store call)"},
+	{"REDIS_TIMEOUT", envHonoured, "--timeout (per store call; 10s when unset, as envoy)"},
 	{"REDIS_PERSECOND_TIMEOUT", envIgnored, "see REDIS_PERSECOND"},
 	{"REDIS_POOL_ON_EMPTY_BEHAVIOR", envIgnored, "floodgate's client pipelines by itself"},
 	{"REDIS_PERSECOND_POOL_ON_EMPTY_BEHAVIOR", envIgnored, "see REDIS_PERSECOND"},
@@ -179,6 +179,7 @@ const (
 	envoyRemainHeader  = "RateLimit-Remaining"
 	envoyResetHeader   = "RateLimit-Reset"
 	envoyNearLimitDflt = 0.8
+	envoyRedisTimeout  = 10 * time.Second // REDIS_TIMEOUT's default
 )
 
 // envoySettings is what envoy's variables say, for runServe.
@@ -323,6 +324,9 @@ func readEnvoyEnv(lookup func(string) (string, bool)) (*envoySettings, error) {
 		}
 		es.sentinelPassword = pass
 	}
+	// envoyproxy/ratelimit waits up to REDIS_TIMEOUT, 10 s by default, for
+	// Redis; floodgate's own 50 ms would fail calls envoy answers.
+	es.flags["timeout"] = envoyRedisTimeout.String()
 	if v, ok := lookup("REDIS_TIMEOUT"); ok && v != "" {
 		d, err := time.ParseDuration(v)
 		if err != nil || d <= 0 {

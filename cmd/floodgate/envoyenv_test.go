@@ -72,7 +72,8 @@ func TestReadEnvoyEnv(t *testing.T) {
 		pass  string
 	}{
 		{map[string]string{}, map[string]string{
-			"config": "/srv/runtime_data/current/config", "redis": "unix:///var/run/nutcracker/ratelimit.sock"}, ""},
+			"config": "/srv/runtime_data/current/config", "redis": "unix:///var/run/nutcracker/ratelimit.sock",
+			"timeout": "10s"}, ""},
 		{map[string]string{"REDIS_SOCKET_TYPE": "tcp", "REDIS_URL": "redis:6379", "REDIS_AUTH": "secret",
 			"RUNTIME_ROOT": "/data", "RUNTIME_SUBDIRECTORY": "ratelimit", "PORT": "9080", "GRPC_PORT": "9081",
 			"LOG_LEVEL": "WARNING", "LOG_FORMAT": "JSON", "CACHE_KEY_PREFIX": "rl_", "REDIS_TIMEOUT": "250ms",
