@@ -49,9 +49,13 @@ type Config struct {
 	// serves each valid push.
 	XDS *XDSOptions
 
-	Token        string // bearer token required on HTTP and gRPC; "" for none
-	TLSCertFile  string // both set: TLS on both listeners
-	TLSKeyFile   string
+	Token       string // bearer token required on HTTP and gRPC; "" for none
+	TLSCertFile string // both set: TLS on both listeners (gRPC only with TLSGRPCOnly)
+	TLSKeyFile  string
+	// TLSGRPCOnly keeps the HTTP listener plaintext: TLS, and client
+	// certificates, on the gRPC listener only (envoyproxy/ratelimit's
+	// GRPC_SERVER_USE_TLS).
+	TLSGRPCOnly  bool
 	MaxBodyBytes int64 // HTTP body and gRPC message limit; DefaultMaxBodyBytes when 0
 
 	// TLSClientCAFile, with TLS, turns on mutual TLS: both listeners
@@ -219,6 +223,9 @@ func New(c Config) (*Server, error) {
 	httpTLS, grpcTLS, err := listenerTLS(c) // tlsreload.go
 	if err != nil {
 		return nil, err
+	}
+	if c.TLSGRPCOnly {
+		httpTLS = nil
 	}
 	if c.HTTPAddr != "" {
 		ln, err := listen(c.HTTPAddr)

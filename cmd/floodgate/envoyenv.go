@@ -58,10 +58,10 @@ var envoyEnvVars = []envoyEnvVar{
 	{"GRPC_PORT", envHonoured, "--grpc-addr GRPC_HOST:GRPC_PORT"},
 	{"GRPC_MAX_CONNECTION_AGE", envIgnored, "floodgate closes idle connections instead (--grpc-max-idle)"},
 	{"GRPC_MAX_CONNECTION_AGE_GRACE", envIgnored, "see GRPC_MAX_CONNECTION_AGE"},
-	{"GRPC_SERVER_USE_TLS", envRefused, "true is refused (it would serve plaintext): use --tls-cert and --tls-key, TLS on both APIs"},
-	{"GRPC_SERVER_TLS_CERT", envIgnored, "see GRPC_SERVER_USE_TLS"},
-	{"GRPC_SERVER_TLS_KEY", envIgnored, "see GRPC_SERVER_USE_TLS"},
-	{"GRPC_CLIENT_TLS_CACERT", envHonoured, "--tls-client-ca (with --tls-cert: both APIs require client certificates)"},
+	{"GRPC_SERVER_USE_TLS", envHonoured, "true: --tls-grpc-only with GRPC_SERVER_TLS_CERT and _KEY (TLS on gRPC only, as envoy; --tls-cert and --tls-key give TLS on both APIs)"},
+	{"GRPC_SERVER_TLS_CERT", envHonoured, "--tls-cert (with GRPC_SERVER_USE_TLS; reloaded when it changes)"},
+	{"GRPC_SERVER_TLS_KEY", envHonoured, "--tls-key (with GRPC_SERVER_USE_TLS)"},
+	{"GRPC_CLIENT_TLS_CACERT", envHonoured, "--tls-client-ca (with GRPC_SERVER_USE_TLS: gRPC clients need certificates; with --tls-cert: both APIs)"},
 	{"GRPC_CLIENT_TLS_SAN", envHonoured, "--tls-client-san"},
 	{"LOG_LEVEL", envHonoured, "--log-level (trace → debug; fatal, panic → error)"},
 	{"LOG_FORMAT", envHonoured, "--log-format (text, json)"},
@@ -232,7 +232,15 @@ func readEnvoyEnv(lookup func(string) (string, bool)) (*envoySettings, error) {
 		bad("CONFIG_TYPE", "%q is not supported: FILE (RUNTIME_ROOT) or GRPC_XDS_SOTW (an xDS management server)", configType)
 	}
 	if boolean("GRPC_SERVER_USE_TLS", false) {
-		bad("GRPC_SERVER_USE_TLS", "gRPC-only TLS is not supported: use --tls-cert and --tls-key (TLS on both the gRPC and the HTTP API)")
+		// envoyproxy/ratelimit serves TLS on gRPC only; HTTP stays plaintext.
+		cert, key := get("GRPC_SERVER_TLS_CERT", ""), get("GRPC_SERVER_TLS_KEY", "")
+		switch {
+		case cert == "":
+			bad("GRPC_SERVER_TLS_CERT", "is empty: GRPC_SERVER_USE_TLS=true needs a certificate file")
+		case key == "":
+			bad("GRPC_SERVER_TLS_KEY", "is empty: GRPC_SERVER_USE_TLS=true needs a key file")
+		}
+		es.flags["tls-cert"], es.flags["tls-key"], es.flags["tls-grpc-only"] = cert, key, "true"
 	}
 
 	// Listeners.
