@@ -199,11 +199,14 @@ func (c *localCache) remember(key []byte, n int64, r ratelimit.Result, start tim
 // localCheck looks the store requests of gate up in the cache, at now. It
 // fills results of those answered from it and returns which they are; nil
 // when none is (or there is no cache). Unless each (the requests are counted
-// each on its own, as envoy's mode does by default), either all are answered
-// from it or none: a request that is over a limit consumes nothing from its
-// others, so the store is asked for all of them, which decides as it did
-// (the cached one is still over), or for none.
-func (s *Service) localCheck(rs *ruleset, limits []*config.Limit, gate []ratelimit.Request, gateIdx []int, results []ratelimit.Result, now time.Time, each bool) []bool {
+// each on its own, as envoy's mode does by default) or partial, either all
+// are answered from it or none: a request that is over a limit consumes
+// nothing from its others, so the store is asked for all of them, which
+// decides as it did (the cached one is still over), or for none. With
+// partial (envoy's STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT), the hits are
+// returned as with each; the caller then reads the others without counting
+// them, as envoy does.
+func (s *Service) localCheck(rs *ruleset, limits []*config.Limit, gate []ratelimit.Request, gateIdx []int, results []ratelimit.Result, now time.Time, each, partial bool) []bool {
 	c := s.local
 	if c == nil {
 		return nil
@@ -234,7 +237,7 @@ func (s *Service) localCheck(rs *ruleset, limits []*config.Limit, gate []ratelim
 		}
 		results[j] = r
 	}
-	if missed && !each {
+	if missed && !each && !partial {
 		return nil
 	}
 	if c.hits != nil && n > 0 {

@@ -442,8 +442,21 @@ func (s *Service) Decide(ctx context.Context, req *Request) (*Response, error) {
 		var err error
 		start := s.localNow()
 		each := envoy && !s.opts.Envoy.StopIncrementWhenOverLimit && len(gate) > 1
-		hit := s.localCheck(rs, limits, gate, gateIdx, results, start, each)
-		if hit != nil {
+		stop := envoy && s.opts.Envoy.StopIncrementWhenOverLimit
+		hit := s.localCheck(rs, limits, gate, gateIdx, results, start, each, stop)
+		if hit != nil && stop {
+			// STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT: a descriptor the
+			// local cache holds over its limit stops the others being
+			// counted; they are read (a cost of 0), as envoy's INCRBY 0.
+			peek := make([]ratelimit.Request, len(gate))
+			for j, q := range gate {
+				if !hit[j] {
+					q.N = 0
+				}
+				peek[j] = q
+			}
+			err = s.localAllow(ctx, peek, results, hit)
+		} else if hit != nil {
 			err = s.localAllow(ctx, gate, results, hit)
 		} else if each {
 			// envoyproxy/ratelimit counts every descriptor on its own.
@@ -490,7 +503,7 @@ func (s *Service) Decide(ctx context.Context, req *Request) (*Response, error) {
 			N:       req.Descriptors[i].Cost,
 		}}
 		start := s.localNow()
-		if s.localCheck(rs, limits, one, []int{i}, r[:], start, false) != nil {
+		if s.localCheck(rs, limits, one, []int{i}, r[:], start, false, false) != nil {
 			st.Remaining, st.RetryAfter, st.ResetAfter = r[0].Remaining, r[0].RetryAfter, r[0].ResetAfter
 			st.Shadow = true
 			s.envoyStatsLocalCache(envoyRules, i, l, req.Descriptors[i].Cost)

@@ -106,8 +106,16 @@ func statsDump(m map[string]uint64) string {
 // every descriptor with a limit is looked up, a hit is one the cache answers
 // OVER_LIMIT. The sequence and the values are envoyproxy/ratelimit's
 // (f2fb157, test/integration/integration_test.go, testBasicBaseConfig with
-// a local cache), less its one lookup of another domain.
+// a local cache), less its one lookup of another domain. With
+// STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT, a descriptor the cache holds over
+// its limit stops the others of its request being counted (they are read),
+// as envoy's.
 func TestEnvoyCompatLocalCacheStats(t *testing.T) {
+	t.Run("counted each", func(t *testing.T) { testEnvoyLocalCacheStats(t, false) })
+	t.Run("stop increment when over limit", func(t *testing.T) { testEnvoyLocalCacheStats(t, true) })
+}
+
+func testEnvoyLocalCacheStats(t *testing.T, stop bool) {
 	u := testenv.ListenStatsd(t)
 	r := testenv.NewRedis(t)
 	const cfg = `domain: another
@@ -119,7 +127,7 @@ descriptors:
 `
 	s := startEnvoyCompat(t, r, envoyRuntime(t, cfg), "LOCAL_CACHE_SIZE_IN_BYTES=1000",
 		"STATSD_HOST=127.0.0.1", "STATSD_PORT="+strconv.Itoa(u.Port()),
-		"STATSD_PROTOCOL=udp", "STATS_FLUSH_INTERVAL=100ms")
+		"STATSD_PROTOCOL=udp", "STATS_FLUSH_INTERVAL=100ms", "STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT="+strconv.FormatBool(stop))
 	avoidWindowEdge(time.Minute, 15*time.Second)
 
 	// 25 hits of 20 per minute: the 21st is over (the store said so), the
@@ -134,13 +142,18 @@ descriptors:
 	}
 	// 15 requests of two descriptors: key3_local (10 per hour) is over from
 	// the 11th, and answered by the cache from the 12th; key2_local ("b")
-	// is looked up every time and never over.
+	// is looked up every time and never over. With stop, key2_local is not
+	// counted once key3_local is over: it stays at 10 left.
 	for i := range 15 {
 		resp := s.mustRL(request("another", entries("key2_local", "b"), entries("key3_local", "b")))
+		left2 := uint32(19 - i)
+		if stop && i >= 10 {
+			left2 = 10
+		}
 		if i < 10 {
-			checkResponse(t, fmt.Sprint("key2+key3 ", i), resp, ok(20, minute, uint32(19-i)), ok(10, hour, uint32(9-i)))
+			checkResponse(t, fmt.Sprint("key2+key3 ", i), resp, ok(20, minute, left2), ok(10, hour, uint32(9-i)))
 		} else {
-			checkResponse(t, fmt.Sprint("key2+key3 ", i), resp, ok(20, minute, uint32(19-i)), over(10, hour, 0))
+			checkResponse(t, fmt.Sprint("key2+key3 ", i), resp, ok(20, minute, left2), over(10, hour, 0))
 		}
 	}
 
