@@ -386,7 +386,7 @@ func (s *Server) Reload() error {
 	var cfg *config.Config
 	if err == nil {
 		e := &s.cfg.Service.Envoy
-		cfg, err = config.LoadWith(s.cfg.ConfigPath, config.LoadOptions{MergeDomains: e.Enabled && e.MergeDomainConfig, Envoy: e.Enabled})
+		cfg, err = config.LoadWith(s.cfg.ConfigPath, config.LoadOptions{MergeDomains: e.Enabled && e.MergeDomainConfig, Envoy: e.Enabled, EmptyDirectory: e.Enabled})
 	}
 	if err == nil {
 		err = s.svc.SetConfig(cfg, version)
