@@ -161,7 +161,9 @@ type Server struct {
 	version  string
 	rejected string // fingerprint of the last rejected configuration, counted and logged once
 
-	xds *xdsClient // the xDS configuration source, or nil
+	xds          *xdsClient    // the xDS configuration source, or nil
+	xdsFirst     chan struct{} // closed once the first push is applied
+	xdsFirstOnce sync.Once
 }
 
 // New loads the configuration (an invalid one is an error naming file, line
@@ -201,6 +203,7 @@ func New(c Config) (*Server, error) {
 	s.svc = svc
 	s.dash = newDashboard(svc, s.metrics)
 	if c.XDS != nil {
+		s.xdsFirst = make(chan struct{})
 		if s.xds, err = newXDSClient(*c.XDS, s.applyXDS, c.Logger); err != nil {
 			return nil, err
 		}
@@ -454,6 +457,20 @@ func fingerprint(path string) (string, error) {
 // an error when a listener fails.
 func (s *Server) Serve(ctx context.Context) error {
 	errc := make(chan error, 2)
+	if s.xds != nil {
+		xctx, cancel := context.WithCancel(ctx)
+		defer cancel()
+		go s.xds.run(xctx)
+		if s.cfg.XDS.WaitFirst {
+			s.log.Info("xDS: waiting for the first configuration before serving", "xds", s.cfg.XDS.Address)
+			select {
+			case <-s.xdsFirst:
+			case <-ctx.Done():
+				s.closeListeners()
+				return nil
+			}
+		}
+	}
 	if s.httpSrv != nil {
 		go func() {
 			if err := s.httpSrv.Serve(s.httpLn); err != nil && !errors.Is(err, http.ErrServerClosed) {
@@ -470,11 +487,6 @@ func (s *Server) Serve(ctx context.Context) error {
 				errc <- fmt.Errorf("server: gRPC: %w", err)
 			}
 		}()
-	}
-	if s.xds != nil {
-		xctx, cancel := context.WithCancel(ctx)
-		defer cancel()
-		go s.xds.run(xctx)
 	}
 	var tick <-chan time.Time
 	if s.cfg.ReloadInterval > 0 && s.xds == nil {

@@ -66,7 +66,7 @@ var envoyEnvVars = []envoyEnvVar{
 	{"LOG_LEVEL", envHonoured, "--log-level (trace → debug; fatal, panic → error)"},
 	{"LOG_FORMAT", envHonoured, "--log-format (text, json)"},
 	{"CONFIG_TYPE", envHonoured, "FILE → --config (RUNTIME_ROOT); GRPC_XDS_SOTW → --config-xds CONFIG_GRPC_XDS_SERVER_URL; anything else is refused"},
-	{"FORCE_START_WITHOUT_INITIAL_CONFIG", envHonoured, "envoy compatibility always starts without a valid initial configuration"},
+	{"FORCE_START_WITHOUT_INITIAL_CONFIG", envHonoured, "false (envoy's default): with GRPC_XDS_SOTW, the APIs serve once the first push has come (--config-xds-wait); from files, envoy compatibility always starts, with or without a valid configuration"},
 	{"CONFIG_GRPC_XDS_NODE_ID", envHonoured, "--config-xds-node-id (default \"default\", as envoy)"},
 	{"CONFIG_GRPC_XDS_NODE_METADATA", envHonoured, "--config-xds-node-metadata (k1=v1,k2=v2)"},
 	{"CONFIG_GRPC_XDS_SERVER_URL", envHonoured, "--config-xds (default localhost:18000, as envoy)"},
