@@ -565,7 +565,9 @@ func (s *Service) validate(req *Request) error {
 		return inputErrorf("%d descriptors: at most %d are accepted", len(req.Descriptors), s.opts.MaxDescriptors)
 	}
 	for i, d := range req.Descriptors {
-		if len(d.Entries) == 0 {
+		if len(d.Entries) == 0 && !s.opts.Envoy.Enabled {
+			// envoyproxy/ratelimit matches no limit to it (and counts
+			// domain_not_found for an unknown domain).
 			return inputErrorf("descriptors[%d] has no entries", i)
 		}
 		if len(d.Entries) > s.opts.MaxEntries {

@@ -178,6 +178,22 @@ func TestEnvoyCompatResponses(t *testing.T) {
 		}
 	})
 
+	t.Run("a descriptor without entries", func(t *testing.T) {
+		// test/config TestBasicConfig: no limit matches it, in a known
+		// domain or an unknown one; the request is answered, not refused.
+		for _, domain := range []string{"envoy-compat", "foo_domain"} {
+			resp, err := s.rl(request(domain, entries(), entries("per_minute", "w")))
+			if err != nil {
+				t.Fatalf("%s: %v", domain, err)
+			}
+			if domain == "envoy-compat" {
+				checkResponse(t, domain, resp, noLimit, ok(3, minute, 2))
+			} else {
+				checkResponse(t, domain, resp, noLimit, noLimit)
+			}
+		}
+	})
+
 	t.Run("health", func(t *testing.T) {
 		hc := healthpb.NewHealthClient(s.conn)
 		for _, name := range []string{"ratelimit", ""} {
