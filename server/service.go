@@ -378,6 +378,8 @@ func (s *Service) StoreHealth() (open, total int) { return s.breakers.open() }
 // it and never change the codes.
 func (s *Service) Decide(ctx context.Context, req *Request) (*Response, error) {
 	envoy := s.opts.Envoy.Enabled
+	ctx, endSpan := s.envoyExecutionSpan(ctx)
+	defer endSpan()
 	if envoy && req != nil {
 		// envoyproxy/ratelimit's checks, in its order, with its texts.
 		switch {
