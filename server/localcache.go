@@ -204,8 +204,8 @@ func (c *localCache) remember(key []byte, n int64, r ratelimit.Result, start tim
 // nothing from its others, so the store is asked for all of them, which
 // decides as it did (the cached one is still over), or for none. With
 // partial (envoy's STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT), the hits are
-// returned as with each; the caller then reads the others without counting
-// them, as envoy does.
+// returned even then, for the caller to count them as envoy counts its
+// local cache's denials, while it asks the store for all of them.
 func (s *Service) localCheck(rs *ruleset, limits []*config.Limit, gate []ratelimit.Request, gateIdx []int, results []ratelimit.Result, now time.Time, each, partial bool) []bool {
 	c := s.local
 	if c == nil {
@@ -240,7 +240,7 @@ func (s *Service) localCheck(rs *ruleset, limits []*config.Limit, gate []ratelim
 	if missed && !each && !partial {
 		return nil
 	}
-	if c.hits != nil && n > 0 {
+	if c.hits != nil && n > 0 && (!missed || each) { // else the store is asked for all
 		c.hits.Add(float64(n))
 	}
 	return hit

@@ -446,18 +446,13 @@ func (s *Service) Decide(ctx context.Context, req *Request) (*Response, error) {
 		each := envoy && !s.opts.Envoy.StopIncrementWhenOverLimit && len(gate) > 1
 		stop := envoy && s.opts.Envoy.StopIncrementWhenOverLimit
 		hit := s.localCheck(rs, limits, gate, gateIdx, results, start, each, stop)
-		if hit != nil && stop {
-			// STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT: a descriptor the
-			// local cache holds over its limit stops the others being
-			// counted; they are read (a cost of 0), as envoy's INCRBY 0.
-			peek := make([]ratelimit.Request, len(gate))
-			for j, q := range gate {
-				if !hit[j] {
-					q.N = 0
-				}
-				peek[j] = q
-			}
-			err = s.localAllow(ctx, peek, results, hit)
+		if hit != nil && stop && slices.Contains(hit, false) {
+			// STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT, some descriptors
+			// cached: the store decides them all at once (a request over
+			// one limit counts none), so the answers are those without the
+			// cache; the cached ones are counted as envoy counts its local
+			// cache's denials (over_limit_with_local_cache).
+			_, err = s.allow(ctx, gate, results)
 		} else if hit != nil {
 			err = s.localAllow(ctx, gate, results, hit)
 		} else if each {
