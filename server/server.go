@@ -29,6 +29,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/floodgate-dev/floodgate/backend"
+	"github.com/floodgate-dev/floodgate/ratelimit"
 	"github.com/floodgate-dev/floodgate/server/config"
 )
 
@@ -155,7 +156,8 @@ type Server struct {
 	grpcSrv        *grpc.Server
 	conns          *connLimit // over both listeners
 
-	draining atomic.Bool // set on shutdown: health checks fail
+	draining  atomic.Bool // set on shutdown: health checks fail
+	storeDown atomic.Bool // EnvoyOptions.HealthFollowsStore: the last probe failed
 
 	reloadMu sync.Mutex
 	version  string
@@ -326,7 +328,42 @@ const HealthService = "ratelimit"
 // HealthyWithAtLeastOneConfig, until a configuration with a domain is
 // loaded.
 func (s *Server) Healthy() bool {
-	return !s.draining.Load() && s.svc.envoyHealthy()
+	return !s.draining.Load() && !s.storeDown.Load() && s.svc.envoyHealthy()
+}
+
+// probeStore checks, every HealthProbeInterval until ctx ends, that the
+// store answers (a peek of a fixed window, within the store timeout), and
+// publishes the health when that changes (EnvoyOptions.HealthFollowsStore).
+func (s *Server) probeStore(ctx context.Context) {
+	probe, err := ratelimit.New(s.cfg.Backend, ratelimit.FixedWindow{Limit: 1, Window: time.Second})
+	if err != nil {
+		s.log.Error("store health probe", "error", err)
+		return
+	}
+	timeout := max(s.cfg.Service.Timeout, 100*time.Millisecond)
+	t := time.NewTicker(HealthProbeInterval)
+	defer t.Stop()
+	for {
+		pctx, cancel := context.WithTimeout(ctx, timeout)
+		_, err := probe.AllowN(pctx, "envoy-health-probe", 0)
+		cancel()
+		if ctx.Err() != nil {
+			return
+		}
+		if down := err != nil; s.storeDown.Swap(down) != down {
+			if down {
+				s.log.Warn("the store does not answer: health checks fail until it does (REDIS_HEALTH_CHECK_ACTIVE_CONNECTION)", "error", err)
+			} else {
+				s.log.Info("the store answers again: health checks pass")
+			}
+			s.setHealth()
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
 }
 
 // setHealth publishes Healthy on the gRPC health service.
@@ -487,6 +524,11 @@ func (s *Server) Serve(ctx context.Context) error {
 				errc <- fmt.Errorf("server: gRPC: %w", err)
 			}
 		}()
+	}
+	if e := s.cfg.Service.Envoy; e.Enabled && e.HealthFollowsStore {
+		pctx, cancel := context.WithCancel(ctx)
+		defer cancel()
+		go s.probeStore(pctx)
 	}
 	var tick <-chan time.Time
 	if s.cfg.ReloadInterval > 0 && s.xds == nil {

@@ -359,3 +359,37 @@ func TestEnvoyCompatEmptyConfigDirectory(t *testing.T) {
 	waitHealth(healthpb.HealthCheckResponse_NOT_SERVING, http.StatusInternalServerError)
 	checkResponse(t, "the file removed", s.mustRL(request("envoy-compat", entries("per_minute", "e"))), noLimit)
 }
+
+// TestEnvoyCompatHealthFollowsRedis: with REDIS_HEALTH_CHECK_ACTIVE_CONNECTION
+// the health checks pass while Redis answers, fail while it does not, and
+// pass again once it is back (envoyproxy/ratelimit f2fb157, test/server
+// TestHealthCheck and TestGrpcHealthCheck: Redis healthy, failed, healthy).
+func TestEnvoyCompatHealthFollowsRedis(t *testing.T) {
+	r := testenv.NewRedis(t)
+	s := startEnvoyCompat(t, r, envoyRuntime(t, envoyTestConfig), "REDIS_HEALTH_CHECK_ACTIVE_CONNECTION=true", "REDIS_TIMEOUT=300ms")
+	hc := healthpb.NewHealthClient(s.conn)
+	waitHealth := func(what string, want healthpb.HealthCheckResponse_ServingStatus, wantHTTP int) {
+		t.Helper()
+		deadline := time.Now().Add(10 * time.Second)
+		for {
+			resp, err := hc.Check(context.Background(), &healthpb.HealthCheckRequest{Service: "ratelimit"})
+			code, _ := s.get("/healthcheck", "")
+			if err == nil && resp.GetStatus() == want && code == wantHTTP {
+				return
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("%s: Health.Check(ratelimit) = %v, %v, /healthcheck %d; want %v, %d", what, resp, err, code, want, wantHTTP)
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+	}
+	waitHealth("Redis up", healthpb.HealthCheckResponse_SERVING, http.StatusOK)
+	if err := r.Pause(); err != nil {
+		t.Fatal(err)
+	}
+	waitHealth("Redis paused", healthpb.HealthCheckResponse_NOT_SERVING, http.StatusInternalServerError)
+	if err := r.Resume(); err != nil {
+		t.Fatal(err)
+	}
+	waitHealth("Redis back", healthpb.HealthCheckResponse_SERVING, http.StatusOK)
+}

@@ -136,7 +136,7 @@ var envoyEnvVars = []envoyEnvVar{
 	{"REDIS_PERSECOND_PIPELINE_WINDOW", envIgnored, "see REDIS_PERSECOND"},
 	{"REDIS_PERSECOND_PIPELINE_LIMIT", envIgnored, "see REDIS_PERSECOND"},
 	{"REDIS_PERSECOND_CLUSTER_PIPELINE_PARALLELISM", envIgnored, "see REDIS_PERSECOND"},
-	{"REDIS_HEALTH_CHECK_ACTIVE_CONNECTION", envIgnored, "floodgate's circuit breaker and /readyz follow the store"},
+	{"REDIS_HEALTH_CHECK_ACTIVE_CONNECTION", envHonoured, "true: the health checks (/healthcheck, gRPC \"ratelimit\") fail while Redis does not answer a probe (every second) and pass again once it does"},
 	{"REDIS_TIMEOUT", envHonoured, "--timeout (per store call; 10s when unset, as envoy)"},
 	{"REDIS_PERSECOND_TIMEOUT", envIgnored, "see REDIS_PERSECOND"},
 	{"REDIS_POOL_ON_EMPTY_BEHAVIOR", envIgnored, "floodgate's client pipelines by itself"},
@@ -375,6 +375,7 @@ func readEnvoyEnv(lookup func(string) (string, bool)) (*envoySettings, error) {
 		HealthyWithAtLeastOneConfig: boolean("HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED", false),
 		DynamicMetadata:             boolean("RESPONSE_DYNAMIC_METADATA", false),
 		MergeDomainConfig:           boolean("MERGE_DOMAIN_CONFIG", false),
+		HealthFollowsStore:          boolean("REDIS_HEALTH_CHECK_ACTIVE_CONNECTION", false),
 	}
 	es.stats = readEnvoyStats(lookup, boolean, bad)
 	readEnvoyTracing(es.flags, get, boolean, bad)
