@@ -64,7 +64,16 @@ type EnvoyOptions struct {
 	// domain merge (config.LoadOptions.MergeDomains) rather than being an
 	// error.
 	MergeDomainConfig bool
+	// HealthFollowsStore is REDIS_HEALTH_CHECK_ACTIVE_CONNECTION: health
+	// checks also fail while the store does not answer (a probe every
+	// HealthProbeInterval, envoy's connection events), and pass again once it
+	// does.
+	HealthFollowsStore bool
 }
+
+// HealthProbeInterval is how often the store is probed under
+// EnvoyOptions.HealthFollowsStore.
+const HealthProbeInterval = time.Second
 
 // Envoy's error texts, which its clients see.
 const (

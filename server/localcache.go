@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/coocood/freecache"
@@ -43,6 +44,10 @@ type localCache struct {
 	exact bool               // clk is the store's clock
 	hits  prometheus.Counter // nil without metrics
 
+	// lookups and found count lookups of a cost and those that found a
+	// denial that still holds (envoy's lookupCount and hitCount).
+	lookups, found atomic.Int64
+
 	mu   sync.Mutex
 	gens map[string]limitGen // by limit path, across configurations
 	next uint64
@@ -71,6 +76,18 @@ func newLocalCache(size int, clk clock.Clock) *localCache {
 		next:  1,
 	}
 }
+
+// The counts envoystats.WatchLocalCache sends: freecache's, but for
+// lookups, hits and misses, which count the cache's answers (a denial
+// found, or not), as envoyproxy/ratelimit's freecache Get counts them.
+func (c *localCache) EvacuateCount() int64     { return c.c.EvacuateCount() }
+func (c *localCache) ExpiredCount() int64      { return c.c.ExpiredCount() }
+func (c *localCache) EntryCount() int64        { return c.c.EntryCount() }
+func (c *localCache) AverageAccessTime() int64 { return c.c.AverageAccessTime() }
+func (c *localCache) OverwriteCount() int64    { return c.c.OverwriteCount() }
+func (c *localCache) LookupCount() int64       { return c.lookups.Load() }
+func (c *localCache) HitCount() int64          { return c.found.Load() }
+func (c *localCache) MissCount() int64         { return c.lookups.Load() - c.found.Load() }
 
 // freecacheTimer gives freecache the backend's clock (in whole seconds: its
 // TTLs only bound how long an entry is kept; until, in the value, decides).
@@ -127,6 +144,7 @@ func (c *localCache) lookup(key []byte, n int64, now time.Time) (ratelimit.Resul
 	if n <= 0 {
 		return ratelimit.Result{}, false // a peek is never denied
 	}
+	c.lookups.Add(1)
 	var v [localValueSize]byte
 	val, err := c.c.GetWithBuf(key, v[:])
 	if err != nil || len(val) != localValueSize {
@@ -144,6 +162,7 @@ func (c *localCache) lookup(key []byte, n int64, now time.Time) (ratelimit.Resul
 	if n < cost {
 		return ratelimit.Result{}, false
 	}
+	c.found.Add(1)
 	return ratelimit.Result{
 		Remaining:  rem,
 		RetryAfter: left,
@@ -180,17 +199,21 @@ func (c *localCache) remember(key []byte, n int64, r ratelimit.Result, start tim
 // localCheck looks the store requests of gate up in the cache, at now. It
 // fills results of those answered from it and returns which they are; nil
 // when none is (or there is no cache). Unless each (the requests are counted
-// each on its own, as envoy's mode does by default), either all are answered
-// from it or none: a request that is over a limit consumes nothing from its
-// others, so the store is asked for all of them, which decides as it did
-// (the cached one is still over), or for none.
-func (s *Service) localCheck(rs *ruleset, limits []*config.Limit, gate []ratelimit.Request, gateIdx []int, results []ratelimit.Result, now time.Time, each bool) []bool {
+// each on its own, as envoy's mode does by default) or partial, either all
+// are answered from it or none: a request that is over a limit consumes
+// nothing from its others, so the store is asked for all of them, which
+// decides as it did (the cached one is still over), or for none. With
+// partial (envoy's STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT), the hits are
+// returned even then, for the caller to count them as envoy counts its
+// local cache's denials, while it asks the store for all of them.
+func (s *Service) localCheck(rs *ruleset, limits []*config.Limit, gate []ratelimit.Request, gateIdx []int, results []ratelimit.Result, now time.Time, each, partial bool) []bool {
 	c := s.local
 	if c == nil {
 		return nil
 	}
 	var hit []bool
 	n := 0
+	missed := false
 	var buf [256]byte
 	for j, q := range gate {
 		l := limits[gateIdx[j]]
@@ -199,9 +222,9 @@ func (s *Service) localCheck(rs *ruleset, limits []*config.Limit, gate []ratelim
 			r, ok = c.lookup(c.key(buf[:0], rs, l, q.Key), q.N, now)
 		}
 		if !ok {
-			if !each {
-				return nil
-			}
+			// Unless each, one miss means none is answered; the others
+			// are still looked up, as envoy looks every descriptor up.
+			missed = true
 			continue
 		}
 		if hit == nil {
@@ -214,7 +237,10 @@ func (s *Service) localCheck(rs *ruleset, limits []*config.Limit, gate []ratelim
 		}
 		results[j] = r
 	}
-	if c.hits != nil && n > 0 {
+	if missed && !each && !partial {
+		return nil
+	}
+	if c.hits != nil && n > 0 && (!missed || each) { // else the store is asked for all
 		c.hits.Add(float64(n))
 	}
 	return hit

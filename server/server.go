@@ -29,6 +29,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/floodgate-dev/floodgate/backend"
+	"github.com/floodgate-dev/floodgate/ratelimit"
 	"github.com/floodgate-dev/floodgate/server/config"
 )
 
@@ -49,9 +50,13 @@ type Config struct {
 	// serves each valid push.
 	XDS *XDSOptions
 
-	Token        string // bearer token required on HTTP and gRPC; "" for none
-	TLSCertFile  string // both set: TLS on both listeners
-	TLSKeyFile   string
+	Token       string // bearer token required on HTTP and gRPC; "" for none
+	TLSCertFile string // both set: TLS on both listeners (gRPC only with TLSGRPCOnly)
+	TLSKeyFile  string
+	// TLSGRPCOnly keeps the HTTP listener plaintext: TLS, and client
+	// certificates, on the gRPC listener only (envoyproxy/ratelimit's
+	// GRPC_SERVER_USE_TLS).
+	TLSGRPCOnly  bool
 	MaxBodyBytes int64 // HTTP body and gRPC message limit; DefaultMaxBodyBytes when 0
 
 	// TLSClientCAFile, with TLS, turns on mutual TLS: both listeners
@@ -151,13 +156,16 @@ type Server struct {
 	grpcSrv        *grpc.Server
 	conns          *connLimit // over both listeners
 
-	draining atomic.Bool // set on shutdown: health checks fail
+	draining  atomic.Bool // set on shutdown: health checks fail
+	storeDown atomic.Bool // EnvoyOptions.HealthFollowsStore: the last probe failed
 
 	reloadMu sync.Mutex
 	version  string
 	rejected string // fingerprint of the last rejected configuration, counted and logged once
 
-	xds *xdsClient // the xDS configuration source, or nil
+	xds          *xdsClient    // the xDS configuration source, or nil
+	xdsFirst     chan struct{} // closed once the first push is applied
+	xdsFirstOnce sync.Once
 }
 
 // New loads the configuration (an invalid one is an error naming file, line
@@ -197,6 +205,7 @@ func New(c Config) (*Server, error) {
 	s.svc = svc
 	s.dash = newDashboard(svc, s.metrics)
 	if c.XDS != nil {
+		s.xdsFirst = make(chan struct{})
 		if s.xds, err = newXDSClient(*c.XDS, s.applyXDS, c.Logger); err != nil {
 			return nil, err
 		}
@@ -219,6 +228,9 @@ func New(c Config) (*Server, error) {
 	httpTLS, grpcTLS, err := listenerTLS(c) // tlsreload.go
 	if err != nil {
 		return nil, err
+	}
+	if c.TLSGRPCOnly {
+		httpTLS = nil
 	}
 	if c.HTTPAddr != "" {
 		ln, err := listen(c.HTTPAddr)
@@ -316,7 +328,42 @@ const HealthService = "ratelimit"
 // HealthyWithAtLeastOneConfig, until a configuration with a domain is
 // loaded.
 func (s *Server) Healthy() bool {
-	return !s.draining.Load() && s.svc.envoyHealthy()
+	return !s.draining.Load() && !s.storeDown.Load() && s.svc.envoyHealthy()
+}
+
+// probeStore checks, every HealthProbeInterval until ctx ends, that the
+// store answers (a peek of a fixed window, within the store timeout), and
+// publishes the health when that changes (EnvoyOptions.HealthFollowsStore).
+func (s *Server) probeStore(ctx context.Context) {
+	probe, err := ratelimit.New(s.cfg.Backend, ratelimit.FixedWindow{Limit: 1, Window: time.Second})
+	if err != nil {
+		s.log.Error("store health probe", "error", err)
+		return
+	}
+	timeout := max(s.cfg.Service.Timeout, 100*time.Millisecond)
+	t := time.NewTicker(HealthProbeInterval)
+	defer t.Stop()
+	for {
+		pctx, cancel := context.WithTimeout(ctx, timeout)
+		_, err := probe.AllowN(pctx, "envoy-health-probe", 0)
+		cancel()
+		if ctx.Err() != nil {
+			return
+		}
+		if down := err != nil; s.storeDown.Swap(down) != down {
+			if down {
+				s.log.Warn("the store does not answer: health checks fail until it does (REDIS_HEALTH_CHECK_ACTIVE_CONNECTION)", "error", err)
+			} else {
+				s.log.Info("the store answers again: health checks pass")
+			}
+			s.setHealth()
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
 }
 
 // setHealth publishes Healthy on the gRPC health service.
@@ -379,7 +426,7 @@ func (s *Server) Reload() error {
 	var cfg *config.Config
 	if err == nil {
 		e := &s.cfg.Service.Envoy
-		cfg, err = config.LoadWith(s.cfg.ConfigPath, config.LoadOptions{MergeDomains: e.Enabled && e.MergeDomainConfig, Envoy: e.Enabled})
+		cfg, err = config.LoadWith(s.cfg.ConfigPath, config.LoadOptions{MergeDomains: e.Enabled && e.MergeDomainConfig, Envoy: e.Enabled, EmptyDirectory: e.Enabled})
 	}
 	if err == nil {
 		err = s.svc.SetConfig(cfg, version)
@@ -447,6 +494,20 @@ func fingerprint(path string) (string, error) {
 // an error when a listener fails.
 func (s *Server) Serve(ctx context.Context) error {
 	errc := make(chan error, 2)
+	if s.xds != nil {
+		xctx, cancel := context.WithCancel(ctx)
+		defer cancel()
+		go s.xds.run(xctx)
+		if s.cfg.XDS.WaitFirst {
+			s.log.Info("xDS: waiting for the first configuration before serving", "xds", s.cfg.XDS.Address)
+			select {
+			case <-s.xdsFirst:
+			case <-ctx.Done():
+				s.closeListeners()
+				return nil
+			}
+		}
+	}
 	if s.httpSrv != nil {
 		go func() {
 			if err := s.httpSrv.Serve(s.httpLn); err != nil && !errors.Is(err, http.ErrServerClosed) {
@@ -464,10 +525,10 @@ func (s *Server) Serve(ctx context.Context) error {
 			}
 		}()
 	}
-	if s.xds != nil {
-		xctx, cancel := context.WithCancel(ctx)
+	if e := s.cfg.Service.Envoy; e.Enabled && e.HealthFollowsStore {
+		pctx, cancel := context.WithCancel(ctx)
 		defer cancel()
-		go s.xds.run(xctx)
+		go s.probeStore(pctx)
 	}
 	var tick <-chan time.Time
 	if s.cfg.ReloadInterval > 0 && s.xds == nil {

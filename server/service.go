@@ -307,6 +307,7 @@ func NewService(b backend.Backend, opts Options) (*Service, error) {
 		if opts.Metrics != nil {
 			opts.Metrics.watchLocalCache(s.local)
 		}
+		opts.EnvoyStats.WatchLocalCache(s.local)
 	}
 	return s, nil
 }
@@ -417,6 +418,8 @@ func (s *Service) PerSecondStoreHealth() (open, total int, ok bool) {
 // on their own after it and never change the codes.
 func (s *Service) Decide(ctx context.Context, req *Request) (*Response, error) {
 	envoy := s.opts.Envoy.Enabled
+	ctx, endSpan := s.envoyExecutionSpan(ctx)
+	defer endSpan()
 	if envoy && req != nil {
 		// envoyproxy/ratelimit's checks, in its order, with its texts.
 		switch {
@@ -481,8 +484,16 @@ func (s *Service) Decide(ctx context.Context, req *Request) (*Response, error) {
 		var err error
 		start := s.localNow()
 		each := envoy && !s.opts.Envoy.StopIncrementWhenOverLimit && len(gate) > 1
-		hit := s.localCheck(rs, limits, gate, gateIdx, results, start, each)
-		if hit != nil {
+		stop := envoy && s.opts.Envoy.StopIncrementWhenOverLimit
+		hit := s.localCheck(rs, limits, gate, gateIdx, results, start, each, stop)
+		if hit != nil && stop && slices.Contains(hit, false) {
+			// STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT, some descriptors
+			// cached: the store decides them all at once (a request over
+			// one limit counts none), so the answers are those without the
+			// cache; the cached ones are counted as envoy counts its local
+			// cache's denials (over_limit_with_local_cache).
+			_, err = s.allow(ctx, gate, results)
+		} else if hit != nil {
 			err = s.localAllow(ctx, gate, results, hit)
 		} else if each {
 			// envoyproxy/ratelimit counts every descriptor on its own: those
@@ -533,7 +544,7 @@ func (s *Service) Decide(ctx context.Context, req *Request) (*Response, error) {
 			N:       req.Descriptors[i].Cost,
 		}}
 		start := s.localNow()
-		if s.localCheck(rs, limits, one, []int{i}, r[:], start, false) != nil {
+		if s.localCheck(rs, limits, one, []int{i}, r[:], start, false, false) != nil {
 			st.Remaining, st.RetryAfter, st.ResetAfter = r[0].Remaining, r[0].RetryAfter, r[0].ResetAfter
 			st.Shadow = true
 			s.envoyStatsLocalCache(envoyRules, i, l, req.Descriptors[i].Cost)
@@ -595,7 +606,9 @@ func (s *Service) validate(req *Request) error {
 		return inputErrorf("%d descriptors: at most %d are accepted", len(req.Descriptors), s.opts.MaxDescriptors)
 	}
 	for i, d := range req.Descriptors {
-		if len(d.Entries) == 0 {
+		if len(d.Entries) == 0 && !s.opts.Envoy.Enabled {
+			// envoyproxy/ratelimit matches no limit to it (and counts
+			// domain_not_found for an unknown domain).
 			return inputErrorf("descriptors[%d] has no entries", i)
 		}
 		if len(d.Entries) > s.opts.MaxEntries {

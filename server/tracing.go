@@ -46,6 +46,11 @@ const (
 	spanJSON  = "POST /json"
 	spanCheck = "POST /v1/check"
 	spanStore = "floodgate.store"
+
+	// envoyproxy/ratelimit's names, in envoy compatibility mode: its
+	// service's span inside the server span, and its Redis call's.
+	spanEnvoyExecution = "ShouldRateLimit Execution"
+	spanEnvoyStore     = "Redis Pipeline Execution"
 )
 
 // Span attributes.
@@ -158,13 +163,28 @@ func (h *httpAPI) traceHTTP(name string, w http.ResponseWriter, r *http.Request,
 	return code
 }
 
+// envoyExecutionSpan starts, in envoy compatibility mode and under a
+// recording span, envoyproxy/ratelimit's "ShouldRateLimit Execution" span;
+// end ends it (a no-op otherwise).
+func (s *Service) envoyExecutionSpan(ctx context.Context) (_ context.Context, end func()) {
+	if !s.opts.Envoy.Enabled || s.opts.Tracing.tracer == nil || !trace.SpanFromContext(ctx).IsRecording() {
+		return ctx, func() {}
+	}
+	ctx, span := s.opts.Tracing.tracer.Start(ctx, spanEnvoyExecution)
+	return ctx, func() { span.End() }
+}
+
 // allowTraced is allowStore under a store span.
 func (s *Service) allowTraced(ctx context.Context, st *store, reqs []ratelimit.Request, results []ratelimit.Result) (bool, error) {
 	if !trace.SpanFromContext(ctx).IsRecording() {
 		return s.allowStore(ctx, st, reqs, results) // not sampled
 	}
 	domain, _ := ctx.Value(traceDomainKey{}).(string)
-	ctx, span := s.opts.Tracing.tracer.Start(ctx, spanStore, trace.WithSpanKind(trace.SpanKindClient),
+	name := spanStore
+	if s.opts.Envoy.Enabled {
+		name = spanEnvoyStore
+	}
+	ctx, span := s.opts.Tracing.tracer.Start(ctx, name, trace.WithSpanKind(trace.SpanKindClient),
 		trace.WithAttributes(attrDomain.String(domain), attrDescriptors.Int(len(reqs))))
 	if s.ps != nil {
 		span.SetAttributes(attrStore.String(st.name))

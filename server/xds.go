@@ -71,6 +71,12 @@ type XDSOptions struct {
 	MaxRetryInterval time.Duration
 	// MaxMsgSize bounds a response (grpc-go's 4 MiB when 0).
 	MaxMsgSize int
+	// WaitFirst makes Serve start serving the APIs only once the first
+	// push has been applied (loaded or rejected), as envoyproxy/ratelimit
+	// does unless FORCE_START_WITHOUT_INITIAL_CONFIG: until then a client
+	// connects but is not answered. false: the APIs serve at once, answering
+	// "no configuration" until the first push.
+	WaitFirst bool
 }
 
 // applyXDS makes the resources a management server pushed (version: its
@@ -81,6 +87,7 @@ type XDSOptions struct {
 func (s *Server) applyXDS(version string, srcs []config.Source, decodeErr error) error {
 	s.reloadMu.Lock()
 	defer s.reloadMu.Unlock()
+	defer s.xdsFirstOnce.Do(func() { close(s.xdsFirst) })
 	var cfg *config.Config
 	err := decodeErr
 	if err == nil {

@@ -178,6 +178,22 @@ func TestEnvoyCompatResponses(t *testing.T) {
 		}
 	})
 
+	t.Run("a descriptor without entries", func(t *testing.T) {
+		// test/config TestBasicConfig: no limit matches it, in a known
+		// domain or an unknown one; the request is answered, not refused.
+		for _, domain := range []string{"envoy-compat", "foo_domain"} {
+			resp, err := s.rl(request(domain, entries(), entries("per_minute", "w")))
+			if err != nil {
+				t.Fatalf("%s: %v", domain, err)
+			}
+			if domain == "envoy-compat" {
+				checkResponse(t, domain, resp, noLimit, ok(3, minute, 2))
+			} else {
+				checkResponse(t, domain, resp, noLimit, noLimit)
+			}
+		}
+	})
+
 	t.Run("health", func(t *testing.T) {
 		hc := healthpb.NewHealthClient(s.conn)
 		for _, name := range []string{"ratelimit", ""} {
@@ -296,4 +312,84 @@ func execServe(bin string, env ...string) *exec.Cmd {
 	c := exec.Command(bin, "serve", "--compat", "envoy")
 	c.Env = append(os.Environ(), env...)
 	return c
+}
+
+// TestEnvoyCompatEmptyConfigDirectory: a runtime directory without
+// configuration files is a configuration without domains, as envoy loads
+// it: requests are answered OK without limits, and under
+// HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED the health checks fail until a
+// file with a domain is there, and again once it is removed (envoy's
+// test/service TestServiceHealthStatusAtLeastOneConfigLoaded, whose
+// configuration "with no domains" a process sees as an emptied directory).
+func TestEnvoyCompatEmptyConfigDirectory(t *testing.T) {
+	r := testenv.NewRedis(t)
+	root := envoyRuntime(t, envoyTestConfig)
+	file := filepath.Join(root, "ratelimit", "config", "config.yaml")
+	if err := os.Remove(file); err != nil {
+		t.Fatal(err)
+	}
+	s := startEnvoyCompat(t, r, root, "HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED=true")
+	hc := healthpb.NewHealthClient(s.conn)
+	waitHealth := func(want healthpb.HealthCheckResponse_ServingStatus, wantHTTP int) {
+		t.Helper()
+		deadline := time.Now().Add(10 * time.Second)
+		for {
+			resp, err := hc.Check(context.Background(), &healthpb.HealthCheckRequest{Service: "ratelimit"})
+			code, _ := s.get("/healthcheck", "")
+			if err == nil && resp.GetStatus() == want && code == wantHTTP {
+				return
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("Health.Check(ratelimit) = %v, %v, /healthcheck %d; want %v, %d", resp, err, code, want, wantHTTP)
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+	}
+	waitHealth(healthpb.HealthCheckResponse_NOT_SERVING, http.StatusInternalServerError)
+	checkResponse(t, "no configuration files", s.mustRL(request("envoy-compat", entries("per_minute", "e"))), noLimit)
+
+	writeConfig(t, file, envoyTestConfig)
+	waitHealth(healthpb.HealthCheckResponse_SERVING, http.StatusOK)
+	avoidWindowEdge(time.Minute, 5*time.Second)
+	checkResponse(t, "a configuration file", s.mustRL(request("envoy-compat", entries("per_minute", "e"))), ok(3, minute, 2))
+
+	if err := os.Remove(file); err != nil {
+		t.Fatal(err)
+	}
+	waitHealth(healthpb.HealthCheckResponse_NOT_SERVING, http.StatusInternalServerError)
+	checkResponse(t, "the file removed", s.mustRL(request("envoy-compat", entries("per_minute", "e"))), noLimit)
+}
+
+// TestEnvoyCompatHealthFollowsRedis: with REDIS_HEALTH_CHECK_ACTIVE_CONNECTION
+// the health checks pass while Redis answers, fail while it does not, and
+// pass again once it is back (envoyproxy/ratelimit f2fb157, test/server
+// TestHealthCheck and TestGrpcHealthCheck: Redis healthy, failed, healthy).
+func TestEnvoyCompatHealthFollowsRedis(t *testing.T) {
+	r := testenv.NewRedis(t)
+	s := startEnvoyCompat(t, r, envoyRuntime(t, envoyTestConfig), "REDIS_HEALTH_CHECK_ACTIVE_CONNECTION=true", "REDIS_TIMEOUT=300ms")
+	hc := healthpb.NewHealthClient(s.conn)
+	waitHealth := func(what string, want healthpb.HealthCheckResponse_ServingStatus, wantHTTP int) {
+		t.Helper()
+		deadline := time.Now().Add(10 * time.Second)
+		for {
+			resp, err := hc.Check(context.Background(), &healthpb.HealthCheckRequest{Service: "ratelimit"})
+			code, _ := s.get("/healthcheck", "")
+			if err == nil && resp.GetStatus() == want && code == wantHTTP {
+				return
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("%s: Health.Check(ratelimit) = %v, %v, /healthcheck %d; want %v, %d", what, resp, err, code, want, wantHTTP)
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+	}
+	waitHealth("Redis up", healthpb.HealthCheckResponse_SERVING, http.StatusOK)
+	if err := r.Pause(); err != nil {
+		t.Fatal(err)
+	}
+	waitHealth("Redis paused", healthpb.HealthCheckResponse_NOT_SERVING, http.StatusInternalServerError)
+	if err := r.Resume(); err != nil {
+		t.Fatal(err)
+	}
+	waitHealth("Redis back", healthpb.HealthCheckResponse_SERVING, http.StatusOK)
 }

@@ -58,15 +58,15 @@ var envoyEnvVars = []envoyEnvVar{
 	{"GRPC_PORT", envHonoured, "--grpc-addr GRPC_HOST:GRPC_PORT"},
 	{"GRPC_MAX_CONNECTION_AGE", envIgnored, "floodgate closes idle connections instead (--grpc-max-idle)"},
 	{"GRPC_MAX_CONNECTION_AGE_GRACE", envIgnored, "see GRPC_MAX_CONNECTION_AGE"},
-	{"GRPC_SERVER_USE_TLS", envRefused, "true is refused (it would serve plaintext): use --tls-cert and --tls-key, TLS on both APIs"},
-	{"GRPC_SERVER_TLS_CERT", envIgnored, "see GRPC_SERVER_USE_TLS"},
-	{"GRPC_SERVER_TLS_KEY", envIgnored, "see GRPC_SERVER_USE_TLS"},
-	{"GRPC_CLIENT_TLS_CACERT", envHonoured, "--tls-client-ca (with --tls-cert: both APIs require client certificates)"},
+	{"GRPC_SERVER_USE_TLS", envHonoured, "true: --tls-grpc-only with GRPC_SERVER_TLS_CERT and _KEY (TLS on gRPC only, as envoy; --tls-cert and --tls-key give TLS on both APIs)"},
+	{"GRPC_SERVER_TLS_CERT", envHonoured, "--tls-cert (with GRPC_SERVER_USE_TLS; reloaded when it changes)"},
+	{"GRPC_SERVER_TLS_KEY", envHonoured, "--tls-key (with GRPC_SERVER_USE_TLS)"},
+	{"GRPC_CLIENT_TLS_CACERT", envHonoured, "--tls-client-ca (with GRPC_SERVER_USE_TLS: gRPC clients need certificates; with --tls-cert: both APIs)"},
 	{"GRPC_CLIENT_TLS_SAN", envHonoured, "--tls-client-san"},
 	{"LOG_LEVEL", envHonoured, "--log-level (trace → debug; fatal, panic → error)"},
 	{"LOG_FORMAT", envHonoured, "--log-format (text, json)"},
 	{"CONFIG_TYPE", envHonoured, "FILE → --config (RUNTIME_ROOT); GRPC_XDS_SOTW → --config-xds CONFIG_GRPC_XDS_SERVER_URL; anything else is refused"},
-	{"FORCE_START_WITHOUT_INITIAL_CONFIG", envHonoured, "envoy compatibility always starts without a valid initial configuration"},
+	{"FORCE_START_WITHOUT_INITIAL_CONFIG", envHonoured, "false (envoy's default): with GRPC_XDS_SOTW, the APIs serve once the first push has come (--config-xds-wait); from files, envoy compatibility always starts, with or without a valid configuration"},
 	{"CONFIG_GRPC_XDS_NODE_ID", envHonoured, "--config-xds-node-id (default \"default\", as envoy)"},
 	{"CONFIG_GRPC_XDS_NODE_METADATA", envHonoured, "--config-xds-node-metadata (k1=v1,k2=v2)"},
 	{"CONFIG_GRPC_XDS_SERVER_URL", envHonoured, "--config-xds (default localhost:18000, as envoy)"},
@@ -136,8 +136,8 @@ var envoyEnvVars = []envoyEnvVar{
 	{"REDIS_PERSECOND_PIPELINE_WINDOW", envIgnored, "floodgate's client pipelines by itself"},
 	{"REDIS_PERSECOND_PIPELINE_LIMIT", envIgnored, "floodgate's client pipelines by itself"},
 	{"REDIS_PERSECOND_CLUSTER_PIPELINE_PARALLELISM", envIgnored, "floodgate's client pipelines by itself"},
-	{"REDIS_HEALTH_CHECK_ACTIVE_CONNECTION", envIgnored, "floodgate's circuit breaker and /readyz follow the store"},
-	{"REDIS_TIMEOUT", envHonoured, "--timeout (per store call)"},
+	{"REDIS_HEALTH_CHECK_ACTIVE_CONNECTION", envHonoured, "true: the health checks (/healthcheck, gRPC \"ratelimit\") fail while Redis does not answer a probe (every second) and pass again once it does"},
+	{"REDIS_TIMEOUT", envHonoured, "--timeout (per store call; 10s when unset, as envoy)"},
 	{"REDIS_PERSECOND_TIMEOUT", envHonoured, "--redis-persecond-timeout (per store call; --timeout's when unset)"},
 	{"REDIS_POOL_ON_EMPTY_BEHAVIOR", envIgnored, "floodgate's client pipelines by itself"},
 	{"REDIS_PERSECOND_POOL_ON_EMPTY_BEHAVIOR", envIgnored, "floodgate's client pipelines by itself"},
@@ -180,6 +180,7 @@ const (
 	envoyRemainHeader  = "RateLimit-Remaining"
 	envoyResetHeader   = "RateLimit-Reset"
 	envoyNearLimitDflt = 0.8
+	envoyRedisTimeout  = 10 * time.Second // REDIS_TIMEOUT's default
 )
 
 // envoySettings is what envoy's variables say, for runServe.
@@ -234,7 +235,15 @@ func readEnvoyEnv(lookup func(string) (string, bool)) (*envoySettings, error) {
 		bad("CONFIG_TYPE", "%q is not supported: FILE (RUNTIME_ROOT) or GRPC_XDS_SOTW (an xDS management server)", configType)
 	}
 	if boolean("GRPC_SERVER_USE_TLS", false) {
-		bad("GRPC_SERVER_USE_TLS", "gRPC-only TLS is not supported: use --tls-cert and --tls-key (TLS on both the gRPC and the HTTP API)")
+		// envoyproxy/ratelimit serves TLS on gRPC only; HTTP stays plaintext.
+		cert, key := get("GRPC_SERVER_TLS_CERT", ""), get("GRPC_SERVER_TLS_KEY", "")
+		switch {
+		case cert == "":
+			bad("GRPC_SERVER_TLS_CERT", "is empty: GRPC_SERVER_USE_TLS=true needs a certificate file")
+		case key == "":
+			bad("GRPC_SERVER_TLS_KEY", "is empty: GRPC_SERVER_USE_TLS=true needs a key file")
+		}
+		es.flags["tls-cert"], es.flags["tls-key"], es.flags["tls-grpc-only"] = cert, key, "true"
 	}
 
 	// Listeners.
@@ -312,6 +321,9 @@ func readEnvoyEnv(lookup func(string) (string, bool)) (*envoySettings, error) {
 	// a user and a password, as REDIS_AUTH; the Sentinels get the password.
 	es.sentinelPassword = envoySentinelAuth(get("REDIS_SENTINEL_AUTH", ""))
 	envoyPerSecondEnv(es, lookup, get, boolean, bad)
+	// envoyproxy/ratelimit waits up to REDIS_TIMEOUT, 10 s by default, for
+	// Redis; floodgate's own 50 ms would fail calls envoy answers.
+	es.flags["timeout"] = envoyRedisTimeout.String()
 	if v, ok := lookup("REDIS_TIMEOUT"); ok && v != "" {
 		d, err := time.ParseDuration(v)
 		if err != nil || d <= 0 {
@@ -352,6 +364,7 @@ func readEnvoyEnv(lookup func(string) (string, bool)) (*envoySettings, error) {
 		HealthyWithAtLeastOneConfig: boolean("HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED", false),
 		DynamicMetadata:             boolean("RESPONSE_DYNAMIC_METADATA", false),
 		MergeDomainConfig:           boolean("MERGE_DOMAIN_CONFIG", false),
+		HealthFollowsStore:          boolean("REDIS_HEALTH_CHECK_ACTIVE_CONNECTION", false),
 	}
 	es.stats = readEnvoyStats(lookup, boolean, bad)
 	readEnvoyTracing(es.flags, get, boolean, bad)

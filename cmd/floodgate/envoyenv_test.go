@@ -72,7 +72,8 @@ func TestReadEnvoyEnv(t *testing.T) {
 		pass  string
 	}{
 		{map[string]string{}, map[string]string{
-			"config": "/srv/runtime_data/current/config", "redis": "unix:///var/run/nutcracker/ratelimit.sock"}, ""},
+			"config": "/srv/runtime_data/current/config", "redis": "unix:///var/run/nutcracker/ratelimit.sock",
+			"timeout": "10s"}, ""},
 		{map[string]string{"REDIS_SOCKET_TYPE": "tcp", "REDIS_URL": "redis:6379", "REDIS_AUTH": "secret",
 			"RUNTIME_ROOT": "/data", "RUNTIME_SUBDIRECTORY": "ratelimit", "PORT": "9080", "GRPC_PORT": "9081",
 			"LOG_LEVEL": "WARNING", "LOG_FORMAT": "JSON", "CACHE_KEY_PREFIX": "rl_", "REDIS_TIMEOUT": "250ms",
@@ -91,6 +92,9 @@ func TestReadEnvoyEnv(t *testing.T) {
 			map[string]string{"redis": "rediss://r:6380", "redis-tls-ca": "/ca.pem", "redis-tls-cert": "/c.pem",
 				"redis-tls-key": "/k.pem", "redis-tls-insecure-skip-verify": "true", "tls-client-ca": "/clients.pem",
 				"tls-client-san": "envoy.local"}, ""},
+		{map[string]string{"GRPC_SERVER_USE_TLS": "true", "GRPC_SERVER_TLS_CERT": "/s.pem", "GRPC_SERVER_TLS_KEY": "/s.key",
+			"GRPC_CLIENT_TLS_CACERT": "/clients.pem"},
+			map[string]string{"tls-cert": "/s.pem", "tls-key": "/s.key", "tls-grpc-only": "true", "tls-client-ca": "/clients.pem"}, ""},
 	}
 	for _, tc := range tests {
 		es, err := readEnvoyEnv(lookupOf(tc.env))
@@ -113,7 +117,7 @@ func TestReadEnvoyEnvRefusesAndNotices(t *testing.T) {
 	for _, env := range []map[string]string{
 		{"BACKEND_TYPE": "memcache"},
 		{"CONFIG_TYPE": "GRPC_XDS_DELTA"},
-		{"GRPC_SERVER_USE_TLS": "true"},
+		{"GRPC_SERVER_TLS_CERT": "", "GRPC_SERVER_USE_TLS": "true"},
 		{"REDIS_TYPE": "ring"},
 		{"REDIS_SOCKET_TYPE": "udp"},
 		{"LOG_LEVEL": "loud"},

@@ -80,6 +80,7 @@ func runServe(args []string, stdout, stderr io.Writer) int {
 		tokenFile     = fs.String("token-file", "", "`file` holding a bearer token required on HTTP and gRPC (also $FLOODGATE_TOKEN)")
 		tlsCert       = fs.String("tls-cert", "", "TLS certificate `file` (with --tls-key: TLS on both APIs)")
 		tlsKey        = fs.String("tls-key", "", "TLS private key `file`")
+		tlsGRPCOnly   = fs.Bool("tls-grpc-only", false, "with --tls-cert, TLS (and --tls-client-ca) on the gRPC API only; HTTP stays plaintext")
 		tlsClientCA   = fs.String("tls-client-ca", "", "CA certificates `file` (PEM): with --tls-cert, both APIs require a client certificate signed by one of them (mutual TLS). Certificate, key and CA files are reloaded when they change")
 		tlsClientSAN  = fs.String("tls-client-san", "", "with --tls-client-ca, admit only client certificates carrying this subject alternative `name` (DNS name, IP, URI or e-mail)")
 		maxBody       = fs.Int64("max-body-bytes", server.DefaultMaxBodyBytes, "largest HTTP body or gRPC message")
@@ -303,6 +304,7 @@ func runServe(args []string, stdout, stderr io.Writer) int {
 		},
 		Token:           token,
 		TLSCertFile:     *tlsCert,
+		TLSGRPCOnly:     *tlsGRPCOnly,
 		TLSKeyFile:      *tlsKey,
 		TLSClientCAFile: *tlsClientCA,
 		TLSClientSAN:    *tlsClientSAN,

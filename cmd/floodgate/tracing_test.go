@@ -16,6 +16,8 @@ import (
 	tracepb "go.opentelemetry.io/proto/otlp/trace/v1"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/protobuf/proto"
+
+	"github.com/floodgate-dev/floodgate/internal/testenv"
 )
 
 func TestReadEnvoyTracing(t *testing.T) {
@@ -190,5 +192,35 @@ func TestServeTracing(t *testing.T) {
 				t.Errorf("resource %v, want service.name %s", recv.attrs, want)
 			}
 		})
+	}
+}
+
+// TestEnvoyCompatTracing: with envoy's TRACING_ENABLED, a ShouldRateLimit
+// call exports envoy's spans: the gRPC server span, its child "ShouldRateLimit
+// Execution" (envoyproxy/ratelimit f2fb157, test/service TestServiceTracer),
+// and the store call under it as "Redis Pipeline Execution".
+func TestEnvoyCompatTracing(t *testing.T) {
+	recv := newOTLPReceiver(t)
+	r := testenv.NewRedis(t)
+	s := startEnvoyCompat(t, r, envoyRuntime(t, envoyTestConfig), "TRACING_ENABLED=true", "OTEL_EXPORTER_OTLP_ENDPOINT="+recv.URL)
+	s.mustRL(request("envoy-compat", entries("per_minute", "trace")))
+	if !s.stop() || s.exitCode != 0 {
+		t.Fatalf("exit %d", s.exitCode)
+	}
+	recv.mu.Lock()
+	defer recv.mu.Unlock()
+	byName := map[string]*tracepb.Span{}
+	for _, sp := range recv.spans {
+		byName[sp.Name] = sp
+	}
+	server, exec, store := byName["envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit"], byName["ShouldRateLimit Execution"], byName["Redis Pipeline Execution"]
+	if server == nil || exec == nil || store == nil {
+		t.Fatalf("spans received: %v", recv.spans)
+	}
+	if string(exec.ParentSpanId) != string(server.SpanId) || string(store.ParentSpanId) != string(exec.SpanId) {
+		t.Errorf("parents: execution %x (server %x), store %x (execution %x)", exec.ParentSpanId, server.SpanId, store.ParentSpanId, exec.SpanId)
+	}
+	if recv.attrs["service.name"] != "RateLimit" {
+		t.Errorf("service.name %q, want envoy's RateLimit", recv.attrs["service.name"])
 	}
 }

@@ -7,6 +7,7 @@ import (
 	"flag"
 	"fmt"
 	"os"
+	"strconv"
 	"time"
 
 	"github.com/floodgate-dev/floodgate/server"
@@ -16,7 +17,7 @@ import (
 // (server.XDSOptions).
 type xdsFlags struct {
 	addr, nodeID, nodeMeta    *string
-	useTLS                    *bool
+	useTLS, wait              *bool
 	ca, cert, key, serverName *string
 	retry                     *time.Duration
 }
@@ -27,6 +28,7 @@ func addXDSFlags(fs *flag.FlagSet) *xdsFlags {
 		nodeID:     fs.String("config-xds-node-id", "default", "node `id` sent to the xDS management server (a snapshot cache keys snapshots by it)"),
 		nodeMeta:   fs.String("config-xds-node-metadata", "", "node metadata sent to the xDS management server: `k1=v1,k2=v2`"),
 		retry:      fs.Duration("config-xds-retry", server.DefaultXDSRetryInterval, "first delay before connecting to the xDS management server again; doubles up to a minute while it stays away"),
+		wait:       fs.Bool("config-xds-wait", false, "serve the APIs only once the first xDS configuration has been received (as envoyproxy/ratelimit without FORCE_START_WITHOUT_INITIAL_CONFIG); by default they serve at once and answer \"no configuration\" until then"),
 		useTLS:     fs.Bool("config-xds-tls", false, "connect to the xDS management server over TLS (system roots, plus --config-xds-ca)"),
 		ca:         fs.String("config-xds-ca", "", "CA certificates `file` (PEM) the xDS management server's certificate may be signed by (implies --config-xds-tls)"),
 		cert:       fs.String("config-xds-cert", "", "client certificate `file` (PEM) to present to the xDS management server (with --config-xds-key; implies --config-xds-tls)"),
@@ -40,7 +42,7 @@ func (f *xdsFlags) options() (*server.XDSOptions, error) {
 	if *f.addr == "" {
 		return nil, nil
 	}
-	o := &server.XDSOptions{Address: *f.addr, NodeID: *f.nodeID, RetryInterval: *f.retry}
+	o := &server.XDSOptions{Address: *f.addr, NodeID: *f.nodeID, RetryInterval: *f.retry, WaitFirst: *f.wait}
 	if *f.nodeMeta != "" {
 		o.NodeMetadata = server.ParseXDSNodeMetadata(*f.nodeMeta)
 	}
@@ -83,6 +85,9 @@ func (f *xdsFlags) options() (*server.XDSOptions, error) {
 func envoyXDSEnv(es *envoySettings, get func(name, def string) string, boolean func(name string, def bool) bool, bad func(name, format string, args ...any)) {
 	es.flags["config-xds"] = get("CONFIG_GRPC_XDS_SERVER_URL", "localhost:18000")
 	es.flags["config-xds-node-id"] = get("CONFIG_GRPC_XDS_NODE_ID", "default")
+	// envoy starts serving once the first configuration has come, unless
+	// FORCE_START_WITHOUT_INITIAL_CONFIG.
+	es.flags["config-xds-wait"] = strconv.FormatBool(!boolean("FORCE_START_WITHOUT_INITIAL_CONFIG", false))
 	if v := get("CONFIG_GRPC_XDS_NODE_METADATA", ""); v != "" {
 		es.flags["config-xds-node-metadata"] = v
 	}

@@ -206,6 +206,10 @@ type LoadOptions struct {
 	// Envoy starts the message of each problem envoyproxy/ratelimit reports
 	// with its text (Error.Envoy), floodgate's following in parentheses.
 	Envoy bool
+	// EmptyDirectory makes a directory without *.yaml or *.yml files a
+	// configuration without domains, as envoyproxy/ratelimit reads an empty
+	// runtime directory (no limits apply), instead of an error.
+	EmptyDirectory bool
 }
 
 // LoadWith is Load with options.
@@ -223,7 +227,7 @@ func LoadWith(path string, opts LoadOptions) (cfg *Config, err error) {
 		if err != nil {
 			return nil, ErrorList{{File: path, Msg: errMsg(err)}}
 		}
-		if len(files) == 0 {
+		if len(files) == 0 && !opts.EmptyDirectory {
 			return nil, ErrorList{{File: path, Msg: "no *.yaml or *.yml files in the directory"}}
 		}
 	}

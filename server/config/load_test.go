@@ -163,4 +163,8 @@ func TestLoadFileAndDirectoryRules(t *testing.T) {
 	if _, err := Load(empty); err == nil || err.Error() != empty+": no *.yaml or *.yml files in the directory" {
 		t.Errorf("Load of an empty directory: %v", err)
 	}
+	// envoyproxy/ratelimit reads an empty runtime directory as no domains.
+	if cfg, err := LoadWith(empty, LoadOptions{Envoy: true, EmptyDirectory: true}); err != nil || len(cfg.Domains) != 0 {
+		t.Errorf("LoadWith(EmptyDirectory) of an empty directory: %v, %v; want a configuration without domains", cfg, err)
+	}
 }

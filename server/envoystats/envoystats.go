@@ -25,6 +25,9 @@
 //	call.should_rate_limit.redis_error    requests failed by the store
 //	call.should_rate_limit.service_error  requests refused (empty domain, no descriptors, no configuration)
 //
+// and, with a local over-limit cache (WatchLocalCache), the gauges
+// ratelimit.localcache.hitCount, missCount, lookupCount, entryCount, ...
+//
 // KEY is config.Limit.EnvoyStatKey (or, for a limit carried by the request,
 // the domain and its entries), sanitized as envoy does: ':' and '|' become
 // '_', and so do the dots of anything that looks like an IPv4 address.
@@ -82,6 +85,7 @@ type Options struct {
 // concurrent use; a nil *Stats records nothing.
 type Stats struct {
 	store gostats.Store
+	scope gostats.Scope // ratelimit, with EXTRA_TAGS
 	rl    gostats.Scope
 	near  float32
 
@@ -153,10 +157,12 @@ func New(opts Options) (*Stats, error) {
 }
 
 func newStats(store gostats.Store, opts Options) *Stats {
-	svc := store.ScopeWithTags("ratelimit", opts.ExtraTags).Scope("service")
+	scope := store.ScopeWithTags("ratelimit", opts.ExtraTags)
+	svc := scope.Scope("service")
 	call := svc.Scope("call.should_rate_limit")
 	return &Stats{
 		store:             store,
+		scope:             scope,
 		rl:                svc.Scope("rate_limit"),
 		near:              float32(opts.NearLimitRatio),
 		ConfigLoadSuccess: svc.NewCounter("config_load_success"),
@@ -189,6 +195,52 @@ func (s *Stats) Close() error {
 		s.close()
 	})
 	return nil
+}
+
+// LocalCacheCounts is what a local over-limit cache reports: freecache's
+// counters, with lookups and hits as envoyproxy/ratelimit counts them (a
+// hit is a descriptor the cache answered OVER_LIMIT).
+type LocalCacheCounts interface {
+	EvacuateCount() int64
+	ExpiredCount() int64
+	EntryCount() int64
+	AverageAccessTime() int64
+	HitCount() int64
+	MissCount() int64
+	LookupCount() int64
+	OverwriteCount() int64
+}
+
+// WatchLocalCache sends c's counts, every flush, as envoyproxy/ratelimit's
+// gauges ratelimit.localcache.{evacuateCount, expiredCount, entryCount,
+// averageAccessTime, hitCount, missCount, lookupCount, overwriteCount}
+// (with EXTRA_TAGS). Call it once.
+func (s *Stats) WatchLocalCache(c LocalCacheCounts) {
+	if s == nil || c == nil {
+		return
+	}
+	sc := s.scope.Scope("localcache")
+	g := localCacheGauges{c: c}
+	for i, name := range localCacheGaugeNames {
+		g.gauges[i] = sc.NewGauge(name)
+	}
+	s.store.AddStatGenerator(g)
+}
+
+var localCacheGaugeNames = [...]string{"evacuateCount", "expiredCount", "entryCount", "averageAccessTime",
+	"hitCount", "missCount", "lookupCount", "overwriteCount"}
+
+type localCacheGauges struct {
+	c      LocalCacheCounts
+	gauges [len(localCacheGaugeNames)]gostats.Gauge
+}
+
+// GenerateStats is gostats' StatGenerator: it runs before every flush.
+func (g localCacheGauges) GenerateStats() {
+	for i, v := range [...]int64{g.c.EvacuateCount(), g.c.ExpiredCount(), g.c.EntryCount(), g.c.AverageAccessTime(),
+		g.c.HitCount(), g.c.MissCount(), g.c.LookupCount(), g.c.OverwriteCount()} {
+		g.gauges[i].Set(uint64(max(v, 0)))
+	}
 }
 
 // Rule is the counters of one stats key.
