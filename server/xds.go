@@ -378,6 +378,26 @@ func xdsDescriptors(ds []*rlsconfpb.RateLimitDescriptor) []xdsYAMLDescriptor {
 // ParseXDSNodeMetadata reads envoyproxy/ratelimit's
 // CONFIG_GRPC_XDS_NODE_METADATA: "k1=v1,k2=v2" (entries without '=' are
 // skipped, as envoy does).
+// ParseXDSHeaders parses envoyproxy/ratelimit's form of extra xDS request
+// headers, "k1:v1,k2:v2" (CONFIG_GRPC_XDS_CLIENT_ADDITIONAL_HEADERS), into
+// XDSOptions.Headers. An entry without ':' or with an empty name is an
+// error naming it; names are lower-cased, as gRPC metadata keys are.
+func ParseXDSHeaders(s string) (map[string]string, error) {
+	m := map[string]string{}
+	for _, e := range strings.Split(s, ",") {
+		if strings.TrimSpace(e) == "" {
+			continue
+		}
+		k, v, ok := strings.Cut(e, ":")
+		k = strings.ToLower(strings.TrimSpace(k))
+		if !ok || k == "" {
+			return nil, fmt.Errorf("xDS header %q: want name:value", e)
+		}
+		m[k] = strings.TrimSpace(v)
+	}
+	return m, nil
+}
+
 func ParseXDSNodeMetadata(s string) map[string]string {
 	m := map[string]string{}
 	for _, e := range strings.Split(s, ",") {

@@ -16,6 +16,7 @@ import (
 	xdsserver "github.com/envoyproxy/go-control-plane/pkg/server/v3"
 	rlsconf "github.com/envoyproxy/go-control-plane/ratelimit/config/ratelimit/v3"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/metadata"
 	"google.golang.org/protobuf/types/known/structpb"
 
 	"github.com/floodgate-dev/floodgate/backend"
@@ -33,9 +34,10 @@ type mgmtServer struct {
 	addr  string
 	cache cachev3.SnapshotCache
 
-	mu   sync.Mutex
-	gs   *grpc.Server
-	reqs []*discoverypb.DiscoveryRequest
+	mu      sync.Mutex
+	gs      *grpc.Server
+	reqs    []*discoverypb.DiscoveryRequest
+	headers []metadata.MD // of each stream opened
 }
 
 func newMgmtServer(t *testing.T) *mgmtServer {
@@ -63,6 +65,12 @@ func (m *mgmtServer) start() {
 	cb := xdsserver.CallbackFuncs{StreamRequestFunc: func(_ int64, r *discoverypb.DiscoveryRequest) error {
 		m.mu.Lock()
 		m.reqs = append(m.reqs, r)
+		m.mu.Unlock()
+		return nil
+	}, StreamOpenFunc: func(ctx context.Context, _ int64, _ string) error {
+		md, _ := metadata.FromIncomingContext(ctx)
+		m.mu.Lock()
+		m.headers = append(m.headers, md)
 		m.mu.Unlock()
 		return nil
 	}}
@@ -182,6 +190,7 @@ func startXDSServer(t *testing.T, m *mgmtServer, log *syncLog) *Server {
 	return startServer(t, Config{
 		Backend: backend.NewMemory(backend.WithClock(fake)),
 		XDS: &XDSOptions{Address: m.addr, NodeID: xdsTestNode, NodeMetadata: map[string]string{"zone": "eu-1"},
+			Headers:       map[string]string{"authorization": "Bearer xds-token"},
 			RetryInterval: 50 * time.Millisecond, MaxRetryInterval: 200 * time.Millisecond},
 		Logger: slog.New(h),
 	})
@@ -218,6 +227,11 @@ func TestXDSInitialAndUpdate(t *testing.T) {
 		t.Fatalf("first request: %v", first)
 	}
 	m.waitRequest(ack("1"))
+	m.mu.Lock()
+	if len(m.headers) == 0 || len(m.headers[0].Get("authorization")) != 1 || m.headers[0].Get("authorization")[0] != "Bearer xds-token" {
+		t.Errorf("stream headers %v, want authorization: Bearer xds-token", m.headers)
+	}
+	m.mu.Unlock()
 	waitFor(t, func() bool { return configVersion(srv) == "1" })
 	if !srv.Service().Ready() {
 		t.Fatal("not ready with a configuration")
@@ -390,5 +404,19 @@ func TestRateLimitConfigYAML(t *testing.T) {
 	}
 	if _, err := config.LoadSources(nil, config.LoadOptions{}); err != nil {
 		t.Fatalf("no resources: %v, want a configuration without domains", err)
+	}
+}
+
+// TestParseXDSHeaders: envoy's "name:value,name:value" form; a value may
+// hold ':'; an entry without one or with an empty name is an error.
+func TestParseXDSHeaders(t *testing.T) {
+	h, err := ParseXDSHeaders("Authorization:Bearer a:b, x-team : payments,")
+	if err != nil || len(h) != 2 || h["authorization"] != "Bearer a:b" || h["x-team"] != "payments" {
+		t.Fatalf("%v %v", h, err)
+	}
+	for _, bad := range []string{"authorization", ":v", "a:1,b"} {
+		if _, err := ParseXDSHeaders(bad); err == nil || !strings.Contains(err.Error(), "name:value") {
+			t.Errorf("%q: %v, want an error", bad, err)
+		}
 	}
 }

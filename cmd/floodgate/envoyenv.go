@@ -71,7 +71,7 @@ var envoyEnvVars = []envoyEnvVar{
 	{"CONFIG_GRPC_XDS_NODE_METADATA", envHonoured, "--config-xds-node-metadata (k1=v1,k2=v2)"},
 	{"CONFIG_GRPC_XDS_SERVER_URL", envHonoured, "--config-xds (default localhost:18000, as envoy)"},
 	{"CONFIG_GRPC_XDS_SERVER_CONNECT_RETRY_INTERVAL", envHonoured, "--config-xds-retry: the first delay before reconnecting, doubled up to a minute"},
-	{"CONFIG_GRPC_XDS_CLIENT_ADDITIONAL_HEADERS", envIgnored, "xDS: no extra headers yet"},
+	{"CONFIG_GRPC_XDS_CLIENT_ADDITIONAL_HEADERS", envHonoured, "--config-xds-headers (name:value,name:value): gRPC headers on the xDS stream"},
 	{"CONFIG_GRPC_XDS_SERVER_USE_TLS", envHonoured, "--config-xds-tls"},
 	{"CONFIG_GRPC_XDS_CLIENT_TLS_CERT", envHonoured, "--config-xds-cert (with CONFIG_GRPC_XDS_SERVER_USE_TLS)"},
 	{"CONFIG_GRPC_XDS_CLIENT_TLS_KEY", envHonoured, "--config-xds-key (with CONFIG_GRPC_XDS_SERVER_USE_TLS)"},

@@ -168,13 +168,14 @@ func TestReadEnvoyEnvXDS(t *testing.T) {
 		"CONFIG_GRPC_XDS_SERVER_URL": "xds:18001", "CONFIG_GRPC_XDS_NODE_ID": "init-test-node",
 		"CONFIG_GRPC_XDS_NODE_METADATA": "zone=eu-1,team=payments", "CONFIG_GRPC_XDS_SERVER_CONNECT_RETRY_INTERVAL": "500ms",
 		"CONFIG_GRPC_XDS_SERVER_USE_TLS": "true", "CONFIG_GRPC_XDS_SERVER_TLS_CACERT": "/ca.pem",
-		"CONFIG_GRPC_XDS_SERVER_TLS_SAN": "xds.local"}))
+		"CONFIG_GRPC_XDS_SERVER_TLS_SAN": "xds.local", "CONFIG_GRPC_XDS_CLIENT_ADDITIONAL_HEADERS": "authorization:Bearer t,x-team:payments"}))
 	if err != nil {
 		t.Fatal(err)
 	}
 	for k, v := range map[string]string{"config-xds": "xds:18001", "config-xds-node-id": "init-test-node",
 		"config-xds-node-metadata": "zone=eu-1,team=payments", "config-xds-retry": "500ms",
-		"config-xds-tls": "true", "config-xds-ca": "/ca.pem", "config-xds-server-name": "xds.local"} {
+		"config-xds-tls": "true", "config-xds-ca": "/ca.pem", "config-xds-server-name": "xds.local",
+		"config-xds-headers": "authorization:Bearer t,x-team:payments"} {
 		if es.flags[k] != v {
 			t.Errorf("--%s = %q, want %q", k, es.flags[k], v)
 		}
@@ -183,6 +184,10 @@ func TestReadEnvoyEnvXDS(t *testing.T) {
 		if strings.Contains(n, "XDS") {
 			t.Errorf("notice for an honoured variable: %s", n)
 		}
+	}
+	_, err = readEnvoyEnv(lookupOf(map[string]string{"CONFIG_TYPE": "GRPC_XDS_SOTW", "CONFIG_GRPC_XDS_CLIENT_ADDITIONAL_HEADERS": "authorization"}))
+	if err == nil || !strings.Contains(err.Error(), "CONFIG_GRPC_XDS_CLIENT_ADDITIONAL_HEADERS") {
+		t.Errorf("a header without a value: %v, want an error naming the variable", err)
 	}
 	_, err = readEnvoyEnv(lookupOf(map[string]string{"CONFIG_TYPE": "GRPC_XDS_SOTW", "CONFIG_GRPC_XDS_SERVER_CONNECT_RETRY_INTERVAL": "soon"}))
 	if err == nil || !strings.Contains(err.Error(), "CONFIG_GRPC_XDS_SERVER_CONNECT_RETRY_INTERVAL") {

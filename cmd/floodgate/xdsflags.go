@@ -17,6 +17,7 @@ import (
 // (server.XDSOptions).
 type xdsFlags struct {
 	addr, nodeID, nodeMeta    *string
+	headers                   *string
 	useTLS, wait              *bool
 	ca, cert, key, serverName *string
 	retry                     *time.Duration
@@ -27,6 +28,7 @@ func addXDSFlags(fs *flag.FlagSet) *xdsFlags {
 		addr:       fs.String("config-xds", "", "xDS management server `address` (host:port): take the configuration from its RateLimitConfig resources (ADS, state of the world) instead of --config"),
 		nodeID:     fs.String("config-xds-node-id", "default", "node `id` sent to the xDS management server (a snapshot cache keys snapshots by it)"),
 		nodeMeta:   fs.String("config-xds-node-metadata", "", "node metadata sent to the xDS management server: `k1=v1,k2=v2`"),
+		headers:    fs.String("config-xds-headers", "", "extra gRPC headers on the xDS stream, `name:value,name:value` (for example an authorization header)"),
 		retry:      fs.Duration("config-xds-retry", server.DefaultXDSRetryInterval, "first delay before connecting to the xDS management server again; doubles up to a minute while it stays away"),
 		wait:       fs.Bool("config-xds-wait", false, "serve the APIs only once the first xDS configuration has been received (as envoyproxy/ratelimit without FORCE_START_WITHOUT_INITIAL_CONFIG); by default they serve at once and answer \"no configuration\" until then"),
 		useTLS:     fs.Bool("config-xds-tls", false, "connect to the xDS management server over TLS (system roots, plus --config-xds-ca)"),
@@ -45,6 +47,13 @@ func (f *xdsFlags) options() (*server.XDSOptions, error) {
 	o := &server.XDSOptions{Address: *f.addr, NodeID: *f.nodeID, RetryInterval: *f.retry, WaitFirst: *f.wait}
 	if *f.nodeMeta != "" {
 		o.NodeMetadata = server.ParseXDSNodeMetadata(*f.nodeMeta)
+	}
+	if *f.headers != "" {
+		h, err := server.ParseXDSHeaders(*f.headers)
+		if err != nil {
+			return nil, fmt.Errorf("--config-xds-headers: %w", err)
+		}
+		o.Headers = h
 	}
 	if *f.retry <= 0 {
 		return nil, errors.New("--config-xds-retry must be positive")
@@ -90,6 +99,13 @@ func envoyXDSEnv(es *envoySettings, get func(name, def string) string, boolean f
 	es.flags["config-xds-wait"] = strconv.FormatBool(!boolean("FORCE_START_WITHOUT_INITIAL_CONFIG", false))
 	if v := get("CONFIG_GRPC_XDS_NODE_METADATA", ""); v != "" {
 		es.flags["config-xds-node-metadata"] = v
+	}
+	if v := get("CONFIG_GRPC_XDS_CLIENT_ADDITIONAL_HEADERS", ""); v != "" {
+		if _, err := server.ParseXDSHeaders(v); err != nil {
+			bad("CONFIG_GRPC_XDS_CLIENT_ADDITIONAL_HEADERS", "%v", err)
+		} else {
+			es.flags["config-xds-headers"] = v
+		}
 	}
 	if v := get("CONFIG_GRPC_XDS_SERVER_CONNECT_RETRY_INTERVAL", ""); v != "" {
 		d, err := time.ParseDuration(v)
