@@ -1,0 +1,427 @@
+package ratelimit
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"sort"
+	"sync"
+	"time"
+
+	"github.com/floodgate-dev/floodgate/backend"
+)
+
+// Leased decides like a Limiter, but takes a key's budget in leases: one
+// store call takes up to k units (consumed in the store at once, as AllowN(k)
+// would) and the process then admits from them in process, without a store
+// call per decision, until they are spent, their deadline passes or the
+// lease's lifetime ends; unspent units are given back where the rules allow
+// (see Release). Create it with NewLeased; it is safe for concurrent use.
+// Allow and AllowN are what most callers want.
+//
+// Leasing never admits more than the rules allow across all processes: a
+// unit is admitted only while the store would still count it (a FixedWindow
+// unit within the window it was taken in, a SlidingWindow unit within its
+// bucket, a TokenBucket or GCRA unit no later than the time the store gave
+// its place in the bucket). What it costs is under-admission: at any time at
+// most the units held by the leases of all processes, P·k for P processes
+// with leases of at most k units, are counted in the store but not yet used
+// (docs/algorithms.md, "Quota leases"). The lease size k of a key is the
+// rate this process saw for it times LeaseTarget, within LeaseSize and at
+// most LeaseFraction of the smallest limit: a quiet process holds little.
+//
+// A Result of a decision from a lease is exact in Allowed; Limit, Rule and
+// RuleName are the lease's, Remaining is the store's Remaining at the grant
+// plus the units the lease still holds, and ResetAfter is the grant's, less
+// the time since.
+type Leased struct {
+	lim  *Limiter
+	cfg  leaseConfig
+	most int64 // the largest lease: min(cfg.max, cfg.fraction × the smallest limit), >= 1
+	life int64 // cfg.life in µs
+
+	mu   sync.Mutex
+	keys map[string]*keyLease
+}
+
+// LeaseOption configures NewLeased.
+type LeaseOption func(*leaseConfig)
+
+type leaseConfig struct {
+	target   time.Duration
+	life     time.Duration
+	min, max int64
+	fraction float64
+	err      error
+}
+
+// Defaults of NewLeased.
+const (
+	DefaultLeaseTarget   = 50 * time.Millisecond
+	DefaultLeaseMax      = 100000
+	DefaultLeaseFraction = 0.05
+)
+
+// LeaseTarget sets how long a lease should last at the rate this process
+// sees for a key: k ≈ rate × d (default DefaultLeaseTarget). It must be > 0.
+func LeaseTarget(d time.Duration) LeaseOption {
+	return func(c *leaseConfig) {
+		if d <= 0 {
+			c.err = fmt.Errorf("ratelimit: LeaseTarget must be > 0, got %v", d)
+		}
+		c.target = d
+	}
+}
+
+// LeaseLifetime sets the longest a lease lives (default twice LeaseTarget):
+// the first decision of a key after that gives the lease's unspent units back
+// and takes a new lease, sized by the rate seen meanwhile. It must be > 0.
+func LeaseLifetime(d time.Duration) LeaseOption {
+	return func(c *leaseConfig) {
+		if d <= 0 {
+			c.err = fmt.Errorf("ratelimit: LeaseLifetime must be > 0, got %v", d)
+		}
+		c.life = d
+	}
+}
+
+// LeaseSize bounds the units of one lease (default 1 and DefaultLeaseMax).
+// A request of n units above max takes a lease of n units. It needs
+// 1 <= min <= max.
+func LeaseSize(min, max int64) LeaseOption {
+	return func(c *leaseConfig) {
+		if min < 1 || max < min {
+			c.err = fmt.Errorf("ratelimit: LeaseSize needs 1 <= min <= max, got min %d, max %d", min, max)
+		}
+		c.min, c.max = min, max
+	}
+}
+
+// LeaseFraction bounds a lease to f times the smallest limit of the rules (a
+// FixedWindow's or SlidingWindow's Limit, a TokenBucket's Capacity, a GCRA's
+// Burst), and to at least one unit (default DefaultLeaseFraction). With P
+// processes, P·f of the limit may sit unspent in leases. It needs 0 < f <= 1.
+func LeaseFraction(f float64) LeaseOption {
+	return func(c *leaseConfig) {
+		if !(f > 0 && f <= 1) {
+			c.err = fmt.Errorf("ratelimit: LeaseFraction must be in (0, 1], got %v", f)
+		}
+		c.fraction = f
+	}
+}
+
+// ErrNotLeasable is returned by NewLeased for a Limiter with a rule that
+// cannot lease: SlidingLog, and LeakyBucket with a Delay other than NoDelay.
+var ErrNotLeasable = errors.New("ratelimit: rule cannot lease")
+
+// NewLeased returns a Leased that decides lim's requests from leases. Every
+// rule of lim must be a FixedWindow, SlidingWindow, TokenBucket, GCRA or
+// LeakyBucket with Delay NoDelay; the error for another names the rule and
+// wraps ErrNotLeasable. Several Leased (in one process or many) on the same
+// rules and backend share each key's budget, as Limiters do; a Limiter and a
+// Leased may decide the same keys side by side.
+func NewLeased(lim *Limiter, opts ...LeaseOption) (*Leased, error) {
+	if lim == nil {
+		return nil, errors.New("ratelimit: NewLeased: Limiter is nil")
+	}
+	cfg := leaseConfig{target: DefaultLeaseTarget, min: 1, max: DefaultLeaseMax, fraction: DefaultLeaseFraction}
+	for _, o := range opts {
+		if o == nil {
+			return nil, errors.New("ratelimit: NewLeased: option is nil")
+		}
+		o(&cfg)
+		if cfg.err != nil {
+			return nil, cfg.err
+		}
+	}
+	if cfg.life == 0 {
+		cfg.life = 2 * cfg.target
+	}
+	smallest := int64(math.MaxInt64)
+	for i := range lim.specs {
+		s := &lim.specs[i]
+		if why := s.leasable(); why != "" {
+			return nil, fmt.Errorf("%w: rules[%d]: %s", ErrNotLeasable, i, why)
+		}
+		smallest = min(smallest, s.limit)
+	}
+	most := min(cfg.max, max(int64(cfg.fraction*float64(smallest)), 1))
+	return &Leased{
+		lim:  lim,
+		cfg:  cfg,
+		most: most,
+		life: max(int64(cfg.life/time.Microsecond), 1),
+		keys: map[string]*keyLease{},
+	}, nil
+}
+
+// Limiter returns the Limiter l decides for.
+func (l *Leased) Limiter() *Limiter { return l.lim }
+
+// keyLease is a process's lease of one key, and what it saw of the key's
+// rate. Its fields are guarded by mu, which a decision holds across the
+// store call of a new lease, so that a key takes one lease at a time.
+type keyLease struct {
+	mu    sync.Mutex
+	g     grant
+	spent int64     // units of g used (or skipped as past their place)
+	sent  time.Time // local time the grant was asked for, for the store's time
+	rate  float64   // units per second seen, 0 before the first lease ends
+	gone  bool      // removed from Leased.keys by Flush
+}
+
+// now returns the store's time of k's lease: the injected clock's, the
+// memory backend's, or for Redis's own TIME the grant's time plus the local
+// time since the grant was asked for, which is never earlier than Redis's.
+func (l *Leased) now(k *keyLease) int64 {
+	switch b := l.lim.b.(type) {
+	case *backend.Memory:
+		return b.NowMicros()
+	default:
+		if c := b.Clock(); c != nil {
+			return backend.Micros(c.Now())
+		}
+		el := time.Since(k.sent)
+		return k.g.now + int64((el+time.Microsecond-1)/time.Microsecond)
+	}
+}
+
+// validUnit reports whether unit j (1-based) of k's lease may be admitted
+// at now: within the FixedWindow's window and the SlidingWindow's bucket
+// the grant counted it in, and for a drain rule no later than its place in
+// the bucket, the time the grant's level minus the units from j on would
+// have drained to nothing.
+func (l *Leased) validUnit(k *keyLease, j, now int64) bool {
+	g := &k.g
+	for i := range l.lim.specs {
+		s := &l.lim.specs[i]
+		switch s.kind {
+		case kindFixed:
+			if now >= (g.marks[i]+1)*s.window {
+				return false
+			}
+		case kindSliding:
+			if now >= (g.marks[i]+1)*s.bucket {
+				return false
+			}
+		case kindDrain:
+			if d := now - g.now; d > 0 && d > (g.marks[i]-(g.units-j+1)*s.per)/s.rate {
+				return false
+			}
+		}
+	}
+	return true
+}
+
+// Allow is shorthand for AllowN(ctx, key, 1).
+func (l *Leased) Allow(ctx context.Context, key string) (Result, error) {
+	return l.AllowN(ctx, key, 1)
+}
+
+// AllowN decides whether n units may happen now for key: from the key's
+// lease when it holds n units still valid, else by giving back what the
+// lease holds and taking a new lease of at least n units in one store call.
+// When the store has fewer than n units left, nothing is taken and the
+// Result is the store's denial. n == 0 peeks at the store (Remaining adds
+// what the lease holds).
+//
+// Errors: as Limiter.AllowN; a store error of the give-back is returned too.
+func (l *Leased) AllowN(ctx context.Context, key string, n int64) (Result, error) {
+	if err := backend.CheckKey(key); err != nil {
+		return Result{}, err
+	}
+	if n < 0 {
+		return Result{}, fmt.Errorf("%w, got %d", ErrNegativeN, n)
+	}
+	if err := ctx.Err(); err != nil {
+		return Result{}, err
+	}
+	for {
+		k := l.entry(key)
+		k.mu.Lock()
+		if k.gone { // Flush removed it between entry and Lock
+			k.mu.Unlock()
+			continue
+		}
+		r, err := l.decide(ctx, key, k, n)
+		k.mu.Unlock()
+		return r, err
+	}
+}
+
+func (l *Leased) entry(key string) *keyLease {
+	l.mu.Lock()
+	k := l.keys[key]
+	if k == nil {
+		k = &keyLease{}
+		l.keys[key] = k
+	}
+	l.mu.Unlock()
+	return k
+}
+
+// decide is AllowN for a key's lease k, whose mu is held.
+func (l *Leased) decide(ctx context.Context, key string, k *keyLease, n int64) (Result, error) {
+	var now int64
+	if k.g.units > 0 {
+		now = l.now(k)
+	}
+	if n == 0 {
+		r, err := l.lim.AllowN(ctx, key, 0)
+		if err == nil && k.g.units > 0 && now-k.g.now < l.life {
+			r.Remaining += k.g.units - k.spent
+		}
+		return r, err
+	}
+	if k.g.units > 0 && now-k.g.now < l.life && k.spent+n <= k.g.units {
+		// The first unit of the n is the one that must still be valid: a
+		// later unit's place is later. For a drain rule, skip the units
+		// whose place has passed.
+		last := k.g.units - n + 1
+		j := k.spent + 1 + int64(sort.Search(int(last-k.spent), func(i int) bool {
+			return l.validUnit(k, k.spent+1+int64(i), now)
+		}))
+		if j <= last {
+			k.spent = j - 1 + n
+			return l.fromLease(k, now), nil
+		}
+	}
+	// The lease cannot serve n: give back its rest, take a new one.
+	var err error
+	if k.g.units > 0 {
+		l.observe(k, now)
+		err = l.giveBack(ctx, key, k, now)
+	}
+	want := max(n, l.size(k))
+	k.sent = time.Now()
+	g, gerr := l.lim.grant(ctx, key, n, want)
+	if gerr != nil {
+		k.g, k.spent = grant{}, 0
+		return Result{}, errors.Join(gerr, err)
+	}
+	k.g, k.spent = g, n
+	if g.units == 0 {
+		return g.res, err
+	}
+	r := g.res
+	r.Remaining += g.units - n
+	return r, err
+}
+
+// fromLease is the Result of a decision from k's lease at now.
+func (l *Leased) fromLease(k *keyLease, now int64) Result {
+	r := k.g.res
+	r.Remaining += k.g.units - k.spent
+	r.ResetAfter = max(r.ResetAfter-time.Duration(now-k.g.now)*time.Microsecond, 0)
+	r.Delay = 0
+	return r
+}
+
+// observe updates k's rate with the lease that ends at now.
+func (l *Leased) observe(k *keyLease, now int64) {
+	d := now - k.g.now
+	if d <= 0 {
+		k.rate = math.Inf(1)
+		return
+	}
+	seen := float64(k.spent) * 1e6 / float64(d)
+	if k.rate == 0 || math.IsInf(k.rate, 1) {
+		k.rate = seen
+	} else {
+		k.rate = (k.rate + seen) / 2
+	}
+}
+
+// size is the units k's next lease asks for: the rate seen times
+// LeaseTarget, within LeaseSize and the fraction of the limit.
+func (l *Leased) size(k *keyLease) int64 {
+	want := float64(l.cfg.min)
+	if k.rate > 0 {
+		want = math.Ceil(k.rate * l.cfg.target.Seconds())
+	}
+	if math.IsInf(want, 1) || want > float64(l.most) {
+		return l.most
+	}
+	return min(max(int64(want), l.cfg.min), l.most)
+}
+
+// giveBack returns the unspent units of k's lease to the store and ends the
+// lease. It skips the call when no unit could be given back.
+func (l *Leased) giveBack(ctx context.Context, key string, k *keyLease, now int64) error {
+	u := k.g.units - k.spent
+	g := k.g
+	k.g, k.spent = grant{}, 0
+	if u <= 0 {
+		return nil
+	}
+	k.g = g // validUnit reads k.g
+	ok := l.validUnit(k, g.units, now)
+	k.g = grant{}
+	if !ok {
+		return nil
+	}
+	return l.lim.refund(ctx, key, &g, u)
+}
+
+// Release gives the unspent units of key's lease back to the store, where
+// the rules allow (a FixedWindow's window or a SlidingWindow's bucket that
+// has not ended; a TokenBucket's or GCRA's level that no other decision has
+// changed since the grant; otherwise the units are dropped, as they are
+// when no one releases them), and ends the lease.
+func (l *Leased) Release(ctx context.Context, key string) error {
+	if err := backend.CheckKey(key); err != nil {
+		return err
+	}
+	l.mu.Lock()
+	k := l.keys[key]
+	l.mu.Unlock()
+	if k == nil {
+		return nil
+	}
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	if k.g.units == 0 {
+		return nil
+	}
+	return l.giveBack(ctx, key, k, l.now(k))
+}
+
+// Flush ends every lease past its lifetime (LeaseLifetime), giving back its
+// unspent units as Release does, and forgets keys without a lease. Call it
+// now and then (a ticker of the lifetime, say) so that quiet keys return
+// what they hold; AllowN does the same for a key it decides. It returns the
+// store errors of the give-backs, joined.
+func (l *Leased) Flush(ctx context.Context) error { return l.flush(ctx, false) }
+
+// Close ends every lease, giving back its unspent units as Release does.
+// The Leased remains usable: a later decision takes a new lease.
+func (l *Leased) Close(ctx context.Context) error { return l.flush(ctx, true) }
+
+func (l *Leased) flush(ctx context.Context, all bool) error {
+	l.mu.Lock()
+	keys := make(map[string]*keyLease, len(l.keys))
+	for key, k := range l.keys {
+		keys[key] = k
+	}
+	l.mu.Unlock()
+	var errs []error
+	for key, k := range keys {
+		k.mu.Lock()
+		if k.g.units > 0 {
+			if now := l.now(k); all || now-k.g.now >= l.life {
+				if err := l.giveBack(ctx, key, k, now); err != nil {
+					errs = append(errs, err)
+				}
+			}
+		}
+		if k.g.units == 0 {
+			l.mu.Lock()
+			delete(l.keys, key)
+			k.gone = true
+			l.mu.Unlock()
+		}
+		k.mu.Unlock()
+	}
+	return errors.Join(errs...)
+}

@@ -1,0 +1,249 @@
+package ratelimit_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/floodgate-dev/floodgate/backend"
+	"github.com/floodgate-dev/floodgate/clock"
+	"github.com/floodgate-dev/floodgate/internal/testenv"
+	"github.com/floodgate-dev/floodgate/ratelimit"
+)
+
+// leasableRules lists a rule of every algorithm that leases, with limits
+// small enough that the processes of the tests below run out of them. Time
+// runs on a fake clock in seconds, not milliseconds, because Redis expires
+// keys by its own clock: a TTL of a few fake milliseconds could pass in real
+// time between two calls and drop state the fake clock still needs.
+func leasableRules() []struct {
+	name string
+	rule ratelimit.Rule
+} {
+	return []struct {
+		name string
+		rule ratelimit.Rule
+	}{
+		{"fixed_window", ratelimit.FixedWindow{Limit: 200, Window: 100 * time.Second}},
+		{"sliding_window", ratelimit.SlidingWindow{Limit: 200, Window: 100 * time.Second, Buckets: 4}},
+		{"token_bucket", ratelimit.TokenBucket{Capacity: 200, Refill: 2, Every: time.Second}},
+		{"gcra", ratelimit.GCRA{Rate: 2, Per: time.Second, Burst: 200}},
+		{"leaky_bucket_nodelay", ratelimit.LeakyBucket{Rate: 2, Per: time.Second, Burst: 199, Delay: ratelimit.NoDelay}},
+		{"fixed_and_gcra", ratelimit.Named("pair", ratelimit.FixedWindow{Limit: 150, Window: 100 * time.Second})},
+	}
+}
+
+// processes makes p Leased of rules on one store, each as a separate process
+// would: on Redis each with its own client (one server, one key prefix), on
+// Memory sharing the backend (a process's Memory is its own store, so
+// processes can share one only in a test).
+func processes(t *testing.T, bk string, clk clock.Clock, p int, rules []ratelimit.Rule, opts ...ratelimit.LeaseOption) []*ratelimit.Leased {
+	t.Helper()
+	var mem *backend.Memory
+	prefix := uniquePrefix(t)
+	ls := make([]*ratelimit.Leased, p)
+	for i := range ls {
+		var b backend.Backend
+		switch bk {
+		case "memory":
+			if mem == nil {
+				mem = backend.NewMemory(backend.WithClock(clk))
+				t.Cleanup(func() { mem.Close() })
+			}
+			b = mem
+		case "redis":
+			c := redis.NewClient(&redis.Options{Addr: testenv.SharedRedis(t).Addr})
+			t.Cleanup(func() { c.Close() })
+			o := []backend.Option{backend.WithPrefix(prefix)}
+			if clk != nil {
+				o = append(o, backend.WithClock(clk))
+			}
+			rb, err := backend.NewRedisE(c, o...)
+			if err != nil {
+				t.Fatal(err)
+			}
+			b = rb
+		}
+		lim, err := ratelimit.New(b, rules...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if ls[i], err = ratelimit.NewLeased(lim, opts...); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return ls
+}
+
+// TestLeasedBound runs P processes that lease one hot key on a fake clock
+// in random bursts and pauses, and checks every admission against an exact
+// reference: a plain Limiter of the same rules on its own store, which is
+// told of every admitted unit at the time it was admitted. The reference
+// must admit each (leases never admit more than the rules allow, over any
+// span), and at each denial the reference may have no more than the
+// documented bound, P·k units, left beyond the n asked for (the
+// under-admission bound).
+func TestLeasedBound(t *testing.T) {
+	const P, k = 4, 10
+	rules := leasableRules()
+	rules[len(rules)-1].rule = nil // built below: two rules
+	for _, bk := range []string{"memory", "redis"} {
+		t.Run(bk, func(t *testing.T) {
+			t.Parallel()
+			for _, rc := range rules {
+				rs := []ratelimit.Rule{rc.rule}
+				if rc.rule == nil {
+					rs = []ratelimit.Rule{
+						ratelimit.FixedWindow{Limit: 150, Window: 100 * time.Second},
+						ratelimit.GCRA{Rate: 1, Per: time.Second, Burst: 100},
+					}
+				}
+				t.Run(rc.name, func(t *testing.T) {
+					for seed := range uint64(3) {
+						leasedBoundRun(t, bk, rs, P, k, seed)
+					}
+				})
+			}
+		})
+	}
+}
+
+func leasedBoundRun(t *testing.T, bk string, rules []ratelimit.Rule, P int, k int64, seed uint64) {
+	ctx := context.Background()
+	clk := clock.NewFake(t0.Add(time.Duration(seed) * 37 * time.Second))
+	ls := processes(t, bk, clk, P, rules, ratelimit.LeaseSize(1, k), ratelimit.LeaseFraction(1), ratelimit.LeaseTarget(20*time.Second))
+	refMem := backend.NewMemory(backend.WithClock(clk))
+	defer refMem.Close()
+	ref, err := ratelimit.New(refMem, rules...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rng := rand.New(rand.NewPCG(seed, 18))
+	var admitted, denials, fromLease int64
+	for step := range 6000 {
+		// Mostly a few ms apart, now and then a pause of up to 60 s, so that
+		// leases outlive windows, buckets and their places in the buckets.
+		if rng.IntN(200) == 0 {
+			clk.Advance(time.Duration(rng.IntN(60000)) * ms)
+		} else {
+			clk.Advance(time.Duration(rng.IntN(40)) * ms)
+		}
+		p := rng.IntN(P)
+		if rng.IntN(20) == 0 { // now and then a process gives its lease back
+			if err := ls[p].Release(ctx, "hot"); err != nil {
+				t.Fatal(err)
+			}
+			continue
+		}
+		n := int64(1)
+		if rng.IntN(10) == 0 {
+			n = 1 + rng.Int64N(2*k)
+		}
+		r, err := ls[p].AllowN(ctx, "hot", n)
+		if err != nil {
+			t.Fatalf("seed %d step %d: %v", seed, step, err)
+		}
+		if r.Allowed {
+			admitted += n
+			got, err := ref.AllowN(ctx, "hot", n)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !got.Allowed {
+				t.Fatalf("seed %d step %d (t=%v): process %d admitted %d units the rules do not allow: the reference denies them: %+v",
+					seed, step, clk.Now().Sub(t0), p, n, got)
+			}
+			continue
+		}
+		denials++
+		peek, err := ref.AllowN(ctx, "hot", 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if bound := n + int64(P)*k; peek.Remaining >= bound {
+			t.Fatalf("seed %d step %d (t=%v): denied %d units while the rules had %d left: under-admission beyond P·k = %d",
+				seed, step, clk.Now().Sub(t0), n, peek.Remaining, int64(P)*k)
+		}
+	}
+	_ = fromLease
+	if denials == 0 || admitted == 0 {
+		t.Fatalf("seed %d: %d admitted, %d denials: the run must exhaust the rules and admit", seed, admitted, denials)
+	}
+}
+
+func TestLeasedNotLeasable(t *testing.T) {
+	m := backend.NewMemory()
+	defer m.Close()
+	for _, c := range []struct {
+		rule ratelimit.Rule
+		want string
+	}{
+		{ratelimit.SlidingLog{Limit: 10, Window: time.Second}, "SlidingLog"},
+		{ratelimit.LeakyBucket{Rate: 10, Per: time.Second, Burst: 5}, "LeakyBucket with a Delay"},
+		{ratelimit.LeakyBucket{Rate: 10, Per: time.Second, Burst: 5, Delay: 2}, "LeakyBucket with a Delay"},
+	} {
+		lim, err := ratelimit.New(m, ratelimit.FixedWindow{Limit: 5, Window: time.Second}, c.rule)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, err = ratelimit.NewLeased(lim)
+		if !errors.Is(err, ratelimit.ErrNotLeasable) || !strings.Contains(err.Error(), c.want) || !strings.Contains(err.Error(), "rules[1]") {
+			t.Errorf("%T: got %v, want ErrNotLeasable naming rules[1] and %q", c.rule, err, c.want)
+		}
+	}
+}
+
+func TestLeasedBadInput(t *testing.T) {
+	m := backend.NewMemory()
+	defer m.Close()
+	lim, err := ratelimit.New(m, ratelimit.GCRA{Rate: 10, Per: time.Second, Burst: 10})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		opt  ratelimit.LeaseOption
+		want string
+	}{
+		{ratelimit.LeaseTarget(0), "LeaseTarget must be > 0, got 0s"},
+		{ratelimit.LeaseLifetime(-time.Second), "LeaseLifetime must be > 0, got -1s"},
+		{ratelimit.LeaseSize(0, 5), "LeaseSize needs 1 <= min <= max, got min 0, max 5"},
+		{ratelimit.LeaseSize(6, 5), "LeaseSize needs 1 <= min <= max, got min 6, max 5"},
+		{ratelimit.LeaseFraction(0), "LeaseFraction must be in (0, 1], got 0"},
+		{ratelimit.LeaseFraction(1.5), "LeaseFraction must be in (0, 1], got 1.5"},
+		{nil, "option is nil"},
+	} {
+		if _, err := ratelimit.NewLeased(lim, c.opt); err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("got %v, want an error containing %q", err, c.want)
+		}
+	}
+	if _, err := ratelimit.NewLeased(nil); err == nil {
+		t.Error("NewLeased(nil): want an error")
+	}
+	l, err := ratelimit.NewLeased(lim)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	if _, err := l.AllowN(ctx, "", 1); !errors.Is(err, backend.ErrEmptyKey) {
+		t.Errorf("empty key: got %v", err)
+	}
+	if _, err := l.AllowN(ctx, "k", -1); !errors.Is(err, ratelimit.ErrNegativeN) {
+		t.Errorf("n < 0: got %v", err)
+	}
+	if err := l.Release(ctx, strings.Repeat("k", backend.MaxKeyLen+1)); !errors.Is(err, backend.ErrKeyTooLong) {
+		t.Errorf("long key: got %v", err)
+	}
+	cctx, cancel := context.WithCancel(ctx)
+	cancel()
+	if _, err := l.Allow(cctx, "k"); !errors.Is(err, context.Canceled) {
+		t.Errorf("cancelled: got %v", err)
+	}
+}
+
+var _ = fmt.Sprint
