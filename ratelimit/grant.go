@@ -172,7 +172,7 @@ func (l *Limiter) refund(ctx context.Context, key string, g *grant, u int64) err
 			}
 		case kindSliding:
 			w := s.slidingOf(e)
-			if w == nil || w.nonexists || now/s.bucket != mark || w.hi != mark {
+			if w == nil || w.nonexists || mark < w.lo || mark > w.hi || mark < now/s.bucket-s.buckets {
 				continue
 			}
 			c := &w.counts[mark%int64(len(w.counts))]

@@ -40,6 +40,7 @@ type Leased struct {
 	cfg  leaseConfig
 	most int64 // the largest lease: min(cfg.max, cfg.fraction × the smallest limit), >= 1
 	life int64 // cfg.life in µs
+	ends bool  // leases end at life: no drain rule, whose units have their own places
 
 	mu   sync.Mutex
 	keys map[string]*keyLease
@@ -138,13 +139,14 @@ func NewLeased(lim *Limiter, opts ...LeaseOption) (*Leased, error) {
 	if cfg.life == 0 {
 		cfg.life = 2 * cfg.target
 	}
-	smallest := int64(math.MaxInt64)
+	smallest, ends := int64(math.MaxInt64), true
 	for i := range lim.specs {
 		s := &lim.specs[i]
 		if why := s.leasable(); why != "" {
 			return nil, fmt.Errorf("%w: rules[%d]: %s", ErrNotLeasable, i, why)
 		}
 		smallest = min(smallest, s.limit)
+		ends = ends && s.kind != kindDrain
 	}
 	most := min(cfg.max, max(int64(cfg.fraction*float64(smallest)), 1))
 	return &Leased{
@@ -152,6 +154,7 @@ func NewLeased(lim *Limiter, opts ...LeaseOption) (*Leased, error) {
 		cfg:  cfg,
 		most: most,
 		life: max(int64(cfg.life/time.Microsecond), 1),
+		ends: ends,
 		keys: map[string]*keyLease{},
 	}, nil
 }
@@ -165,7 +168,8 @@ func (l *Leased) Limiter() *Limiter { return l.lim }
 type keyLease struct {
 	mu    sync.Mutex
 	g     grant
-	spent int64     // units of g used (or skipped as past their place)
+	spent int64     // units of g used or skipped (past their place): the next is spent+1
+	used  int64     // units of g admitted
 	sent  time.Time // local time the grant was asked for, for the store's time
 	rate  float64   // units per second seen, 0 before the first lease ends
 	gone  bool      // removed from Leased.keys by Flush
@@ -263,49 +267,66 @@ func (l *Leased) entry(key string) *keyLease {
 
 // decide is AllowN for a key's lease k, whose mu is held.
 func (l *Leased) decide(ctx context.Context, key string, k *keyLease, n int64) (Result, error) {
-	var now int64
+	var now, avail int64 // avail: the lease's units from the first valid one
 	if k.g.units > 0 {
 		now = l.now(k)
+		if l.ends && now-k.g.now >= l.life {
+			l.observe(k, now)
+			if err := l.giveBack(ctx, key, k); err != nil {
+				return Result{}, err
+			}
+		} else {
+			// Validity is monotone in the unit: a drain rule's later units
+			// have later places, windows and buckets end for all at once.
+			left := k.g.units - k.spent
+			skip := int64(sort.Search(int(left), func(i int) bool {
+				return l.validUnit(k, k.spent+1+int64(i), now)
+			}))
+			k.spent += skip // never admitted: a give-back still returns them
+			avail = left - skip
+		}
 	}
 	if n == 0 {
 		r, err := l.lim.AllowN(ctx, key, 0)
-		if err == nil && k.g.units > 0 && now-k.g.now < l.life {
-			r.Remaining += k.g.units - k.spent
-		}
+		r.Remaining += avail
 		return r, err
 	}
-	if k.g.units > 0 && now-k.g.now < l.life && k.spent+n <= k.g.units {
-		// The first unit of the n is the one that must still be valid: a
-		// later unit's place is later. For a drain rule, skip the units
-		// whose place has passed.
-		last := k.g.units - n + 1
-		j := k.spent + 1 + int64(sort.Search(int(last-k.spent), func(i int) bool {
-			return l.validUnit(k, k.spent+1+int64(i), now)
-		}))
-		if j <= last {
-			k.spent = j - 1 + n
-			return l.fromLease(k, now), nil
+	if avail >= n {
+		k.spent += n
+		k.used += n
+		return l.fromLease(k, now), nil
+	}
+	if k.g.units > 0 && avail == 0 {
+		// Spent, or past its deadline: give back what the store still
+		// counts (a SlidingWindow's bucket that is still in the window).
+		l.observe(k, now)
+		if err := l.giveBack(ctx, key, k); err != nil {
+			return Result{}, err
 		}
 	}
-	// The lease cannot serve n: give back its rest, take a new one.
-	var err error
-	if k.g.units > 0 {
-		l.observe(k, now)
-		err = l.giveBack(ctx, key, k, now)
+	// Take a new lease for the n units the lease lacks; the ones it has
+	// (fewer than n) are spent with them once the new lease is granted.
+	need := n - avail
+	want := max(need, l.size(k))
+	sent := time.Now()
+	g, err := l.lim.grant(ctx, key, need, want)
+	if err != nil {
+		return Result{}, err
 	}
-	want := max(n, l.size(k))
-	k.sent = time.Now()
-	g, gerr := l.lim.grant(ctx, key, n, want)
-	if gerr != nil {
-		k.g, k.spent = grant{}, 0
-		return Result{}, errors.Join(gerr, err)
-	}
-	k.g, k.spent = g, n
 	if g.units == 0 {
-		return g.res, err
+		return g.res, nil // the lease, if any, keeps its units
 	}
+	if avail > 0 { // the old lease's last units go with the new lease's
+		k.used += avail
+		k.spent = k.g.units
+		l.observe(k, now)
+		// Units it skipped (past a drain rule's places) may still count in
+		// the Limiter's window rules: give them back.
+		err = l.giveBack(ctx, key, k)
+	}
+	k.g, k.spent, k.used, k.sent = g, need, need, sent
 	r := g.res
-	r.Remaining += g.units - n
+	r.Remaining += g.units - need
 	return r, err
 }
 
@@ -325,7 +346,7 @@ func (l *Leased) observe(k *keyLease, now int64) {
 		k.rate = math.Inf(1)
 		return
 	}
-	seen := float64(k.spent) * 1e6 / float64(d)
+	seen := float64(k.used) * 1e6 / float64(d)
 	if k.rate == 0 || math.IsInf(k.rate, 1) {
 		k.rate = seen
 	} else {
@@ -346,21 +367,11 @@ func (l *Leased) size(k *keyLease) int64 {
 	return min(max(int64(want), l.cfg.min), l.most)
 }
 
-// giveBack returns the unspent units of k's lease to the store and ends the
-// lease. It skips the call when no unit could be given back.
-func (l *Leased) giveBack(ctx context.Context, key string, k *keyLease, now int64) error {
-	u := k.g.units - k.spent
-	g := k.g
-	k.g, k.spent = grant{}, 0
-	if u <= 0 {
-		return nil
-	}
-	k.g = g // validUnit reads k.g
-	ok := l.validUnit(k, g.units, now)
-	k.g = grant{}
-	if !ok {
-		return nil
-	}
+// giveBack returns the unspent units of k's lease to the store, which
+// takes back what its rules allow, and ends the lease.
+func (l *Leased) giveBack(ctx context.Context, key string, k *keyLease) error {
+	g, u := k.g, k.g.units-k.used
+	k.g, k.spent, k.used = grant{}, 0, 0
 	return l.lim.refund(ctx, key, &g, u)
 }
 
@@ -384,7 +395,7 @@ func (l *Leased) Release(ctx context.Context, key string) error {
 	if k.g.units == 0 {
 		return nil
 	}
-	return l.giveBack(ctx, key, k, l.now(k))
+	return l.giveBack(ctx, key, k)
 }
 
 // Flush ends every lease past its lifetime (LeaseLifetime), giving back its
@@ -409,8 +420,8 @@ func (l *Leased) flush(ctx context.Context, all bool) error {
 	for key, k := range keys {
 		k.mu.Lock()
 		if k.g.units > 0 {
-			if now := l.now(k); all || now-k.g.now >= l.life {
-				if err := l.giveBack(ctx, key, k, now); err != nil {
+			if all || l.ends && l.now(k)-k.g.now >= l.life {
+				if err := l.giveBack(ctx, key, k); err != nil {
 					errs = append(errs, err)
 				}
 			}

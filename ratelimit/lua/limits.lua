@@ -270,8 +270,8 @@ end
 --     to no less than 0: exactly the level a grant of u fewer units leaves.
 --   FixedWindow: only in the grant's window; the count drops by u, to no
 --     less than 0.
---   SlidingWindow: only in the grant's bucket, which is the newest; its count
---     and the total drop by u, to no less than 0.
+--   SlidingWindow: while the grant's bucket is in the window; its count and
+--     the total drop by u, to no less than the bucket's count.
 -- Otherwise the units are dropped: a window that ended took them with it, a
 -- level that others changed has them below others' units.
 local function refund(tg, M, u)
@@ -304,9 +304,9 @@ local function refund(tg, M, u)
         changed = true
       end
     elseif kind == 2 and s[f .. 't'] then -- limit a, buckets b, bucket_us c
-      local cur = floor(now / c)
-      if cur == mark and tonumber(s[f .. 'h']) == cur then
-        local bk = bucket(f, cur, b + 1)
+      local lo, hi = tonumber(s[f .. 'l']), tonumber(s[f .. 'h'])
+      if mark >= lo and mark <= hi and mark >= floor(now / c) - b then
+        local bk = bucket(f, mark, b + 1)
         local had = tonumber(s[bk] or '0')
         local back = u
         if back > had then back = had end
