@@ -7,6 +7,7 @@ import (
 	"math"
 	"sort"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/floodgate-dev/floodgate/backend"
@@ -44,6 +45,32 @@ type Leased struct {
 
 	mu   sync.Mutex
 	keys map[string]*keyLease
+
+	stats struct{ decisions, fromLease, grants, granted, denied, giveBacks atomic.Int64 }
+}
+
+// LeaseStats counts what a Leased did since NewLeased.
+type LeaseStats struct {
+	Decisions int64 // AllowN calls with n > 0 that returned no error
+	FromLease int64 // of them, decided in process from a lease (no store call)
+	Grants    int64 // leases taken (store calls that admitted)
+	Granted   int64 // units the leases took from the store
+	Denied    int64 // store calls that denied (nothing taken)
+	GiveBacks int64 // store calls that gave units back
+}
+
+// Stats returns l's counters. Granted minus the units admitted is what the
+// leases took and did not use: given back where the rules allowed, held, or
+// dropped.
+func (l *Leased) Stats() LeaseStats {
+	return LeaseStats{
+		Decisions: l.stats.decisions.Load(),
+		FromLease: l.stats.fromLease.Load(),
+		Grants:    l.stats.grants.Load(),
+		Granted:   l.stats.granted.Load(),
+		Denied:    l.stats.denied.Load(),
+		GiveBacks: l.stats.giveBacks.Load(),
+	}
 }
 
 // LeaseOption configures NewLeased.
@@ -172,22 +199,32 @@ type keyLease struct {
 	used  int64     // units of g admitted
 	sent  time.Time // local time the grant was asked for, for the store's time
 	rate  float64   // units per second seen, 0 before the first lease ends
-	gone  bool      // removed from Leased.keys by Flush
+	// The store's last denial, of n units until the store's time until: a
+	// request of at least n before then is denied in process.
+	denied     Result
+	deniedN    int64
+	deniedAt   int64     // the store's time of the denial, µs
+	deniedSent time.Time // local time the denied call was sent
+	gone       bool      // removed from Leased.keys by Flush
 }
 
 // now returns the store's time of k's lease: the injected clock's, the
 // memory backend's, or for Redis's own TIME the grant's time plus the local
 // time since the grant was asked for, which is never earlier than Redis's.
-func (l *Leased) now(k *keyLease) int64 {
+func (l *Leased) now(k *keyLease) int64 { return k.g.now + l.since(k.g.now, k.sent) }
+
+// since returns the store's µs since its time t, which a call sent at
+// local time sent returned: for Redis's own TIME measured locally from
+// sent, which is never less than Redis's.
+func (l *Leased) since(t int64, sent time.Time) int64 {
 	switch b := l.lim.b.(type) {
 	case *backend.Memory:
-		return b.NowMicros()
+		return b.NowMicros() - t
 	default:
 		if c := b.Clock(); c != nil {
-			return backend.Micros(c.Now())
+			return backend.Micros(c.Now()) - t
 		}
-		el := time.Since(k.sent)
-		return k.g.now + int64((el+time.Microsecond-1)/time.Microsecond)
+		return int64((time.Since(sent) + time.Microsecond - 1) / time.Microsecond)
 	}
 }
 
@@ -250,6 +287,9 @@ func (l *Leased) AllowN(ctx context.Context, key string, n int64) (Result, error
 		}
 		r, err := l.decide(ctx, key, k, n)
 		k.mu.Unlock()
+		if err == nil && n > 0 {
+			l.stats.decisions.Add(1)
+		}
 		return r, err
 	}
 }
@@ -291,9 +331,22 @@ func (l *Leased) decide(ctx context.Context, key string, k *keyLease, n int64) (
 		r.Remaining += avail
 		return r, err
 	}
+	if avail < n && k.deniedN > 0 && n >= k.deniedN {
+		// Denied until the store's RetryAfter: nothing is asked of the store
+		// until then. (Units given back by other processes meanwhile wait
+		// too: they are of the held units the under-admission bound counts.)
+		if wait := k.denied.RetryAfter - time.Duration(l.since(k.deniedAt, k.deniedSent))*time.Microsecond; wait > 0 {
+			r := k.denied
+			r.RetryAfter = wait
+			l.stats.fromLease.Add(1)
+			return r, nil
+		}
+		k.deniedN = 0
+	}
 	if avail >= n {
 		k.spent += n
 		k.used += n
+		l.stats.fromLease.Add(1)
 		return l.fromLease(k, now), nil
 	}
 	if k.g.units > 0 && avail == 0 {
@@ -314,8 +367,14 @@ func (l *Leased) decide(ctx context.Context, key string, k *keyLease, n int64) (
 		return Result{}, err
 	}
 	if g.units == 0 {
+		l.stats.denied.Add(1)
+		if g.res.RetryAfter > 0 {
+			k.denied, k.deniedN, k.deniedAt, k.deniedSent = g.res, n, g.now, sent
+		}
 		return g.res, nil // the lease, if any, keeps its units
 	}
+	l.stats.grants.Add(1)
+	l.stats.granted.Add(g.units)
 	if avail > 0 { // the old lease's last units go with the new lease's
 		k.used += avail
 		k.spent = k.g.units
@@ -372,6 +431,10 @@ func (l *Leased) size(k *keyLease) int64 {
 func (l *Leased) giveBack(ctx context.Context, key string, k *keyLease) error {
 	g, u := k.g, k.g.units-k.used
 	k.g, k.spent, k.used = grant{}, 0, 0
+	if u <= 0 {
+		return nil
+	}
+	l.stats.giveBacks.Add(1)
 	return l.lim.refund(ctx, key, &g, u)
 }
 

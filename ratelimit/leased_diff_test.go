@@ -18,7 +18,7 @@ func TestLeasedMemoryEqualsRedis(t *testing.T) {
 	const P = 3
 	for _, rc := range leasableRules() {
 		t.Run(rc.name, func(t *testing.T) {
-			rs := []ratelimit.Rule{rc.rule, }
+			rs := []ratelimit.Rule{rc.rule}
 			if rc.name == "fixed_and_gcra" {
 				rs = []ratelimit.Rule{rc.rule, ratelimit.GCRA{Rate: 1, Per: time.Second, Burst: 100}, ratelimit.SlidingWindow{Limit: 170, Window: 100 * time.Second, Buckets: 5}}
 			}

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -264,3 +265,99 @@ func TestLeasedBadInput(t *testing.T) {
 }
 
 var _ = fmt.Sprint
+
+// TestLeasedRealTime hammers one key from P processes (each its own
+// Leased, and on Redis its own client, with the time of Redis's TIME) with
+// two goroutines each, for a few hundred milliseconds, and counts what they
+// admitted against the exact bound of the elapsed time, measured by the
+// store's clock before the first and after the last call: for a FixedWindow
+// Limit per window touched, for a SlidingWindow Limit per Window of the
+// span, for a bucket its capacity plus the refill of the span.
+func TestLeasedRealTime(t *testing.T) {
+	const P, goroutines = 4, 2
+	const run = 300 * time.Millisecond
+	rules := []struct {
+		name  string
+		rule  ratelimit.Rule
+		bound func(start, end time.Time) int64
+	}{
+		{"fixed_window", ratelimit.FixedWindow{Limit: 300, Window: 50 * ms}, func(s, e time.Time) int64 {
+			w := int64(50 * ms / us)
+			return 300 * (e.UnixMicro()/w - s.UnixMicro()/w + 1)
+		}},
+		{"sliding_window", ratelimit.SlidingWindow{Limit: 300, Window: 50 * ms, Buckets: 5}, func(s, e time.Time) int64 {
+			return 300 * int64(e.Sub(s)/(50*ms)+1) // spans [x, x+Window) that cover [s, e]
+		}},
+		{"token_bucket", ratelimit.TokenBucket{Capacity: 100, Refill: 3, Every: ms}, func(s, e time.Time) int64 {
+			return 100 + 3*int64((e.Sub(s)+ms-1)/ms)
+		}},
+		{"gcra", ratelimit.GCRA{Rate: 3, Per: ms, Burst: 100}, func(s, e time.Time) int64 {
+			return 100 + 3*int64((e.Sub(s)+ms-1)/ms)
+		}},
+	}
+	for _, bk := range []string{"memory", "redis"} {
+		for _, rc := range rules {
+			t.Run(bk+"/"+rc.name, func(t *testing.T) {
+				ctx := context.Background()
+				ls := processes(t, bk, nil, P, []ratelimit.Rule{rc.rule}, ratelimit.LeaseTarget(5*ms))
+				storeNow := func() time.Time {
+					if bk == "memory" {
+						return time.Now()
+					}
+					c := redis.NewClient(&redis.Options{Addr: testenv.SharedRedis(t).Addr})
+					defer c.Close()
+					tm, err := c.Time(ctx).Result()
+					if err != nil {
+						t.Fatal(err)
+					}
+					return tm
+				}
+				start := storeNow()
+				var admitted [P * goroutines]int64
+				var errs [P * goroutines]error
+				var wg sync.WaitGroup
+				stop := time.Now().Add(run)
+				for i := range P * goroutines {
+					wg.Add(1)
+					go func() {
+						defer wg.Done()
+						for time.Now().Before(stop) {
+							r, err := ls[i%P].Allow(ctx, "hot")
+							if err != nil {
+								errs[i] = err
+								return
+							}
+							if r.Allowed {
+								admitted[i]++
+							}
+						}
+					}()
+				}
+				wg.Wait()
+				end := storeNow()
+				var total, decisions, fromLease, calls int64
+				for i := range admitted {
+					if errs[i] != nil {
+						t.Fatal(errs[i])
+					}
+					total += admitted[i]
+				}
+				for _, l := range ls {
+					st := l.Stats()
+					decisions += st.Decisions
+					fromLease += st.FromLease
+					calls += st.Grants + st.Denied + st.GiveBacks
+				}
+				bound := rc.bound(start, end)
+				t.Logf("%d admitted of %d decisions (%d store calls) over %v, bound %d (%.1f%%); %.1f%% decided from leases",
+					total, decisions, calls, end.Sub(start), bound, 100*float64(total)/float64(bound), 100*float64(fromLease)/float64(decisions))
+				if total > bound {
+					t.Fatalf("admitted %d units, more than the rule allows in %v: %d", total, end.Sub(start), bound)
+				}
+				if total == 0 || fromLease == 0 {
+					t.Fatalf("admitted %d, %d from leases: want both > 0", total, fromLease)
+				}
+			})
+		}
+	}
+}
