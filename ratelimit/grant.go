@@ -34,9 +34,18 @@ func (s *spec) leasable() string {
 
 // grant takes between least and most units of key's budget in one atomic
 // step: as many of most as every rule has left, and denied (nothing taken)
-// when that is fewer than least. It requires 0 < least <= most and rules
-// that are all leasable.
-func (l *Limiter) grant(ctx context.Context, key string, least, most int64) (grant, error) {
+// when that is fewer than least. It requires 0 < least <= most, hold >= 0
+// and rules that are all leasable.
+//
+// A drain rule admits a unit of a lease no later than its place in the
+// bucket (see Leased), which in a bucket near empty comes at the rule's own
+// rate: a lease of a process slower than the rule would lose its units
+// before using them. So the grant first raises a drain rule's level to what
+// it drains in hold µs (the pad), at most so far that least units still
+// fit: the lease's units then have places at least hold µs ahead. The pad
+// is consumed as if admitted and never used: it costs at most the rule's
+// refill of hold µs, and only when the bucket was below it.
+func (l *Limiter) grant(ctx context.Context, key string, least, most, hold int64) (grant, error) {
 	var vs [8]verdict
 	var verdicts []verdict
 	if len(l.specs) <= len(vs) {
@@ -46,10 +55,10 @@ func (l *Limiter) grant(ctx context.Context, key string, least, most int64) (gra
 	}
 	g := grant{marks: make([]int64, len(l.specs))}
 	if l.mem != nil {
-		l.grantMemory(key, least, most, verdicts, &g)
+		l.grantMemory(key, least, most, hold, verdicts, &g)
 	} else {
 		args := make([]any, 0, 3+len(l.reqArgs))
-		args = append(args, l.redis.NowArg(), "g"+strconv.FormatInt(least, 10), most)
+		args = append(args, l.redis.NowArg(), "g"+strconv.FormatInt(least, 10)+":"+strconv.FormatInt(hold, 10), most)
 		args = append(args, l.reqArgs...)
 		r := len(l.specs)
 		ints, err := l.redis.RunInts(ctx, limitsScript, l.redisKeys(nil, key), args, 1+5*r+2+r)
@@ -71,22 +80,41 @@ func (l *Limiter) grant(ctx context.Context, key string, least, most int64) (gra
 }
 
 // grantMemory is grant on Memory, step for step as limits.lua's mode "g".
-func (l *Limiter) grantMemory(key string, least, most int64, vs []verdict, g *grant) {
+func (l *Limiter) grantMemory(key string, least, most, hold int64, vs []verdict, g *grant) {
 	pending := make([]int64, len(l.specs))
+	pads := make([]int64, len(l.specs)) // a drain rule's level, padded
 	now := l.mem.NowMicros()
 	sh := l.mem.Shard(key)
 	sh.Lock()
 	defer sh.Unlock()
 	e := sh.Get(key)
+	for i := range l.specs {
+		if s := &l.specs[i]; s.kind == kindDrain {
+			if a, b := cellOf(e, s.tag); a != nil {
+				pads[i] = drainLevel(s, *a, *b, now)
+			}
+			pad := s.full - least*s.per
+			if hold < ceilDiv(pad, s.rate) {
+				pad = hold * s.rate
+			}
+			pads[i] = max(pads[i], pad)
+		}
+	}
+	check := func(i int, n int64) (verdict, int64) {
+		if s := &l.specs[i]; s.kind == kindDrain {
+			return s.drainCheckAt(pads[i], n)
+		}
+		return l.checkRule(i, e, nil, now, n)
+	}
 	n := most
 	for i := range l.specs {
-		v, _ := l.checkRule(i, e, nil, now, 0)
+		v, _ := check(i, 0)
 		n = min(n, v.remaining)
 	}
 	n = max(n, least)
 	ok := true
 	for i := range l.specs {
-		vs[i], pending[i] = l.checkRule(i, e, nil, now, n)
+		vs[i], pending[i] = check(i, n)
 		ok = ok && vs[i].status == statusAllowed
 	}
 	g.now, g.units = now, n

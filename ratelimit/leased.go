@@ -42,6 +42,8 @@ type Leased struct {
 	most int64 // the largest lease: min(cfg.max, cfg.fraction × the smallest limit), >= 1
 	life int64 // cfg.life in µs
 	ends bool  // leases end at life: no drain rule, whose units have their own places
+	pace int64 // µs per unit of the slowest drain rule (0 without one)
+	hold int64 // LeaseTarget in µs: a drain rule's pad (see Limiter.grant)
 
 	mu   sync.Mutex
 	keys map[string]*keyLease
@@ -166,7 +168,7 @@ func NewLeased(lim *Limiter, opts ...LeaseOption) (*Leased, error) {
 	if cfg.life == 0 {
 		cfg.life = 2 * cfg.target
 	}
-	smallest, ends := int64(math.MaxInt64), true
+	smallest, ends, pace := int64(math.MaxInt64), true, int64(0)
 	for i := range lim.specs {
 		s := &lim.specs[i]
 		if why := s.leasable(); why != "" {
@@ -174,6 +176,9 @@ func NewLeased(lim *Limiter, opts ...LeaseOption) (*Leased, error) {
 		}
 		smallest = min(smallest, s.limit)
 		ends = ends && s.kind != kindDrain
+		if s.kind == kindDrain {
+			pace = max(pace, ceilDiv(s.per, s.rate))
+		}
 	}
 	most := min(cfg.max, max(int64(cfg.fraction*float64(smallest)), 1))
 	return &Leased{
@@ -182,6 +187,8 @@ func NewLeased(lim *Limiter, opts ...LeaseOption) (*Leased, error) {
 		most: most,
 		life: max(int64(cfg.life/time.Microsecond), 1),
 		ends: ends,
+		pace: pace,
+		hold: int64(cfg.target / time.Microsecond),
 		keys: map[string]*keyLease{},
 	}, nil
 }
@@ -362,14 +369,19 @@ func (l *Leased) decide(ctx context.Context, key string, k *keyLease, n int64) (
 	need := n - avail
 	want := max(need, l.size(k))
 	sent := time.Now()
-	g, err := l.lim.grant(ctx, key, need, want)
+	g, err := l.lim.grant(ctx, key, need, want, l.hold)
 	if err != nil {
 		return Result{}, err
 	}
 	if g.units == 0 {
 		l.stats.denied.Add(1)
 		if g.res.RetryAfter > 0 {
+			// Wait until the lease it wanted could be had: at a drain
+			// rule's pace, want-need units after the n. Asking as soon as
+			// one unit is back would send a call per unit to the store when
+			// a bucket is empty, where a lease is worth most.
 			k.denied, k.deniedN, k.deniedAt, k.deniedSent = g.res, n, g.now, sent
+			k.denied.RetryAfter += time.Duration((want-need)*l.pace) * time.Microsecond
 		}
 		return g.res, nil // the lease, if any, keeps its units
 	}

@@ -40,19 +40,21 @@ func TestLeasedGiveBack(t *testing.T) {
 			{6 * time.Second, "release", 8}, // the lease's bucket ended but still counts: back into it
 			{10 * time.Second, "allow", 6},  // both old buckets left the window
 		}},
+		// A lease of a drain rule first raises a level below LeaseTarget's
+		// drain (2 s here: 2 units) to it, so that its units can wait.
 		{"gcra: back while the level is the lease's", ratelimit.GCRA{Rate: 1, Per: time.Second, Burst: 10}, []step{
-			{0, "allow", 6},
-			{0, "release", 9},
-			{0, "allow", 5},
-			{2 * time.Second, "release", 10}, // drained 2, gave back 3
-			{0, "allow", 6},
-			{0, "other", 5},   // another decision: the lease's units are no longer on top
-			{0, "release", 5}, // so they stay, until they drain
-			{4 * time.Second, "allow", 5},
+			{0, "allow", 4},                 // pad 2, lease 4
+			{0, "release", 7},               // 3 back, the pad stays
+			{0, "allow", 3},                 // level 3: no pad
+			{2 * time.Second, "release", 8}, // drained 2, gave back 3
+			{0, "allow", 4},                 // level 2: no pad
+			{0, "other", 3},                 // another decision: the lease's units are no longer on top
+			{0, "release", 3},               // so they stay, until they drain
+			{4 * time.Second, "allow", 3},
 		}},
 		{"token bucket", ratelimit.TokenBucket{Capacity: 10, Refill: 1, Every: time.Second}, []step{
-			{0, "allow", 6},
-			{time.Second, "release", 10},
+			{0, "allow", 4},
+			{time.Second, "release", 8},
 		}},
 	}
 	for _, bk := range allBackends() {
@@ -66,7 +68,7 @@ func TestLeasedGiveBack(t *testing.T) {
 					if err != nil {
 						t.Fatal(err)
 					}
-					l, err := ratelimit.NewLeased(lim, ratelimit.LeaseSize(4, 4), ratelimit.LeaseFraction(1), ratelimit.LeaseTarget(time.Hour))
+					l, err := ratelimit.NewLeased(lim, ratelimit.LeaseSize(4, 4), ratelimit.LeaseFraction(1), ratelimit.LeaseTarget(2*time.Second))
 					if err != nil {
 						t.Fatal(err)
 					}

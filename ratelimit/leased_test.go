@@ -88,8 +88,8 @@ func processes(t *testing.T, bk string, clk clock.Clock, p int, rules []ratelimi
 // told of every admitted unit at the time it was admitted. The reference
 // must admit each (leases never admit more than the rules allow, over any
 // span), and at each denial the reference may have no more than the
-// documented bound, P·k units, left beyond the n asked for (the
-// under-admission bound).
+// documented bound left beyond the n asked for (the under-admission bound:
+// P·k units, plus for a drain rule its refill of LeaseTarget).
 func TestLeasedBound(t *testing.T) {
 	const P, k = 4, 10
 	rules := leasableRules()
@@ -107,12 +107,20 @@ func TestLeasedBound(t *testing.T) {
 				}
 				t.Run(rc.name, func(t *testing.T) {
 					bound := int64(P) * k
-					if rc.rule == nil {
+					switch r := rc.rule.(type) {
+					case nil:
 						// A window's end ends every lease, and the units of
 						// one whose give-back the GCRA refused stay in its
 						// level until their places pass, at most Burst/Rate
-						// = 100 s later: ⌈100 s / Window⌉ more leases each.
-						bound = int64(P) * k * (1 + 1)
+						// = 100 s later: ⌈100 s / Window⌉ more leases each;
+						// and the pad of LeaseTarget (20 s) at 1/s.
+						bound = int64(P)*k*(1+1) + 20
+					case ratelimit.TokenBucket:
+						bound += r.Refill * 20 // the pad: LeaseTarget (20 s) of refill
+					case ratelimit.GCRA:
+						bound += r.Rate * 20
+					case ratelimit.LeakyBucket:
+						bound += r.Rate * 20
 					}
 					for seed := range uint64(3) {
 						leasedBoundRun(t, bk, rs, P, k, bound, seed)

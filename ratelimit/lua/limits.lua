@@ -23,10 +23,13 @@
 -- ARGV[1] now in µs, or "" to use TIME; ARGV[2] mode: "0" decide and commit
 -- when all admit, "c" check (commit nothing, reply as for a denial), "r"
 -- reset (delete every request's state), and for quota leases (leased.go; one
--- request, no SlidingLog rule) "g<min>" grant and "u<t>:<info>..." return:
---   "g<min>": take g units, the request's n or less: g = min(n, Remaining of
---     every rule), but at least min (so g = min, denied, when fewer are
---     left); then decide and commit g as mode "0". The reply is mode "0"'s
+-- request, no SlidingLog rule) "g<min>:<hold>" grant and "u<t>:<info>..."
+-- return:
+--   "g<min>:<hold>": take g units, the request's n or less: g = min(n,
+--     Remaining of every rule), but at least min (so g = min, denied, when
+--     fewer are left), after raising each drain rule's level to at least
+--     what it drains in hold µs; then decide and commit g as mode "0" would
+--     (a denial changes nothing). The reply is mode "0"'s
 --     followed by now, g and per rule the grant's mark: a drain rule's level
 --     after the grant, a FixedWindow's window id, a SlidingWindow's bucket id.
 --   "u<t>:<mark 1>:...": give back n units of the grant at time t with those
@@ -346,12 +349,35 @@ if op == 'u' then
 end
 local G -- the units of a grant
 if op == 'g' then
+  local c = string.find(mode, ':', 2, true)
+  local least, hold = tonumber(string.sub(mode, 2, c - 1)), tonumber(string.sub(mode, c + 1))
+  -- A drain rule's level below hold's drain is raised to it (never so far
+  -- that least units no longer fit), so that the lease's units have places
+  -- at least hold µs ahead: see pad in grant.go.
+  local s = state(1)
+  for k = first[1], last[1] do
+    local o = (k - 1) * 6
+    if P[o + 1] == 4 then
+      local f, per, rate = P[o + 2], P[o + 4], P[o + 5]
+      local full = P[o + 3] * per
+      local level = 0
+      if s[f] then
+        local t
+        t, level = drain_decode(s[f])
+        local d = now - t
+        if d > 0 then level = level - d * rate end
+        if level < 0 then level = 0 elseif level > full then level = full end
+      end
+      local pad = rate * hold -- may pass 2^53, and then full - least * per, which is exact
+      if pad > full - least * per then pad = full - least * per end
+      if level < pad then s[f] = drain_encode(now, pad, rate) end
+    end
+  end
   local g = N[SK[1]]
   for k = first[1], last[1] do
     local _, rem = check(k, 0)
     if rem < g then g = rem end
   end
-  local least = tonumber(string.sub(mode, 2))
   if g < least then g = least end
   N[SK[1]] = g
   G = g
