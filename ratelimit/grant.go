@@ -41,8 +41,9 @@ func (s *spec) leasable() string {
 // bucket (see Leased), which in a bucket near empty comes at the rule's own
 // rate: a lease of a process slower than the rule would lose its units
 // before using them. So the grant first raises a drain rule's level to what
-// it drains in hold µs (the pad), at most so far that least units still
-// fit: the lease's units then have places at least hold µs ahead. The pad
+// it drains in hold µs (the pad), at most so far that most units still fit:
+// the lease's units then have places at least hold µs ahead (or as far as
+// the capacity allows). The pad
 // is consumed as if admitted and never used: it costs at most the rule's
 // refill of hold µs, and only when the bucket was below it.
 func (l *Limiter) grant(ctx context.Context, key string, least, most, hold int64) (grant, error) {
@@ -93,7 +94,7 @@ func (l *Limiter) grantMemory(key string, least, most, hold int64, vs []verdict,
 			if a, b := cellOf(e, s.tag); a != nil {
 				pads[i] = drainLevel(s, *a, *b, now)
 			}
-			pad := s.full - least*s.per
+			pad := s.full - most*s.per // room for the most units asked for
 			if hold < ceilDiv(pad, s.rate) {
 				pad = hold * s.rate
 			}

@@ -28,7 +28,7 @@
 --   "g<min>:<hold>": take g units, the request's n or less: g = min(n,
 --     Remaining of every rule), but at least min (so g = min, denied, when
 --     fewer are left), after raising each drain rule's level to at least
---     what it drains in hold µs; then decide and commit g as mode "0" would
+--     what it drains in hold µs (but no higher than leaves room for n); then decide and commit g as mode "0" would
 --     (a denial changes nothing). The reply is mode "0"'s
 --     followed by now, g and per rule the grant's mark: a drain rule's level
 --     after the grant, a FixedWindow's window id, a SlidingWindow's bucket id.
@@ -352,7 +352,7 @@ if op == 'g' then
   local c = string.find(mode, ':', 2, true)
   local least, hold = tonumber(string.sub(mode, 2, c - 1)), tonumber(string.sub(mode, c + 1))
   -- A drain rule's level below hold's drain is raised to it (never so far
-  -- that least units no longer fit), so that the lease's units have places
+  -- that the units asked for no longer fit), so that the lease's units have places
   -- at least hold µs ahead: see pad in grant.go.
   local s = state(1)
   for k = first[1], last[1] do
@@ -368,8 +368,9 @@ if op == 'g' then
         if d > 0 then level = level - d * rate end
         if level < 0 then level = 0 elseif level > full then level = full end
       end
-      local pad = rate * hold -- may pass 2^53, and then full - least * per, which is exact
-      if pad > full - least * per then pad = full - least * per end
+      local room = full - N[SK[1]] * per -- the most units asked for still fit
+      local pad = rate * hold -- may pass 2^53, and then room, which is exact
+      if pad > room then pad = room end
       if level < pad then s[f] = drain_encode(now, pad, rate) end
     end
   end
