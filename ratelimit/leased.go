@@ -27,15 +27,19 @@ import (
 // bucket, a TokenBucket or GCRA unit no later than the time the store gave
 // its place in the bucket). What it costs is under-admission: at any time at
 // most the units held by the leases of all processes, P·k for P processes
-// with leases of at most k units, are counted in the store but not yet used
-// (docs/algorithms.md, "Quota leases"). The lease size k of a key is the
+// with leases of at most k units, are counted in the store but not yet used,
+// plus for a TokenBucket, GCRA or LeakyBucket the rule's refill of
+// LeaseTarget (see Limiter.grant's pad; docs/algorithms.md, "Quota
+// leases"). The lease size k of a key is the
 // rate this process saw for it times LeaseTarget, within LeaseSize and at
 // most LeaseFraction of the smallest limit: a quiet process holds little.
 //
 // A Result of a decision from a lease is exact in Allowed; Limit, Rule and
 // RuleName are the lease's, Remaining is the store's Remaining at the grant
 // plus the units the lease still holds, and ResetAfter is the grant's, less
-// the time since.
+// the time since. After a denial by the store, requests of at least as many
+// units are denied in process until its RetryAfter has passed (for a bucket
+// rule, until the lease wanted could be had), with the RetryAfter left.
 type Leased struct {
 	lim  *Limiter
 	cfg  leaseConfig
@@ -106,7 +110,10 @@ func LeaseTarget(d time.Duration) LeaseOption {
 
 // LeaseLifetime sets the longest a lease lives (default twice LeaseTarget):
 // the first decision of a key after that gives the lease's unspent units back
-// and takes a new lease, sized by the rate seen meanwhile. It must be > 0.
+// and takes a new lease, sized by the rate seen meanwhile. It must be > 0. It
+// applies to Limiters of FixedWindow and SlidingWindow rules only: a lease of
+// a TokenBucket, GCRA or LeakyBucket ends unit by unit at the units' places
+// in the bucket, and giving it back early could leave its units counted.
 func LeaseLifetime(d time.Duration) LeaseOption {
 	return func(c *leaseConfig) {
 		if d <= 0 {
