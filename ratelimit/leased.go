@@ -98,11 +98,12 @@ const (
 )
 
 // LeaseTarget sets how long a lease should last at the rate this process
-// sees for a key: k ≈ rate × d (default DefaultLeaseTarget). It must be > 0.
+// sees for a key: k ≈ rate × d (default DefaultLeaseTarget). It must be > 0
+// and at most MaxPeriod.
 func LeaseTarget(d time.Duration) LeaseOption {
 	return func(c *leaseConfig) {
-		if d <= 0 {
-			c.err = fmt.Errorf("ratelimit: LeaseTarget must be > 0, got %v", d)
+		if d <= 0 || d > MaxPeriod {
+			c.err = fmt.Errorf("ratelimit: LeaseTarget must be > 0 and at most MaxPeriod, got %v", d)
 		}
 		c.target = d
 	}
@@ -110,14 +111,15 @@ func LeaseTarget(d time.Duration) LeaseOption {
 
 // LeaseLifetime sets the longest a lease lives (default twice LeaseTarget):
 // the first decision of a key after that gives the lease's unspent units back
-// and takes a new lease, sized by the rate seen meanwhile. It must be > 0. It
+// and takes a new lease, sized by the rate seen meanwhile. It must be > 0
+// and at most MaxPeriod. It
 // applies to Limiters of FixedWindow and SlidingWindow rules only: a lease of
 // a TokenBucket, GCRA or LeakyBucket ends unit by unit at the units' places
 // in the bucket, and giving it back early could leave its units counted.
 func LeaseLifetime(d time.Duration) LeaseOption {
 	return func(c *leaseConfig) {
-		if d <= 0 {
-			c.err = fmt.Errorf("ratelimit: LeaseLifetime must be > 0, got %v", d)
+		if d <= 0 || d > MaxPeriod {
+			c.err = fmt.Errorf("ratelimit: LeaseLifetime must be > 0 and at most MaxPeriod, got %v", d)
 		}
 		c.life = d
 	}
@@ -388,7 +390,13 @@ func (l *Leased) decide(ctx context.Context, key string, k *keyLease, n int64) (
 			// one unit is back would send a call per unit to the store when
 			// a bucket is empty, where a lease is worth most.
 			k.denied, k.deniedN, k.deniedAt, k.deniedSent = g.res, n, g.now, sent
-			k.denied.RetryAfter += time.Duration((want-need)*l.pace) * time.Microsecond
+			extra := int64(MaxPeriod / time.Microsecond)
+			if l.pace > 0 && want-need < extra/l.pace {
+				extra = (want - need) * l.pace
+			} else if l.pace == 0 {
+				extra = 0
+			}
+			k.denied.RetryAfter += time.Duration(extra) * time.Microsecond
 		}
 		return g.res, nil // the lease, if any, keeps its units
 	}

@@ -236,8 +236,9 @@ func TestLeasedBadInput(t *testing.T) {
 		opt  ratelimit.LeaseOption
 		want string
 	}{
-		{ratelimit.LeaseTarget(0), "LeaseTarget must be > 0, got 0s"},
-		{ratelimit.LeaseLifetime(-time.Second), "LeaseLifetime must be > 0, got -1s"},
+		{ratelimit.LeaseTarget(0), "LeaseTarget must be > 0 and at most MaxPeriod, got 0s"},
+		{ratelimit.LeaseTarget(ratelimit.MaxPeriod + 1), "LeaseTarget must be > 0 and at most MaxPeriod, got 87600h0m0.000000001s"},
+		{ratelimit.LeaseLifetime(-time.Second), "LeaseLifetime must be > 0 and at most MaxPeriod, got -1s"},
 		{ratelimit.LeaseSize(0, 5), "LeaseSize needs 1 <= min <= max, got min 0, max 5"},
 		{ratelimit.LeaseSize(6, 5), "LeaseSize needs 1 <= min <= max, got min 6, max 5"},
 		{ratelimit.LeaseFraction(0), "LeaseFraction must be in (0, 1], got 0"},
@@ -366,6 +367,54 @@ func TestLeasedRealTime(t *testing.T) {
 					t.Fatalf("admitted %d, %d from leases: want both > 0", total, fromLease)
 				}
 			})
+		}
+	}
+}
+
+// TestLeasedExtremes runs leases on rules at the edges of what New accepts,
+// with the largest leases and targets: decisions and give-backs stay errors
+// or answers, never a panic or an overflow that admits.
+func TestLeasedExtremes(t *testing.T) {
+	m := backend.NewMemory()
+	defer m.Close()
+	ctx := context.Background()
+	for _, rule := range []ratelimit.Rule{
+		ratelimit.GCRA{Rate: 1, Per: ratelimit.MaxPeriod, Burst: 14},
+		ratelimit.GCRA{Rate: 1 << 40, Per: us, Burst: 1},
+		ratelimit.TokenBucket{Capacity: 0, Refill: 1, Every: time.Second},
+		ratelimit.FixedWindow{Limit: 1<<53 - 1, Window: ratelimit.MaxPeriod},
+		ratelimit.FixedWindow{Limit: 0, Window: time.Second},
+		ratelimit.SlidingWindow{Limit: 3, Window: ratelimit.MaxPeriod, Buckets: ratelimit.MaxBuckets},
+	} {
+		lim, err := ratelimit.New(m, rule)
+		if err != nil {
+			t.Fatalf("%+v: %v", rule, err)
+		}
+		l, err := ratelimit.NewLeased(lim, ratelimit.LeaseSize(1, 1<<62), ratelimit.LeaseFraction(1), ratelimit.LeaseTarget(ratelimit.MaxPeriod))
+		if err != nil {
+			t.Fatalf("%+v: %v", rule, err)
+		}
+		var admitted int64
+		for i := range 50 {
+			r, err := l.AllowN(ctx, "k", int64(1+i%3))
+			if err != nil {
+				t.Fatalf("%+v: %v", rule, err)
+			}
+			if r.Allowed {
+				admitted += int64(1 + i%3)
+			}
+			if r.RetryAfter < 0 && r.Allowed {
+				t.Fatalf("%+v: allowed with RetryAfter %v", rule, r.RetryAfter)
+			}
+		}
+		if err := l.Close(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if fw, ok := rule.(ratelimit.FixedWindow); ok && admitted > fw.Limit {
+			t.Errorf("%+v: admitted %d", rule, admitted)
+		}
+		if sw, ok := rule.(ratelimit.SlidingWindow); ok && admitted > sw.Limit {
+			t.Errorf("%+v: admitted %d", rule, admitted)
 		}
 	}
 }
