@@ -2,9 +2,13 @@ package ratelimit
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/binary"
 	"fmt"
 	"strconv"
 	"strings"
+	"sync/atomic"
+	"time"
 
 	"github.com/floodgate-dev/floodgate/backend"
 )
@@ -15,11 +19,26 @@ import (
 // "u"): a drain rule's level after the grant, a FixedWindow's window id, a
 // SlidingWindow's bucket id.
 type grant struct {
+	id    uint64  // unique in all processes (grantIDs), names its give-back
 	res   Result  // the store's decision of the grant
 	now   int64   // the store's time of the grant, µs
 	units int64   // units taken; 0 when denied
 	marks []int64 // per rule
 }
+
+// grantIDs numbers grants from a random start, so that the ids of two
+// processes meet only by a chance of about one in 2^40 per give-back: then
+// the later give-back is taken for a resend of the other and gives nothing
+// back, which is safe.
+var grantIDs = func() *atomic.Uint64 {
+	var b [8]byte
+	if _, err := rand.Read(b[:]); err != nil {
+		binary.LittleEndian.PutUint64(b[:], uint64(time.Now().UnixNano()))
+	}
+	var c atomic.Uint64
+	c.Store(binary.LittleEndian.Uint64(b[:]))
+	return &c
+}()
 
 // leasable reports why a rule cannot lease, or "".
 func (s *spec) leasable() string {
@@ -54,7 +73,7 @@ func (l *Limiter) grant(ctx context.Context, key string, least, most, hold int64
 	} else {
 		verdicts = make([]verdict, len(l.specs))
 	}
-	g := grant{marks: make([]int64, len(l.specs))}
+	g := grant{id: grantIDs.Add(1), marks: make([]int64, len(l.specs))}
 	if l.mem != nil {
 		l.grantMemory(key, least, most, hold, verdicts, &g)
 	} else {
@@ -160,7 +179,9 @@ func (l *Limiter) refund(ctx context.Context, key string, g *grant, u int64) err
 		args := make([]any, 0, 3+len(l.reqArgs))
 		args = append(args, l.redis.NowArg(), mode.String(), u)
 		args = append(args, l.reqArgs...)
-		if _, err := l.redis.RunInts(ctx, limitsScript, l.redisKeys(nil, key), args, 1); err != nil {
+		// The give-back's mark of done, named by the grant's id.
+		keys := append(l.redisKeys(nil, key), l.redis.Key(key, l.stateKey+"r"+strconv.FormatUint(g.id, 36)))
+		if _, err := l.redis.RunInts(ctx, limitsScript, keys, args, 1); err != nil {
 			return fmt.Errorf("ratelimit: lease refund: %w", err)
 		}
 		return nil

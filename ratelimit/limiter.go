@@ -25,7 +25,9 @@
 // every decision; TestReplayedDecisionOnlyDenies shows the bound with every
 // call run twice. ConcurrencyLimiter is exact under resends: its lease id is
 // the caller's, so a resent Acquire holds one slot, not two, and a resent
-// release frees nothing more.
+// release frees nothing more. A Leased's grant resent takes twice (the
+// same under-admission); its give-back leaves a mark in the store for the
+// life of the key's state, so a resent give-back gives nothing back twice.
 package ratelimit
 
 import (

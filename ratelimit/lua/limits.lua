@@ -33,7 +33,8 @@
 --     followed by now, g and per rule the grant's mark: a drain rule's level
 --     after the grant, a FixedWindow's window id, a SlidingWindow's bucket id.
 --   "u<t>:<mark 1>:...": give back n units of the grant at time t with those
---     marks, where the rule allows (see refund below). reply: {changed (1/0)}.
+--     marks, where the rule allows (see refund below), once: one more key,
+--     after the request's, marks it done. reply: {changed (1/0)}.
 -- Then per request: n, number of rules R, layout ("s" or "h"), number of keys
 -- (1 or 2), and R × 6 rule arguments: kind, field, then
 --   1 FixedWindow   limit, window_us, 0, 0
@@ -79,7 +80,8 @@ while i <= #ARGV do
   last[q] = k
   for _, key in ipairs({SK[q], LK[q]}) do N[key] = (N[key] or 0) + n end
 end
-if kn ~= #KEYS then
+local op = string.sub(mode, 1, 1)
+if kn + (op == 'u' and 1 or 0) ~= #KEYS then
   return redis.error_reply('ERR limits.lua: ' .. #KEYS .. ' keys for ' .. kn .. ' declared')
 end
 
@@ -278,6 +280,10 @@ end
 -- Otherwise the units are dropped: a window that ended took them with it, a
 -- level that others changed has them below others' units.
 local function refund(tg, M, u)
+  -- The last key marks this give-back as done, so that a resent one (a
+  -- client's retry after a lost reply) gives nothing back twice.
+  local done = KEYS[#KEYS]
+  if redis.call('EXISTS', done) == 1 then return 0 end
   local s = state(1)
   local changed = false
   for k = first[1], last[1] do
@@ -325,6 +331,8 @@ local function refund(tg, M, u)
   local key = SK[1]
   local ttl = redis.call('PTTL', key)
   if ttl <= 0 then return 0 end
+  -- Past the state's life a resend finds nothing to give back to.
+  redis.call('SET', done, '1', 'PX', ttl)
   if LY[1] == 's' then
     local vals = {}
     for j = 0, last[1] - first[1] do vals[j + 1] = s[istr(j)] end
@@ -340,7 +348,6 @@ local function refund(tg, M, u)
   return 1
 end
 
-local op = string.sub(mode, 1, 1)
 if op == 'u' then
   local M = {}
   for x in string.gmatch(string.sub(mode, 2), '[^:]+') do M[#M + 1] = tonumber(x) end
