@@ -418,3 +418,50 @@ func TestLeasedExtremes(t *testing.T) {
 		}
 	}
 }
+
+// TestLeasedFlush: Flush gives back the leases past their lifetime (window
+// rules) or past their last unit's place (buckets), and forgets their keys;
+// a lease still live stays.
+func TestLeasedFlush(t *testing.T) {
+	for _, bk := range []string{"memory", "redis"} {
+		for _, rule := range []ratelimit.Rule{
+			ratelimit.FixedWindow{Limit: 100, Window: time.Hour},
+			ratelimit.GCRA{Rate: 1, Per: time.Second, Burst: 100},
+		} {
+			ctx := context.Background()
+			clk := clock.NewFake(t0)
+			l := processes(t, bk, clk, 1, []ratelimit.Rule{rule}, ratelimit.LeaseSize(10, 10), ratelimit.LeaseTarget(time.Second))[0]
+			peek := func() int64 {
+				r, err := l.Limiter().AllowN(ctx, "k", 0)
+				if err != nil {
+					t.Fatal(err)
+				}
+				return r.Remaining
+			}
+			if r, err := l.Allow(ctx, "k"); err != nil || !r.Allowed {
+				t.Fatalf("%s %T: %+v %v", bk, rule, r, err)
+			}
+			before := peek()
+			if err := l.Flush(ctx); err != nil {
+				t.Fatal(err)
+			}
+			if got := peek(); got != before {
+				t.Errorf("%s %T: a live lease was flushed: %d left, want %d", bk, rule, got, before)
+			}
+			clk.Advance(time.Minute) // past the lifetime (2 s) and every place (≤ 11 s)
+			if err := l.Flush(ctx); err != nil {
+				t.Fatal(err)
+			}
+			want := int64(99) // the window: 9 given back
+			if _, ok := rule.(ratelimit.GCRA); ok {
+				want = 100 // drained
+			}
+			if got := peek(); got != want {
+				t.Errorf("%s %T: after Flush %d left, want %d", bk, rule, got, want)
+			}
+			if st := l.Stats(); st.GiveBacks != 1 {
+				t.Errorf("%s %T: %d give-backs, want 1", bk, rule, st.GiveBacks)
+			}
+		}
+	}
+}
