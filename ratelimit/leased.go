@@ -58,7 +58,7 @@ type Leased struct {
 // LeaseStats counts what a Leased did since NewLeased.
 type LeaseStats struct {
 	Decisions int64 // AllowN calls with n > 0 that returned no error
-	FromLease int64 // of them, decided in process from a lease (no store call)
+	FromLease int64 // of them, decided in process (from a lease, or denied until a RetryAfter): no store call
 	Grants    int64 // leases taken (store calls that admitted)
 	Granted   int64 // units the leases took from the store
 	Denied    int64 // store calls that denied (nothing taken)
@@ -283,6 +283,11 @@ func (l *Leased) Allow(ctx context.Context, key string) (Result, error) {
 // Result is the store's denial. n == 0 peeks at the store (Remaining adds
 // what the lease holds).
 //
+// A decision from a lease does not look at ctx beyond its first check; one
+// that calls the store is bounded by ctx, and when ctx ends first the lease
+// is left as it was (units a grant took whose reply was lost are never
+// used: under-admission, as for any lost decision).
+//
 // Errors: as Limiter.AllowN; a store error of the give-back is returned too.
 func (l *Leased) AllowN(ctx context.Context, key string, n int64) (Result, error) {
 	if err := backend.CheckKey(key); err != nil {
@@ -402,6 +407,7 @@ func (l *Leased) decide(ctx context.Context, key string, k *keyLease, n int64) (
 	}
 	l.stats.grants.Add(1)
 	l.stats.granted.Add(g.units)
+	k.deniedN = 0
 	if avail > 0 { // the old lease's last units go with the new lease's
 		k.used += avail
 		k.spent = k.g.units
