@@ -49,8 +49,7 @@ type Leased struct {
 	pace int64 // µs per unit of the slowest drain rule (0 without one)
 	hold int64 // LeaseTarget in µs: a drain rule's pad (see Limiter.grant)
 
-	mu   sync.Mutex
-	keys map[string]*keyLease
+	keys sync.Map // key → *keyLease
 
 	stats struct{ decisions, fromLease, grants, granted, denied, giveBacks atomic.Int64 }
 }
@@ -198,7 +197,6 @@ func NewLeased(lim *Limiter, opts ...LeaseOption) (*Leased, error) {
 		ends: ends,
 		pace: pace,
 		hold: int64(cfg.target / time.Microsecond),
-		keys: map[string]*keyLease{},
 	}, nil
 }
 
@@ -316,14 +314,11 @@ func (l *Leased) AllowN(ctx context.Context, key string, n int64) (Result, error
 }
 
 func (l *Leased) entry(key string) *keyLease {
-	l.mu.Lock()
-	k := l.keys[key]
-	if k == nil {
-		k = &keyLease{}
-		l.keys[key] = k
+	if k, ok := l.keys.Load(key); ok {
+		return k.(*keyLease)
 	}
-	l.mu.Unlock()
-	return k
+	k, _ := l.keys.LoadOrStore(key, &keyLease{})
+	return k.(*keyLease)
 }
 
 // decide is AllowN for a key's lease k, whose mu is held.
@@ -480,12 +475,11 @@ func (l *Leased) Release(ctx context.Context, key string) error {
 	if err := backend.CheckKey(key); err != nil {
 		return err
 	}
-	l.mu.Lock()
-	k := l.keys[key]
-	l.mu.Unlock()
-	if k == nil {
+	v, ok := l.keys.Load(key)
+	if !ok {
 		return nil
 	}
+	k := v.(*keyLease)
 	k.mu.Lock()
 	defer k.mu.Unlock()
 	if k.g.units == 0 {
@@ -507,14 +501,9 @@ func (l *Leased) Flush(ctx context.Context) error { return l.flush(ctx, false) }
 func (l *Leased) Close(ctx context.Context) error { return l.flush(ctx, true) }
 
 func (l *Leased) flush(ctx context.Context, all bool) error {
-	l.mu.Lock()
-	keys := make(map[string]*keyLease, len(l.keys))
-	for key, k := range l.keys {
-		keys[key] = k
-	}
-	l.mu.Unlock()
 	var errs []error
-	for key, k := range keys {
+	l.keys.Range(func(kv, v any) bool {
+		key, k := kv.(string), v.(*keyLease)
 		k.mu.Lock()
 		if k.g.units > 0 {
 			now := l.now(k)
@@ -525,12 +514,11 @@ func (l *Leased) flush(ctx context.Context, all bool) error {
 			}
 		}
 		if k.g.units == 0 {
-			l.mu.Lock()
-			delete(l.keys, key)
+			l.keys.CompareAndDelete(key, k)
 			k.gone = true
-			l.mu.Unlock()
 		}
 		k.mu.Unlock()
-	}
+		return true
+	})
 	return errors.Join(errs...)
 }
