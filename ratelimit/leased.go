@@ -313,6 +313,18 @@ func (l *Leased) AllowN(ctx context.Context, key string, n int64) (Result, error
 	}
 }
 
+// Wait blocks until one unit for key is admitted, or ctx ends, as
+// Limiter.Wait does.
+func (l *Leased) Wait(ctx context.Context, key string) error { return l.WaitN(ctx, key, 1) }
+
+// WaitN is Wait for n units: it sleeps for the RetryAfter of each denial,
+// returns ctx's error when ctx ends first, and an error at once when n units
+// can never be admitted or when ctx's deadline is sooner than the next
+// chance.
+func (l *Leased) WaitN(ctx context.Context, key string, n int64) error {
+	return waitN(ctx, n, func() (Result, error) { return l.AllowN(ctx, key, n) })
+}
+
 func (l *Leased) entry(key string) *keyLease {
 	if k, ok := l.keys.Load(key); ok {
 		return k.(*keyLease)

@@ -122,7 +122,11 @@ func TestLeasedBound(t *testing.T) {
 					case ratelimit.LeakyBucket:
 						bound += r.Rate * 20
 					}
-					for seed := range uint64(3) {
+					seeds := uint64(3)
+					if bk == "memory" {
+						seeds = leasedSeeds // in process: cheap, so many more arrival patterns
+					}
+					for seed := range seeds {
 						leasedBoundRun(t, bk, rs, P, k, bound, seed)
 					}
 				})
@@ -130,6 +134,9 @@ func TestLeasedBound(t *testing.T) {
 		})
 	}
 }
+
+// leasedSeeds is the number of random runs of TestLeasedBound on Memory.
+var leasedSeeds uint64 = 20
 
 func leasedBoundRun(t *testing.T, bk string, rules []ratelimit.Rule, P int, k, bound int64, seed uint64) {
 	ctx := context.Background()
@@ -463,5 +470,43 @@ func TestLeasedFlush(t *testing.T) {
 				t.Errorf("%s %T: %d give-backs, want 1", bk, rule, st.GiveBacks)
 			}
 		}
+	}
+}
+
+// TestLeasedWait: Wait takes a unit as soon as one is back, from a lease or
+// the store, and gives up with the context's error when the next chance is
+// past the deadline.
+func TestLeasedWait(t *testing.T) {
+	m := backend.NewMemory()
+	defer m.Close()
+	lim, err := ratelimit.New(m, ratelimit.GCRA{Rate: 100, Per: time.Second, Burst: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	l, err := ratelimit.NewLeased(lim, ratelimit.LeaseTarget(ms))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	start := time.Now()
+	for range 6 {
+		if err := l.Wait(ctx, "k"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// 6 units at 100/s with a burst of 2: the last ones wait about 10 ms each.
+	if d := time.Since(start); d < 30*ms {
+		t.Errorf("6 units in %v: the rule allows no more than 2 + 100/s", d)
+	}
+	dctx, cancel := context.WithTimeout(ctx, time.Millisecond)
+	defer cancel()
+	for range 3 {
+		_ = l.WaitN(dctx, "k", 2) // drain
+	}
+	if err := l.WaitN(dctx, "k", 2); !errors.Is(err, context.DeadlineExceeded) {
+		t.Errorf("WaitN past the deadline: got %v, want DeadlineExceeded", err)
+	}
+	if err := l.WaitN(ctx, "k", 3); err == nil || !strings.Contains(err.Error(), "can ever admit") {
+		t.Errorf("WaitN of more than the burst: got %v", err)
 	}
 }

@@ -555,8 +555,13 @@ func (l *Limiter) Wait(ctx context.Context, key string) error {
 
 // WaitN is Wait for n units.
 func (l *Limiter) WaitN(ctx context.Context, key string, n int64) error {
+	return waitN(ctx, n, func() (Result, error) { return l.AllowN(ctx, key, n) })
+}
+
+// waitN calls allow until it admits, sleeping for each denial's RetryAfter.
+func waitN(ctx context.Context, n int64, allow func() (Result, error)) error {
 	for {
-		r, err := l.AllowN(ctx, key, n)
+		r, err := allow()
 		if err != nil {
 			return err
 		}
