@@ -29,7 +29,7 @@ import (
 // most the units held by the leases of all processes, P·k for P processes
 // with leases of at most k units, are counted in the store but not yet used,
 // plus for a TokenBucket, GCRA or LeakyBucket the rule's refill of
-// LeaseTarget (see Limiter.grant's pad; docs/algorithms.md, "Quota
+// LeaseTarget (the pad, see LeaseTarget; docs/algorithms.md, "Quota
 // leases"). The lease size k of a key is the
 // rate this process saw for it times LeaseTarget, within LeaseSize and at
 // most LeaseFraction of the smallest limit: a quiet process holds little.
@@ -99,6 +99,14 @@ const (
 // LeaseTarget sets how long a lease should last at the rate this process
 // sees for a key: k ≈ rate × d (default DefaultLeaseTarget). It must be > 0
 // and at most MaxPeriod.
+//
+// For a TokenBucket, GCRA or LeakyBucket it is also how long a lease's
+// units can wait: a unit may be admitted no later than its place in the
+// bucket, which in a bucket near empty comes at the rule's own rate. So a
+// grant first raises a level below the rule's refill of d to it (the pad,
+// consumed as if admitted, as far as the capacity leaves room for the
+// lease): the pad costs at most the refill of d, and only while the bucket
+// is below it.
 func LeaseTarget(d time.Duration) LeaseOption {
 	return func(c *leaseConfig) {
 		if d <= 0 || d > MaxPeriod {
