@@ -113,11 +113,13 @@ func (l *Limiter) grantMemory(key string, least, most, hold int64, vs []verdict,
 			if a, b := cellOf(e, s.tag); a != nil {
 				pads[i] = drainLevel(s, *a, *b, now)
 			}
-			pad := s.full - most*s.per // room for the most units asked for
-			if hold < ceilDiv(pad, s.rate) {
-				pad = hold * s.rate
+			if most <= s.capacity { // else no room: no pad (and most*s.per could overflow)
+				pad := s.full - most*s.per // room for the most units asked for
+				if hold < ceilDiv(pad, s.rate) {
+					pad = hold * s.rate
+				}
+				pads[i] = max(pads[i], pad)
 			}
-			pads[i] = max(pads[i], pad)
 		}
 	}
 	check := func(i int, n int64) (verdict, int64) {

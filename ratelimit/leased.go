@@ -47,7 +47,10 @@ type Leased struct {
 	life int64 // cfg.life in µs
 	ends bool  // leases end at life: no drain rule, whose units have their own places
 	pace int64 // µs per unit of the slowest drain rule (0 without one)
-	hold int64 // LeaseTarget in µs: a drain rule's pad (see Limiter.grant)
+	// the smallest limit: more units can never be admitted, which the store
+	// says (RetryAfter < 0) rather than an in-process denial
+	smallest int64
+	hold     int64 // LeaseTarget in µs: a drain rule's pad (see Limiter.grant)
 
 	keys sync.Map // key → *keyLease
 
@@ -198,13 +201,14 @@ func NewLeased(lim *Limiter, opts ...LeaseOption) (*Leased, error) {
 	}
 	most := min(cfg.max, max(int64(cfg.fraction*float64(smallest)), 1))
 	return &Leased{
-		lim:  lim,
-		cfg:  cfg,
-		most: most,
-		life: max(int64(cfg.life/time.Microsecond), 1),
-		ends: ends,
-		pace: pace,
-		hold: int64(cfg.target / time.Microsecond),
+		lim:      lim,
+		cfg:      cfg,
+		most:     most,
+		life:     max(int64(cfg.life/time.Microsecond), 1),
+		ends:     ends,
+		pace:     pace,
+		smallest: smallest,
+		hold:     int64(cfg.target / time.Microsecond),
 	}, nil
 }
 
@@ -367,7 +371,7 @@ func (l *Leased) decide(ctx context.Context, key string, k *keyLease, n int64) (
 		r.Remaining += avail
 		return r, err
 	}
-	if avail < n && k.deniedN > 0 && n >= k.deniedN {
+	if avail < n && k.deniedN > 0 && n >= k.deniedN && n <= l.smallest {
 		// Denied until the store's RetryAfter: nothing is asked of the store
 		// until then. (Units given back by other processes meanwhile wait
 		// too: they are of the held units the under-admission bound counts.)

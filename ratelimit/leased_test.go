@@ -414,6 +414,9 @@ func TestLeasedExtremes(t *testing.T) {
 				t.Fatalf("%+v: allowed with RetryAfter %v", rule, r.RetryAfter)
 			}
 		}
+		if r, err := l.AllowN(ctx, "k", 1<<62); err != nil || r.Allowed || r.RetryAfter >= 0 {
+			t.Errorf("%+v: AllowN(2^62) = %+v, %v: want a denial that can never pass", rule, r, err)
+		}
 		if err := l.Close(ctx); err != nil {
 			t.Fatal(err)
 		}
