@@ -37,9 +37,14 @@ func hammerRules() map[string]ratelimit.Rule {
 	}
 }
 
+// allower is a Limiter or a Leased.
+type allower interface {
+	Allow(ctx context.Context, key string) (ratelimit.Result, error)
+}
+
 // hammer calls Allow on key from 32 goroutines until 400 calls were made and
 // returns how many were admitted.
-func hammer(lim *ratelimit.Limiter, key string) (int64, error) {
+func hammer(lim allower, key string) (int64, error) {
 	var admitted, calls atomic.Int64
 	var wg sync.WaitGroup
 	errs := make(chan error, 32)
@@ -64,16 +69,27 @@ func hammer(lim *ratelimit.Limiter, key string) (int64, error) {
 	return admitted.Load(), <-errs
 }
 
-// hammerMain is the second process: FLOODGATE_HAMMER="addr prefix rule key".
+// hammerMain is the second process: FLOODGATE_HAMMER="addr prefix rule key
+// [leased]".
 func hammerMain() int {
 	f := strings.Fields(os.Getenv(hammerEnv))
 	c := redis.NewClient(&redis.Options{Addr: f[0], PoolSize: 32})
 	defer c.Close()
 	b := backend.NewRedis(c, backend.WithPrefix(f[1]))
-	lim, err := ratelimit.New(b, hammerRules()[f[2]])
+	l, err := ratelimit.New(b, hammerRules()[f[2]])
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 2
+	}
+	var lim allower = l
+	if len(f) > 4 {
+		leased, err := hammerLeased(l)
+		if err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			return 2
+		}
+		defer leased.Close(context.Background())
+		lim = leased
 	}
 	fmt.Fprintln(os.Stdout, "ready")
 	// Start together with the parent: wait for its go-ahead on stdin.
@@ -155,6 +171,71 @@ func TestHammerGoroutinesMemory(t *testing.T) {
 			if n != 50 || time.Since(start) > 10*time.Minute {
 				t.Errorf("admitted %d, want exactly 50", n)
 			}
+		})
+	}
+}
+
+// hammerLeaseK is the largest lease of TestHammerTwoProcessesLeased.
+const hammerLeaseK = 5
+
+func hammerLeased(lim *ratelimit.Limiter) (*ratelimit.Leased, error) {
+	return ratelimit.NewLeased(lim, ratelimit.LeaseSize(1, hammerLeaseK), ratelimit.LeaseFraction(1))
+}
+
+// TestHammerTwoProcessesLeased is TestHammerTwoProcesses with a Leased in
+// each process: together they admit at most the 50 units, and at least 50
+// less the units two leases can hold (and one unit that the pad of a bucket
+// can take part of).
+func TestHammerTwoProcessesLeased(t *testing.T) {
+	for name, rule := range hammerRules() {
+		if name == "sliding_log" {
+			continue // cannot lease
+		}
+		t.Run(name, func(t *testing.T) {
+			prefix := uniquePrefix(t)
+			c := redis.NewClient(&redis.Options{Addr: sharedRedisAddr(t), PoolSize: 32})
+			defer c.Close()
+			l, err := ratelimit.New(backend.NewRedis(c, backend.WithPrefix(prefix)), rule)
+			if err != nil {
+				t.Fatal(err)
+			}
+			lim, err := hammerLeased(l)
+			if err != nil {
+				t.Fatal(err)
+			}
+			cmd := exec.Command(os.Args[0], "-test.run=^$")
+			cmd.Env = append(os.Environ(), hammerEnv+"="+strings.Join([]string{sharedRedisAddr(t), prefix, name, "hot", "leased"}, " "))
+			stdin, _ := cmd.StdinPipe()
+			stdout, _ := cmd.StdoutPipe()
+			cmd.Stderr = os.Stderr
+			if err := cmd.Start(); err != nil {
+				t.Fatal(err)
+			}
+			var ready string
+			if _, err := fmt.Fscanln(stdout, &ready); err != nil || ready != "ready" {
+				t.Fatalf("child did not start: %q %v", ready, err)
+			}
+			fmt.Fprintln(stdin, "go")
+			mine, err := hammer(lim, "hot")
+			if err != nil {
+				t.Fatal(err)
+			}
+			var line string
+			if _, err := fmt.Fscanln(stdout, &line); err != nil {
+				t.Fatalf("child: %v", err)
+			}
+			if err := cmd.Wait(); err != nil {
+				t.Fatalf("child: %v", err)
+			}
+			theirs, err := strconv.ParseInt(line, 10, 64)
+			if err != nil {
+				t.Fatalf("child said %q", line)
+			}
+			total := mine + theirs
+			if total > 50 || total < 50-2*hammerLeaseK-1 {
+				t.Errorf("admitted %d here + %d in the other process = %d, want between %d and 50", mine, theirs, total, 50-2*hammerLeaseK-1)
+			}
+			t.Logf("admitted %d + %d = %d; %+v", mine, theirs, total, lim.Stats())
 		})
 	}
 }

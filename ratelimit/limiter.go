@@ -25,7 +25,9 @@
 // every decision; TestReplayedDecisionOnlyDenies shows the bound with every
 // call run twice. ConcurrencyLimiter is exact under resends: its lease id is
 // the caller's, so a resent Acquire holds one slot, not two, and a resent
-// release frees nothing more.
+// release frees nothing more. A Leased's grant resent takes twice (the
+// same under-admission); its give-back leaves a mark in the store for the
+// life of the key's state, so a resent give-back gives nothing back twice.
 package ratelimit
 
 import (
@@ -553,8 +555,13 @@ func (l *Limiter) Wait(ctx context.Context, key string) error {
 
 // WaitN is Wait for n units.
 func (l *Limiter) WaitN(ctx context.Context, key string, n int64) error {
+	return waitN(ctx, n, func() (Result, error) { return l.AllowN(ctx, key, n) })
+}
+
+// waitN calls allow until it admits, sleeping for each denial's RetryAfter.
+func waitN(ctx context.Context, n int64, allow func() (Result, error)) error {
 	for {
-		r, err := l.AllowN(ctx, key, n)
+		r, err := allow()
 		if err != nil {
 			return err
 		}

@@ -112,6 +112,11 @@ func (s *spec) drainCheck(e *backend.Entry, now, n int64) (verdict, int64) {
 	if a, b := cellOf(e, s.tag); a != nil {
 		level = drainLevel(s, *a, *b, now)
 	}
+	return s.drainCheckAt(level, n)
+}
+
+// drainCheckAt is drainCheck of a bucket at level.
+func (s *spec) drainCheckAt(level, n int64) (verdict, int64) {
 	remaining := (s.full - level) / s.per
 	if n > s.capacity {
 		return verdict{statusNever, remaining, -1, ceilDiv(level, s.rate), 0}, 0

@@ -22,7 +22,19 @@
 -- KEYS: per request its state key, then its log key when it has SlidingLog rules.
 -- ARGV[1] now in µs, or "" to use TIME; ARGV[2] mode: "0" decide and commit
 -- when all admit, "c" check (commit nothing, reply as for a denial), "r"
--- reset (delete every request's state).
+-- reset (delete every request's state), and for quota leases (leased.go; one
+-- request, no SlidingLog rule) "g<min>:<hold>" grant and "u<t>:<info>..."
+-- return:
+--   "g<min>:<hold>": take g units, the request's n or less: g = min(n,
+--     Remaining of every rule), but at least min (so g = min, denied, when
+--     fewer are left), after raising each drain rule's level to at least
+--     what it drains in hold µs (but no higher than leaves room for n); then decide and commit g as mode "0" would
+--     (a denial changes nothing). The reply is mode "0"'s
+--     followed by now, g and per rule the grant's mark: a drain rule's level
+--     after the grant, a FixedWindow's window id, a SlidingWindow's bucket id.
+--   "u<t>:<mark 1>:...": give back n units of the grant at time t with those
+--     marks, where the rule allows (see refund below), once: one more key,
+--     after the request's, marks it done. reply: {changed (1/0)}.
 -- Then per request: n, number of rules R, layout ("s" or "h"), number of keys
 -- (1 or 2), and R × 6 rule arguments: kind, field, then
 --   1 FixedWindow   limit, window_us, 0, 0
@@ -68,7 +80,8 @@ while i <= #ARGV do
   last[q] = k
   for _, key in ipairs({SK[q], LK[q]}) do N[key] = (N[key] or 0) + n end
 end
-if kn ~= #KEYS then
+local op = string.sub(mode, 1, 1)
+if kn + (op == 'u' and 1 or 0) ~= #KEYS then
   return redis.error_reply('ERR limits.lua: ' .. #KEYS .. ' keys for ' .. kn .. ' declared')
 end
 
@@ -140,7 +153,7 @@ local function drain_check(r, f, capacity, per, rate, delay, n)
     if ex > 0 then dl = ceil(ex / rate) end
   end
   local wait = ceil(nl / rate)
-  return 1, floor((full - nl) / per), 0, wait, dl, {drain_encode(now, nl, rate), now + wait}
+  return 1, floor((full - nl) / per), 0, wait, dl, {drain_encode(now, nl, rate), now + wait, nl}
 end
 
 local function fixed_check(r, f, limit, window, n)
@@ -154,7 +167,7 @@ local function fixed_check(r, f, limit, window, n)
   if n > limit then return -1, limit - c, -1, reset, 0 end
   if c + n > limit then return 0, limit - c, left, reset, 0 end
   if c + n > 0 then reset = left end
-  return 1, limit - c - n, 0, reset, 0, {fixed_encode(wid, c + n), now + left}
+  return 1, limit - c - n, 0, reset, 0, {fixed_encode(wid, c + n), now + left, wid}
 end
 
 -- bucket returns the field of bucket id of the SlidingWindow rule in field
@@ -210,7 +223,7 @@ local function sliding_check(r, f, limit, buckets, w, n)
     if g == b then had = 0 end
   end
   return 1, limit - total - n, 0, reset, 0,
-    {gone, f .. 't', istr(total + n), f .. 'l', istr(lo), f .. 'h', istr(hi), b, istr(had + n), now + reset}
+    {gone, f .. 't', istr(total + n), f .. 'l', istr(lo), f .. 'h', istr(hi), b, istr(had + n), now + reset, cur}
 end
 
 local newest = {} -- per log key: its newest entry's time, or false
@@ -253,8 +266,151 @@ local function check(k, n)
   return log_check(r, a, b, n)
 end
 
-local reply = {1}
+-- refund gives back u units of a grant made at tg, whose marks are M (one
+-- per rule of request 1), where each rule allows; it returns 1 when it
+-- changed the state. The units were taken from the budget and never used,
+-- so the state after a refund is one that a smaller grant could have left:
+--   drain: only when nothing else changed the level since the grant (the
+--     level now is the grant's, drained); the level then drops by u units,
+--     to no less than 0: exactly the level a grant of u fewer units leaves.
+--   FixedWindow: only in the grant's window; the count drops by u, to no
+--     less than 0.
+--   SlidingWindow: while the grant's bucket is in the window; its count and
+--     the total drop by u, to no less than the bucket's count.
+-- Otherwise the units are dropped: a window that ended took them with it, a
+-- level that others changed has them below others' units.
+local function refund(tg, M, u)
+  -- The last key marks this give-back as done, so that a resent one (a
+  -- client's retry after a lost reply) gives nothing back twice.
+  local done = KEYS[#KEYS]
+  if redis.call('EXISTS', done) == 1 then return 0 end
+  local s = state(1)
+  local changed = false
+  for k = first[1], last[1] do
+    local o = (k - 1) * 6
+    local kind, f, a, b, c = P[o + 1], P[o + 2], P[o + 3], P[o + 4], P[o + 5]
+    local mark = M[k - first[1] + 1]
+    if kind == 4 and s[f] then -- capacity a, per b, rate c
+      local t, level = drain_decode(s[f])
+      local d = now - t
+      if d > 0 then level = level - d * c end
+      if level < 0 then level = 0 elseif level > a * b then level = a * b end
+      local want = mark
+      if now > tg then want = mark - (now - tg) * c end
+      if want > 0 and level == want then
+        local nl = level - u * b
+        if nl < 0 then nl = 0 end
+        s[f] = drain_encode(now, nl, c)
+        changed = true
+      end
+    elseif kind == 1 and s[f] then -- limit a, window b
+      local wid = floor(now / b)
+      local cnt = fixed_count(s[f], wid)
+      if wid == mark and cnt > 0 then
+        cnt = cnt - u
+        if cnt < 0 then cnt = 0 end
+        s[f] = fixed_encode(wid, cnt)
+        changed = true
+      end
+    elseif kind == 2 and s[f .. 't'] then -- limit a, buckets b, bucket_us c
+      local lo, hi = tonumber(s[f .. 'l']), tonumber(s[f .. 'h'])
+      if mark >= lo and mark <= hi and mark >= floor(now / c) - b then
+        local bk = bucket(f, mark, b + 1)
+        local had = tonumber(s[bk] or '0')
+        local back = u
+        if back > had then back = had end
+        if back > 0 then
+          s[bk] = istr(had - back)
+          s[f .. 't'] = istr(tonumber(s[f .. 't']) - back)
+          changed = true
+        end
+      end
+    end
+  end
+  if not changed then return 0 end
+  local key = SK[1]
+  local ttl = redis.call('PTTL', key)
+  if ttl <= 0 then return 0 end
+  -- Past the state's life a resend finds nothing to give back to.
+  redis.call('SET', done, '1', 'PX', ttl)
+  if LY[1] == 's' then
+    local vals = {}
+    for j = 0, last[1] - first[1] do vals[j + 1] = s[istr(j)] end
+    redis.call('SET', key, table.concat(vals, ' '), 'PX', ttl)
+  else
+    local kv = {}
+    for fk, v in pairs(s) do
+      kv[#kv + 1] = fk
+      kv[#kv + 1] = v
+    end
+    redis.call('HSET', key, unpack(kv))
+  end
+  return 1
+end
+
+if op == 'u' then
+  local M = {}
+  for x in string.gmatch(string.sub(mode, 2), '[^:]+') do M[#M + 1] = tonumber(x) end
+  local tg = table.remove(M, 1)
+  return {refund(tg, M, N[SK[1]])}
+end
+local G -- the units of a grant
+if op == 'g' then
+  local c = string.find(mode, ':', 2, true)
+  local least, hold = tonumber(string.sub(mode, 2, c - 1)), tonumber(string.sub(mode, c + 1))
+  -- A drain rule's level below hold's drain is raised to it (never so far
+  -- that the units asked for no longer fit), so that the lease's units have places
+  -- at least hold µs ahead: see pad in grant.go.
+  local s = state(1)
+  for k = first[1], last[1] do
+    local o = (k - 1) * 6
+    if P[o + 1] == 4 then
+      local f, per, rate = P[o + 2], P[o + 4], P[o + 5]
+      local full = P[o + 3] * per
+      local level = 0
+      if s[f] then
+        local t
+        t, level = drain_decode(s[f])
+        local d = now - t
+        if d > 0 then level = level - d * rate end
+        if level < 0 then level = 0 elseif level > full then level = full end
+      end
+      local room = full - N[SK[1]] * per -- the most units asked for still fit
+      local pad = rate * hold -- may pass 2^53, and then room, which is exact
+      if pad > room then pad = room end
+      if level < pad then s[f] = drain_encode(now, pad, rate) end
+    end
+  end
+  local g = N[SK[1]]
+  for k = first[1], last[1] do
+    local _, rem = check(k, 0)
+    if rem < g then g = rem end
+  end
+  if g < least then g = least end
+  N[SK[1]] = g
+  G = g
+  mode = '0'
+end
+
+-- finish appends a grant's now, units and marks to the reply.
 local X = {}      -- per rule: what its check computed for the commit
+local function finish(reply)
+  if G then
+    reply[#reply + 1] = now
+    reply[#reply + 1] = G
+    for k = first[1], last[1] do
+      local x = X[k]
+      if reply[1] == 1 and x then
+        if P[(k - 1) * 6 + 1] == 2 then reply[#reply + 1] = x[11] else reply[#reply + 1] = x[3] end
+      else
+        reply[#reply + 1] = 0
+      end
+    end
+  end
+  return reply
+end
+
+local reply = {1}
 local denied = {} -- per request: true when one of its rules denies it
 for k = 1, #P / 6 do
   local r = RQ[k]
@@ -278,7 +434,7 @@ if reply[1] == 0 or mode == 'c' then
       end
     end
   end
-  return reply
+  return finish(reply)
 end
 
 -- Commit every state key once, with the summed units, as the first request
@@ -329,4 +485,4 @@ for r = 1, q do
     end
   end
 end
-return reply
+return finish(reply)

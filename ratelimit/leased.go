@@ -1,0 +1,548 @@
+package ratelimit
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"sort"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/floodgate-dev/floodgate/backend"
+)
+
+// Leased decides like a Limiter, but takes a key's budget in leases: one
+// store call takes up to k units (consumed in the store at once, as AllowN(k)
+// would) and the process then admits from them in process, without a store
+// call per decision, until they are spent, their deadline passes or the
+// lease's lifetime ends; unspent units are given back where the rules allow
+// (see Release). Create it with NewLeased; it is safe for concurrent use.
+// Allow and AllowN are what most callers want.
+//
+// Leasing never admits more than the rules allow across all processes: a
+// unit is admitted only while the store would still count it (a FixedWindow
+// unit within the window it was taken in, a SlidingWindow unit within its
+// bucket, a TokenBucket or GCRA unit no later than the time the store gave
+// its place in the bucket). What it costs is under-admission: at any time at
+// most the units held by the leases of all processes, P·k for P processes
+// with leases of at most k units, are counted in the store but not yet used,
+// plus for a TokenBucket, GCRA or LeakyBucket the rule's refill of
+// LeaseTarget (the pad, see LeaseTarget; docs/algorithms.md, "Quota
+// leases"). The lease size k of a key is the
+// rate this process saw for it times LeaseTarget, within LeaseSize and at
+// most LeaseFraction of the smallest limit: a quiet process holds little.
+//
+// A Result of a decision from a lease is exact in Allowed; Limit, Rule and
+// RuleName are the lease's, Remaining is the store's Remaining at the grant
+// plus the units the lease still holds, and ResetAfter is the grant's, less
+// the time since. After a denial by the store, requests of at least as many
+// units are denied in process until its RetryAfter has passed (for a bucket
+// rule, until the lease wanted could be had), with the RetryAfter left.
+type Leased struct {
+	lim  *Limiter
+	cfg  leaseConfig
+	most int64 // the largest lease: min(cfg.max, cfg.fraction × the smallest limit), >= 1
+	life int64 // cfg.life in µs
+	ends bool  // leases end at life: no drain rule, whose units have their own places
+	pace int64 // µs per unit of the slowest drain rule (0 without one)
+	// the smallest limit: more units can never be admitted, which the store
+	// says (RetryAfter < 0) rather than an in-process denial
+	smallest int64
+	hold     int64 // LeaseTarget in µs: a drain rule's pad (see Limiter.grant)
+
+	keys sync.Map // key → *keyLease
+
+	stats struct{ decisions, fromLease, grants, granted, denied, giveBacks atomic.Int64 }
+}
+
+// LeaseStats counts what a Leased did since NewLeased.
+type LeaseStats struct {
+	Decisions int64 // AllowN calls with n > 0 that returned no error
+	FromLease int64 // of them, decided in process (from a lease, or denied until a RetryAfter): no store call
+	Grants    int64 // leases taken (store calls that admitted)
+	Granted   int64 // units the leases took from the store
+	Denied    int64 // store calls that denied (nothing taken)
+	GiveBacks int64 // store calls that gave units back
+}
+
+// Stats returns l's counters. Granted minus the units admitted is what the
+// leases took and did not use: given back where the rules allowed, held, or
+// dropped.
+func (l *Leased) Stats() LeaseStats {
+	return LeaseStats{
+		Decisions: l.stats.decisions.Load(),
+		FromLease: l.stats.fromLease.Load(),
+		Grants:    l.stats.grants.Load(),
+		Granted:   l.stats.granted.Load(),
+		Denied:    l.stats.denied.Load(),
+		GiveBacks: l.stats.giveBacks.Load(),
+	}
+}
+
+// LeaseOption configures NewLeased.
+type LeaseOption func(*leaseConfig)
+
+type leaseConfig struct {
+	target   time.Duration
+	life     time.Duration
+	min, max int64
+	fraction float64
+	err      error
+}
+
+// Defaults of NewLeased.
+const (
+	DefaultLeaseTarget   = 50 * time.Millisecond
+	DefaultLeaseMax      = 100000
+	DefaultLeaseFraction = 0.05
+)
+
+// LeaseTarget sets how long a lease should last at the rate this process
+// sees for a key: k ≈ rate × d (default DefaultLeaseTarget). It must be > 0
+// and at most MaxPeriod.
+//
+// For a TokenBucket, GCRA or LeakyBucket it is also how long a lease's
+// units can wait: a unit may be admitted no later than its place in the
+// bucket, which in a bucket near empty comes at the rule's own rate. So a
+// grant first raises a level below the rule's refill of d to it (the pad,
+// consumed as if admitted, as far as the capacity leaves room for the
+// lease): the pad costs at most the refill of d, and only while the bucket
+// is below it.
+func LeaseTarget(d time.Duration) LeaseOption {
+	return func(c *leaseConfig) {
+		if d <= 0 || d > MaxPeriod {
+			c.err = fmt.Errorf("ratelimit: LeaseTarget must be > 0 and at most MaxPeriod, got %v", d)
+		}
+		c.target = d
+	}
+}
+
+// LeaseLifetime sets the longest a lease lives (default twice LeaseTarget):
+// the first decision of a key after that gives the lease's unspent units back
+// and takes a new lease, sized by the rate seen meanwhile. It must be > 0
+// and at most MaxPeriod. It
+// applies to Limiters of FixedWindow and SlidingWindow rules only: a lease of
+// a TokenBucket, GCRA or LeakyBucket ends unit by unit at the units' places
+// in the bucket, and giving it back early could leave its units counted.
+func LeaseLifetime(d time.Duration) LeaseOption {
+	return func(c *leaseConfig) {
+		if d <= 0 || d > MaxPeriod {
+			c.err = fmt.Errorf("ratelimit: LeaseLifetime must be > 0 and at most MaxPeriod, got %v", d)
+		}
+		c.life = d
+	}
+}
+
+// LeaseSize bounds the units of one lease (default 1 and DefaultLeaseMax).
+// A request of n units above max takes a lease of n units. It needs
+// 1 <= min <= max.
+func LeaseSize(min, max int64) LeaseOption {
+	return func(c *leaseConfig) {
+		if min < 1 || max < min {
+			c.err = fmt.Errorf("ratelimit: LeaseSize needs 1 <= min <= max, got min %d, max %d", min, max)
+		}
+		c.min, c.max = min, max
+	}
+}
+
+// LeaseFraction bounds a lease to f times the smallest limit of the rules (a
+// FixedWindow's or SlidingWindow's Limit, a TokenBucket's Capacity, a GCRA's
+// Burst), and to at least one unit (default DefaultLeaseFraction). With P
+// processes, P·f of the limit may sit unspent in leases. It needs 0 < f <= 1.
+func LeaseFraction(f float64) LeaseOption {
+	return func(c *leaseConfig) {
+		if !(f > 0 && f <= 1) {
+			c.err = fmt.Errorf("ratelimit: LeaseFraction must be in (0, 1], got %v", f)
+		}
+		c.fraction = f
+	}
+}
+
+// ErrNotLeasable is returned by NewLeased for a Limiter with a rule that
+// cannot lease: SlidingLog, and LeakyBucket with a Delay other than NoDelay.
+var ErrNotLeasable = errors.New("ratelimit: rule cannot lease")
+
+// NewLeased returns a Leased that decides lim's requests from leases. Every
+// rule of lim must be a FixedWindow, SlidingWindow, TokenBucket, GCRA or
+// LeakyBucket with Delay NoDelay; the error for another names the rule and
+// wraps ErrNotLeasable. Several Leased (in one process or many) on the same
+// rules and backend share each key's budget, as Limiters do; a Limiter and a
+// Leased may decide the same keys side by side.
+func NewLeased(lim *Limiter, opts ...LeaseOption) (*Leased, error) {
+	if lim == nil {
+		return nil, errors.New("ratelimit: NewLeased: Limiter is nil")
+	}
+	cfg := leaseConfig{target: DefaultLeaseTarget, min: 1, max: DefaultLeaseMax, fraction: DefaultLeaseFraction}
+	for _, o := range opts {
+		if o == nil {
+			return nil, errors.New("ratelimit: NewLeased: option is nil")
+		}
+		o(&cfg)
+		if cfg.err != nil {
+			return nil, cfg.err
+		}
+	}
+	if cfg.life == 0 {
+		cfg.life = 2 * cfg.target
+	}
+	smallest, ends, pace := int64(math.MaxInt64), true, int64(0)
+	for i := range lim.specs {
+		s := &lim.specs[i]
+		if why := s.leasable(); why != "" {
+			return nil, fmt.Errorf("%w: rules[%d]: %s", ErrNotLeasable, i, why)
+		}
+		smallest = min(smallest, s.limit)
+		ends = ends && s.kind != kindDrain
+		if s.kind == kindDrain {
+			pace = max(pace, ceilDiv(s.per, s.rate))
+		}
+	}
+	most := min(cfg.max, max(int64(cfg.fraction*float64(smallest)), 1))
+	return &Leased{
+		lim:      lim,
+		cfg:      cfg,
+		most:     most,
+		life:     max(int64(cfg.life/time.Microsecond), 1),
+		ends:     ends,
+		pace:     pace,
+		smallest: smallest,
+		hold:     int64(cfg.target / time.Microsecond),
+	}, nil
+}
+
+// Limiter returns the Limiter l decides for.
+func (l *Leased) Limiter() *Limiter { return l.lim }
+
+// keyLease is a process's lease of one key, and what it saw of the key's
+// rate. Its fields are guarded by mu, which a decision holds across the
+// store call of a new lease, so that a key takes one lease at a time.
+type keyLease struct {
+	mu    sync.Mutex
+	g     grant
+	spent int64     // units of g used or skipped (past their place): the next is spent+1
+	used  int64     // units of g admitted
+	sent  time.Time // local time the grant was asked for, for the store's time
+	rate  float64   // units per second seen, 0 before the first lease ends
+	// The store's last denial, of n units until the store's time until: a
+	// request of at least n before then is denied in process.
+	denied     Result
+	deniedN    int64
+	deniedAt   int64     // the store's time of the denial, µs
+	deniedSent time.Time // local time the denied call was sent
+	gone       bool      // removed from Leased.keys by Flush
+}
+
+// now returns the store's time of k's lease: the injected clock's, the
+// memory backend's, or for Redis's own TIME the grant's time plus the local
+// time since the grant was asked for, which is never earlier than Redis's.
+func (l *Leased) now(k *keyLease) int64 { return k.g.now + l.since(k.g.now, k.sent) }
+
+// since returns the store's µs since its time t, which a call sent at
+// local time sent returned: for Redis's own TIME measured locally from
+// sent, which is never less than Redis's.
+func (l *Leased) since(t int64, sent time.Time) int64 {
+	switch b := l.lim.b.(type) {
+	case *backend.Memory:
+		return b.NowMicros() - t
+	default:
+		if c := b.Clock(); c != nil {
+			return backend.Micros(c.Now()) - t
+		}
+		return int64((time.Since(sent) + time.Microsecond - 1) / time.Microsecond)
+	}
+}
+
+// validUnit reports whether unit j (1-based) of k's lease may be admitted
+// at now: within the FixedWindow's window and the SlidingWindow's bucket
+// the grant counted it in, and for a drain rule no later than its place in
+// the bucket, the time the grant's level minus the units from j on would
+// have drained to nothing.
+func (l *Leased) validUnit(k *keyLease, j, now int64) bool {
+	g := &k.g
+	for i := range l.lim.specs {
+		s := &l.lim.specs[i]
+		switch s.kind {
+		case kindFixed:
+			if now >= (g.marks[i]+1)*s.window {
+				return false
+			}
+		case kindSliding:
+			if now >= (g.marks[i]+1)*s.bucket {
+				return false
+			}
+		case kindDrain:
+			if d := now - g.now; d > 0 && d > (g.marks[i]-(g.units-j+1)*s.per)/s.rate {
+				return false
+			}
+		}
+	}
+	return true
+}
+
+// Allow is shorthand for AllowN(ctx, key, 1).
+func (l *Leased) Allow(ctx context.Context, key string) (Result, error) {
+	return l.AllowN(ctx, key, 1)
+}
+
+// AllowN decides whether n units may happen now for key: from the key's
+// lease when it holds n units still valid, else by giving back what the
+// lease holds and taking a new lease of at least n units in one store call.
+// When the store has fewer than n units left, nothing is taken and the
+// Result is the store's denial. n == 0 peeks at the store (Remaining adds
+// what the lease holds).
+//
+// A decision from a lease does not look at ctx beyond its first check; one
+// that calls the store is bounded by ctx, and when ctx ends first the lease
+// is left as it was (units a grant took whose reply was lost are never
+// used: under-admission, as for any lost decision).
+//
+// Errors: as Limiter.AllowN; a store error of the give-back is returned too.
+func (l *Leased) AllowN(ctx context.Context, key string, n int64) (Result, error) {
+	if err := backend.CheckKey(key); err != nil {
+		return Result{}, err
+	}
+	if n < 0 {
+		return Result{}, fmt.Errorf("%w, got %d", ErrNegativeN, n)
+	}
+	if err := ctx.Err(); err != nil {
+		return Result{}, err
+	}
+	for {
+		k := l.entry(key)
+		k.mu.Lock()
+		if k.gone { // Flush removed it between entry and Lock
+			k.mu.Unlock()
+			continue
+		}
+		r, err := l.decide(ctx, key, k, n)
+		k.mu.Unlock()
+		if err == nil && n > 0 {
+			l.stats.decisions.Add(1)
+		}
+		return r, err
+	}
+}
+
+// Wait blocks until one unit for key is admitted, or ctx ends, as
+// Limiter.Wait does.
+func (l *Leased) Wait(ctx context.Context, key string) error { return l.WaitN(ctx, key, 1) }
+
+// WaitN is Wait for n units: it sleeps for the RetryAfter of each denial,
+// returns ctx's error when ctx ends first, and an error at once when n units
+// can never be admitted or when ctx's deadline is sooner than the next
+// chance.
+func (l *Leased) WaitN(ctx context.Context, key string, n int64) error {
+	return waitN(ctx, n, func() (Result, error) { return l.AllowN(ctx, key, n) })
+}
+
+func (l *Leased) entry(key string) *keyLease {
+	if k, ok := l.keys.Load(key); ok {
+		return k.(*keyLease)
+	}
+	k, _ := l.keys.LoadOrStore(key, &keyLease{})
+	return k.(*keyLease)
+}
+
+// decide is AllowN for a key's lease k, whose mu is held.
+func (l *Leased) decide(ctx context.Context, key string, k *keyLease, n int64) (Result, error) {
+	var now, avail int64 // avail: the lease's units from the first valid one
+	if k.g.units > 0 {
+		now = l.now(k)
+		if l.ends && now-k.g.now >= l.life {
+			l.observe(k, now)
+			if err := l.giveBack(ctx, key, k); err != nil {
+				return Result{}, err
+			}
+		} else {
+			// Validity is monotone in the unit: a drain rule's later units
+			// have later places, windows and buckets end for all at once.
+			left := k.g.units - k.spent
+			skip := int64(sort.Search(int(left), func(i int) bool {
+				return l.validUnit(k, k.spent+1+int64(i), now)
+			}))
+			k.spent += skip // never admitted: a give-back still returns them
+			avail = left - skip
+		}
+	}
+	if n == 0 {
+		r, err := l.lim.AllowN(ctx, key, 0)
+		r.Remaining += avail
+		return r, err
+	}
+	if avail < n && k.deniedN > 0 && n >= k.deniedN && n <= l.smallest {
+		// Denied until the store's RetryAfter: nothing is asked of the store
+		// until then. (Units given back by other processes meanwhile wait
+		// too: they are of the held units the under-admission bound counts.)
+		if wait := k.denied.RetryAfter - time.Duration(l.since(k.deniedAt, k.deniedSent))*time.Microsecond; wait > 0 {
+			r := k.denied
+			r.RetryAfter = wait
+			l.stats.fromLease.Add(1)
+			return r, nil
+		}
+		k.deniedN = 0
+	}
+	if avail >= n {
+		k.spent += n
+		k.used += n
+		l.stats.fromLease.Add(1)
+		return l.fromLease(k, now), nil
+	}
+	if k.g.units > 0 && avail == 0 {
+		// Spent, or past its deadline: give back what the store still
+		// counts (a SlidingWindow's bucket that is still in the window).
+		l.observe(k, now)
+		if err := l.giveBack(ctx, key, k); err != nil {
+			return Result{}, err
+		}
+	}
+	// Take a new lease for the n units the lease lacks; the ones it has
+	// (fewer than n) are spent with them once the new lease is granted.
+	need := n - avail
+	want := max(need, l.size(k))
+	sent := time.Now()
+	g, err := l.lim.grant(ctx, key, need, want, l.hold)
+	if err != nil {
+		return Result{}, err
+	}
+	if g.units == 0 {
+		l.stats.denied.Add(1)
+		if g.res.RetryAfter > 0 {
+			// Wait until the lease it wanted could be had: at a drain
+			// rule's pace, want-need units after the n. Asking as soon as
+			// one unit is back would send a call per unit to the store when
+			// a bucket is empty, where a lease is worth most.
+			k.denied, k.deniedN, k.deniedAt, k.deniedSent = g.res, n, g.now, sent
+			extra := int64(MaxPeriod / time.Microsecond)
+			if l.pace > 0 && want-need < extra/l.pace {
+				extra = (want - need) * l.pace
+			} else if l.pace == 0 {
+				extra = 0
+			}
+			k.denied.RetryAfter += time.Duration(extra) * time.Microsecond
+		}
+		return g.res, nil // the lease, if any, keeps its units
+	}
+	l.stats.grants.Add(1)
+	l.stats.granted.Add(g.units)
+	k.deniedN = 0
+	if avail > 0 { // the old lease's last units go with the new lease's
+		k.used += avail
+		k.spent = k.g.units
+		l.observe(k, now)
+		// Units it skipped (past a drain rule's places) may still count in
+		// the Limiter's window rules: give them back.
+		err = l.giveBack(ctx, key, k)
+	}
+	k.g, k.spent, k.used, k.sent = g, need, need, sent
+	r := g.res
+	r.Remaining += g.units - need
+	return r, err
+}
+
+// fromLease is the Result of a decision from k's lease at now.
+func (l *Leased) fromLease(k *keyLease, now int64) Result {
+	r := k.g.res
+	r.Remaining += k.g.units - k.spent
+	r.ResetAfter = max(r.ResetAfter-time.Duration(now-k.g.now)*time.Microsecond, 0)
+	r.Delay = 0
+	return r
+}
+
+// observe updates k's rate with the lease that ends at now.
+func (l *Leased) observe(k *keyLease, now int64) {
+	d := now - k.g.now
+	if d <= 0 {
+		k.rate = math.Inf(1)
+		return
+	}
+	seen := float64(k.used) * 1e6 / float64(d)
+	if k.rate == 0 || math.IsInf(k.rate, 1) {
+		k.rate = seen
+	} else {
+		k.rate = (k.rate + seen) / 2
+	}
+}
+
+// size is the units k's next lease asks for: the rate seen times
+// LeaseTarget, within LeaseSize and the fraction of the limit.
+func (l *Leased) size(k *keyLease) int64 {
+	want := float64(l.cfg.min)
+	if k.rate > 0 {
+		want = math.Ceil(k.rate * l.cfg.target.Seconds())
+	}
+	if math.IsInf(want, 1) || want > float64(l.most) {
+		return l.most
+	}
+	return min(max(int64(want), l.cfg.min), l.most)
+}
+
+// giveBack returns the unspent units of k's lease to the store, which
+// takes back what its rules allow, and ends the lease.
+func (l *Leased) giveBack(ctx context.Context, key string, k *keyLease) error {
+	g, u := k.g, k.g.units-k.used
+	k.g, k.spent, k.used = grant{}, 0, 0
+	if u <= 0 {
+		return nil
+	}
+	l.stats.giveBacks.Add(1)
+	return l.lim.refund(ctx, key, &g, u)
+}
+
+// Release gives the unspent units of key's lease back to the store, where
+// the rules allow (a FixedWindow's window or a SlidingWindow's bucket that
+// has not ended; a TokenBucket's or GCRA's level that no other decision has
+// changed since the grant; otherwise the units are dropped, as they are
+// when no one releases them), and ends the lease.
+func (l *Leased) Release(ctx context.Context, key string) error {
+	if err := backend.CheckKey(key); err != nil {
+		return err
+	}
+	v, ok := l.keys.Load(key)
+	if !ok {
+		return nil
+	}
+	k := v.(*keyLease)
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	if k.g.units == 0 {
+		return nil
+	}
+	return l.giveBack(ctx, key, k)
+}
+
+// Flush ends every lease past its lifetime (LeaseLifetime) or its last
+// deadline, giving back its unspent units as Release does, and forgets keys
+// without a lease (a Leased keeps about 200 bytes per key it decided until
+// then). Call it now and then (a ticker of the lifetime, say) so that quiet
+// keys return what they hold; AllowN does the same for a key it decides. It
+// returns the store errors of the give-backs, joined.
+func (l *Leased) Flush(ctx context.Context) error { return l.flush(ctx, false) }
+
+// Close ends every lease, giving back its unspent units as Release does.
+// The Leased remains usable: a later decision takes a new lease.
+func (l *Leased) Close(ctx context.Context) error { return l.flush(ctx, true) }
+
+func (l *Leased) flush(ctx context.Context, all bool) error {
+	var errs []error
+	l.keys.Range(func(kv, v any) bool {
+		key, k := kv.(string), v.(*keyLease)
+		k.mu.Lock()
+		if k.g.units > 0 {
+			now := l.now(k)
+			if all || l.ends && now-k.g.now >= l.life || !l.validUnit(k, k.g.units, now) {
+				if err := l.giveBack(ctx, key, k); err != nil {
+					errs = append(errs, err)
+				}
+			}
+		}
+		if k.g.units == 0 {
+			l.keys.CompareAndDelete(key, k)
+			k.gone = true
+		}
+		k.mu.Unlock()
+		return true
+	})
+	return errors.Join(errs...)
+}
