@@ -64,6 +64,12 @@ longest delay (leaky_bucket shaping), and whether the bound documented in
 docs/algorithms.md held; below it, each bound and the span where it is
 tightest.
 
+Quota leases (--leased N): each rule that can lease also runs through
+ratelimit.NewLeased in N processes sharing its store, the requests dealt to
+them in turn; its panel shows what each process admitted, and the table what
+the leases under-admitted against the exact rule. A leased rule is held to
+the rule's own bounds: leases never admit more.
+
 Exit status: 0 when every rule kept its documented bound, 1 when one did not
 (a bug: please report it with the command line) or an input cannot be read,
 2 on a usage error.
@@ -77,6 +83,7 @@ Examples:
   floodgate simulate --algorithm leaky_bucket --limit 5 --burst 10 --delay 4 --traffic steady --rate 12 --png
   floodgate simulate --rules examples/floodgate.yaml --only 'api|user' --traffic-file access.csv --out day.svg
   floodgate simulate --algorithm fixed_window,sliding_log --traffic ramp --rate 40 --duration 10s --json
+  floodgate simulate --algorithm gcra,fixed_window --limit 1000 --per 1s --traffic steady --rate 1500 --leased 4 --out leases.svg
 `
 
 // simRuleFlags are the flags that describe rules on the command line.
@@ -119,6 +126,9 @@ func runSimulate(args []string, stdout, stderr io.Writer) int {
 		bin     = fs.Duration("bin", 0, "chart bar `width` (default a round tenth of the shortest window)")
 		title   = fs.String("title", "", "chart title (default: the traffic)")
 		asJSON  = fs.Bool("json", false, "print the report as JSON instead of tables")
+
+		leased      = fs.Int("leased", 0, "also run each rule through quota leases (ratelimit.NewLeased) in `N` processes sharing its store, requests dealt to them in turn, beside the exact rule")
+		leaseTarget = fs.Duration("lease-target", 0, "with --leased: how long a lease should last at a process's rate (default ratelimit's, 50ms)")
 	)
 	help := fmt.Sprintf(simulateUsage, flagDefaults(fs))
 	rest, code, done := parse(fs, args, true, help, stdout, stderr)
@@ -280,7 +290,16 @@ func runSimulate(args []string, stdout, stderr io.Writer) int {
 		return usage("--png writes a PNG beside the --out SVG; give --out FILE.svg or --out FILE.png")
 	}
 
-	rep, err := simulate.Run(context.Background(), tr, rules, simulate.Options{Progress: simProgress(stderr)})
+	if *leased < 0 || *leased > 1000 {
+		return usage("--leased %d: want a number of processes from 1 to 1000", *leased)
+	}
+	if set["lease-target"] && *leased == 0 {
+		return usage("--lease-target goes with --leased")
+	}
+	if set["lease-target"] && *leaseTarget <= 0 {
+		return usage("--lease-target %v: want a positive duration", *leaseTarget)
+	}
+	rep, err := simulate.Run(context.Background(), tr, rules, simulate.Options{Progress: simProgress(stderr), Leased: *leased, LeaseTarget: *leaseTarget})
 	if err != nil {
 		fmt.Fprintf(stderr, "%s: %v\n", cmd, strings.TrimPrefix(err.Error(), "simulate: "))
 		if *rulesPath == "" {
@@ -464,6 +483,20 @@ func simPrintReport(w io.Writer, rep *simulate.Report) {
 			rr.MostInWindow, simulate.FormatDuration(rr.Window), rr.MeanDelay, rr.MaxDelay, held)
 	}
 	tw.Flush()
+	for _, rr := range rep.Rules {
+		if rr.Processes == 0 {
+			continue
+		}
+		under := "none"
+		if rr.Exact > 0 {
+			under = fmt.Sprintf("%d (%.1f%%)", rr.Exact-rr.Admitted, 100*float64(rr.Exact-rr.Admitted)/float64(rr.Exact))
+		}
+		fmt.Fprintf(w, "\n%s: admitted %d, exactly %d without leases; under-admitted %s; never more than the rule (its bound below); per process %v\n",
+			rr.Name, rr.Admitted, rr.Exact, under, rr.PerProcess)
+	}
+	for _, n := range rep.NotLeased {
+		fmt.Fprintf(w, "\nnot leased: %s\n", n)
+	}
 	fmt.Fprintf(w, "\nBounds (docs/algorithms.md), each where it is tightest, times from the start:\n")
 	tw = tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	for _, rr := range rep.Rules {
@@ -513,6 +546,11 @@ type (
 		MaxDelay      float64        `json:"max_delay_seconds"`
 		Held          bool           `json:"held"`
 		Bounds        []simJSONBound `json:"bounds"`
+		// With --leased: the processes, what each admitted, and what the
+		// rule admits without leases.
+		Processes  int     `json:"processes,omitempty"`
+		PerProcess []int64 `json:"per_process,omitempty"`
+		Exact      *int64  `json:"exact_admitted,omitempty"`
 	}
 	simJSONSpan struct {
 		Count int64   `json:"count"`
@@ -548,6 +586,10 @@ func simJSONReport(rep *simulate.Report) simJSONOut {
 			Offered: rr.Offered, Admitted: rr.Admitted, Rejected: rr.Rejected,
 			MostInWindow: simJSONSpan{Count: rr.MostInWindow, Key: tr.Keys[rr.MostKey], From: ts(rr.MostInWindow, rr.MostFrom), To: ts(rr.MostInWindow, rr.MostTo)},
 			MeanDelay:    rr.MeanDelay.Seconds(), MaxDelay: rr.MaxDelay.Seconds(), Held: rr.Held(), Bounds: []simJSONBound{}}
+		if rr.Processes > 0 {
+			exact := rr.Exact
+			jr.Processes, jr.PerProcess, jr.Exact = rr.Processes, rr.PerProcess, &exact
+		}
 		for _, c := range rr.Checks {
 			allowed := c.Allowed
 			if allowed == math.MaxInt64 {

@@ -248,6 +248,9 @@ func TestSimulateUsageErrors(t *testing.T) {
 		{[]string{"--out", "chart.gif"}, 2, `--out "chart.gif": name a .svg or .png file`},
 		{[]string{"--out", "", "--png"}, 2, "--png writes a PNG beside the --out SVG"},
 		{[]string{"extra"}, 2, `unexpected argument "extra"`},
+		{[]string{"--leased", "-1"}, 2, "--leased -1: want a number of processes from 1 to 1000"},
+		{[]string{"--lease-target", "10ms"}, 2, "--lease-target goes with --leased"},
+		{[]string{"--leased", "2", "--lease-target", "0s"}, 2, "--lease-target 0s: want a positive duration"},
 		{[]string{"--algorithm", "gcra", "--limit", "0", "--out", ""}, 1, `floodgate simulate: rule "gcra": ratelimit: GCRA.Rate must be > 0, got 0`},
 		{[]string{"--traffic-file", filepath.Join(dir, "missing.csv")}, 1, "--traffic-file: open " + filepath.Join(dir, "missing.csv")},
 		{[]string{"--rules", filepath.Join(dir, "missing.yaml")}, 1, "missing.yaml: stat: no such file or directory"},
@@ -315,5 +318,56 @@ func TestSimulateShippedTraffic(t *testing.T) {
 	}
 	if panels := simPanels(t, out); len(panels) != 4 {
 		t.Errorf("%d panels: %q", len(panels), panels)
+	}
+}
+
+// TestSimulateLeased: --leased runs each rule that can lease through quota
+// leases in N processes beside the exact rule: a panel each, a line per
+// process on it, the under-admission in the table and the JSON, and the
+// rules that cannot lease named.
+func TestSimulateLeased(t *testing.T) {
+	out := filepath.Join(t.TempDir(), "leases.svg")
+	args := []string{"simulate", "--algorithm", "gcra,sliding_log", "--limit", "100", "--per", "1s",
+		"--traffic", "steady", "--rate", "150", "--duration", "3s", "--leased", "3", "--out", out}
+	code, stdout, stderr := floodgate(t, args...)
+	if code != 0 || stderr != "" {
+		t.Fatalf("exit %d, stderr %q\n%s", code, stderr, stdout)
+	}
+	panels := simPanels(t, out)
+	if len(panels) != 3 || !strings.HasPrefix(panels[1], "gcra, leased in 3 processes — admitted ") || !strings.Contains(panels[1], "without leases), bound held") {
+		t.Fatalf("panels: %q", panels)
+	}
+	texts := strings.Join(simTexts(t, out), "|")
+	for _, want := range []string{"process 1", "process 2", "process 3"} {
+		if !strings.Contains(texts, want) {
+			t.Errorf("the chart's legend lacks %q", want)
+		}
+	}
+	words := strings.Join(strings.Fields(stdout), " ")
+	for _, want := range []string{"gcra, leased in 3 processes: admitted ", "under-admitted", "per process [",
+		"not leased: sliding_log: ratelimit: rule cannot lease"} {
+		if !strings.Contains(words, want) {
+			t.Errorf("stdout lacks %q:\n%s", want, stdout)
+		}
+	}
+	code, stdout, stderr = floodgate(t, append(args[:len(args)-2], "--out", "", "--json")...)
+	if code != 0 {
+		t.Fatalf("--json: exit %d, %s", code, stderr)
+	}
+	var rep struct {
+		Rules []struct {
+			Name       string  `json:"name"`
+			Admitted   int64   `json:"admitted"`
+			Processes  int     `json:"processes"`
+			PerProcess []int64 `json:"per_process"`
+			Exact      *int64  `json:"exact_admitted"`
+		} `json:"rules"`
+	}
+	if err := json.Unmarshal([]byte(stdout), &rep); err != nil {
+		t.Fatal(err)
+	}
+	if len(rep.Rules) != 3 || rep.Rules[1].Processes != 3 || len(rep.Rules[1].PerProcess) != 3 || rep.Rules[1].Exact == nil ||
+		*rep.Rules[1].Exact != rep.Rules[0].Admitted || rep.Rules[1].Admitted > rep.Rules[0].Admitted || rep.Rules[0].Exact != nil {
+		t.Fatalf("JSON rules: %+v", rep.Rules)
 	}
 }

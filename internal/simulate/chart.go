@@ -41,6 +41,15 @@ var (
 	colServed  = color.RGBA{R: 0xe6, G: 0x9f, B: 0x00, A: 0xff}
 	colEdge    = color.RGBA{R: 0xd5, G: 0x5e, B: 0x00, A: 0xff}
 	colBroken  = color.RGBA{R: 0xc0, G: 0x00, B: 0x00, A: 0xff}
+	// procColors are the admitted series of each process of a leased rule.
+	procColors = []color.Color{
+		color.RGBA{R: 0x00, G: 0x9e, B: 0x73, A: 0xff},
+		color.RGBA{R: 0xcc, G: 0x79, B: 0xa7, A: 0xff},
+		color.RGBA{R: 0xd5, G: 0x5e, B: 0x00, A: 0xff},
+		color.RGBA{R: 0x56, G: 0xb4, B: 0xe9, A: 0xff},
+		color.RGBA{R: 0x99, G: 0x99, B: 0x33, A: 0xff},
+		color.RGBA{R: 0x88, G: 0x22, B: 0x55, A: 0xff},
+	}
 )
 
 // Chart sizes.
@@ -107,6 +116,12 @@ func WriteChart(w io.Writer, rep *Report, format string, opt ChartOptions) error
 			p.Add(served)
 		}
 		p.Add(admitted)
+		var procLines []*plotter.Line
+		for j, ts := range rr.byProc {
+			l := stepLine(histogram(ts, start, end, bin), bin, unit, procColors[j%len(procColors)], false, []vg.Length{vg.Points(2), vg.Points(1.5)})
+			p.Add(l)
+			procLines = append(procLines, l)
+		}
 		ed := windowEdges(start, end, int64(rr.Window/time.Microsecond), unit)
 		if ed != nil {
 			p.Add(ed)
@@ -122,6 +137,11 @@ func WriteChart(w io.Writer, rep *Report, format string, opt ChartOptions) error
 		}
 		if served != nil {
 			p.Legend.Add("served (after Delay)", served)
+		}
+		for j, l := range procLines {
+			if j < 4 || j == len(procLines)-1 {
+				p.Legend.Add(fmt.Sprintf("process %d", j+1), l)
+			}
 		}
 		if ed != nil && (i == 0 || rr.Window != rep.Rules[0].Window) {
 			p.Legend.Add(fmt.Sprintf("%v window edge", fmtDur(rr.Window)), ed)
@@ -176,6 +196,15 @@ func WriteChart(w io.Writer, rep *Report, format string, opt ChartOptions) error
 // panelTitle sums up a rule's outcome in one line.
 func panelTitle(rr *RuleReport) string {
 	var b strings.Builder
+	if rr.Processes > 0 {
+		fmt.Fprintf(&b, "%s — admitted %d of %d (exactly %d without leases)", rr.Name, rr.Admitted, rr.Offered, rr.Exact)
+		if rr.Held() {
+			b.WriteString(", bound held")
+		} else {
+			b.WriteString(", BOUND BROKEN")
+		}
+		return b.String()
+	}
 	if rr.Name != rr.Algorithm {
 		b.WriteString(rr.Name + ": ")
 	}

@@ -29,6 +29,9 @@ var Algorithms = []string{"fixed_window", "sliding_window", "sliding_log", "toke
 type Report struct {
 	Traffic *Traffic
 	Rules   []*RuleReport
+	// NotLeased names the rules that cannot lease, with the reason, when
+	// Options.Leased asked for leases.
+	NotLeased []string
 }
 
 // Held reports whether every rule kept every documented bound.
@@ -65,8 +68,18 @@ type RuleReport struct {
 	// key and span where the bound is tightest.
 	Checks []Check
 
-	admitted []int64 // admitted request times of every key, ascending
-	served   []int64 // admitted + Result.Delay, ascending; nil when nothing was delayed
+	// Processes, for a rule run through quota leases (Options.Leased): the
+	// number of processes the requests were dealt to, round robin, each
+	// with its own ratelimit.Leased over one shared store; PerProcess is
+	// what each admitted, and Exact what the rule admits without leases
+	// (the report of the same rule before it). 0 for an exact rule.
+	Processes  int
+	PerProcess []int64
+	Exact      int64
+
+	admitted []int64   // admitted request times of every key, ascending
+	served   []int64   // admitted + Result.Delay, ascending; nil when nothing was delayed
+	byProc   [][]int64 // leased: admitted request times of each process, ascending
 }
 
 // Held reports whether the rule kept every documented bound.
@@ -85,6 +98,13 @@ type Options struct {
 	// so far (over all rules) and the total, from Run's goroutines one at a
 	// time.
 	Progress func(done, total int64)
+	// Leased, when > 0, also runs every rule that can lease through quota
+	// leases (ratelimit.NewLeased) in that many processes, each request
+	// dealt to the next process in turn, with leases of LeaseTarget (0:
+	// ratelimit's default); its report follows the rule's own, and the
+	// rules that cannot lease are named in Report.NotLeased.
+	Leased      int
+	LeaseTarget time.Duration
 }
 
 // Run decides every request of tr against every rule, each rule on its own
@@ -134,13 +154,32 @@ func Run(ctx context.Context, tr *Traffic, rules []Rule, opt Options) (*Report, 
 			}
 		}
 	)
+	type job struct {
+		rule  int
+		procs int // 0: exact
+	}
+	var jobs []job
 	for i, r := range rules {
+		jobs = append(jobs, job{rule: i})
+		if opt.Leased <= 0 {
+			continue
+		}
+		if err := leasable(r.Rule); err != nil {
+			rep.NotLeased = append(rep.NotLeased, fmt.Sprintf("%s: %v", r.Name, err))
+			continue
+		}
+		jobs = append(jobs, job{rule: i, procs: opt.Leased})
+	}
+	total = int64(tr.Len()) * int64(len(jobs))
+	rep.Rules = make([]*RuleReport, len(jobs))
+	errs = make([]error, len(jobs))
+	for j, jb := range jobs {
 		wg.Add(1)
 		sem <- struct{}{}
 		go func() {
 			defer wg.Done()
 			defer func() { <-sem }()
-			rep.Rules[i], errs[i] = runRule(ctx, tr, keys, r, infos[i], progress)
+			rep.Rules[j], errs[j] = runRule(ctx, tr, keys, rules[jb.rule], infos[jb.rule], jb.procs, opt.LeaseTarget, progress)
 		}()
 	}
 	wg.Wait()
@@ -149,11 +188,31 @@ func Run(ctx context.Context, tr *Traffic, rules []Rule, opt Options) (*Report, 
 			return nil, err
 		}
 	}
+	for j, rr := range rep.Rules {
+		if rr.Processes > 0 {
+			rr.Exact = rep.Rules[j-1].Admitted
+		}
+	}
 	return rep, nil
 }
 
+// leasable reports why r cannot run through quota leases, or nil.
+func leasable(r ratelimit.Rule) error {
+	mem := backend.NewMemory()
+	defer mem.Close()
+	lim, err := ratelimit.New(mem, r)
+	if err == nil {
+		_, err = ratelimit.NewLeased(lim)
+	}
+	return err
+}
+
 // runRule decides tr against one rule.
-func runRule(ctx context.Context, tr *Traffic, keys []string, r Rule, in info, progress func(int64)) (*RuleReport, error) {
+// With procs > 0 the requests are dealt round robin to procs processes,
+// each deciding through its own ratelimit.Leased over the one memory store
+// (leases of leaseTarget; 0: the default), and every process ends its
+// leases that are due (Leased.Flush) every 32 of its requests.
+func runRule(ctx context.Context, tr *Traffic, keys []string, r Rule, in info, procs int, leaseTarget time.Duration, progress func(int64)) (*RuleReport, error) {
 	clk := clock.NewFake(time.UnixMicro(tr.Times[0]))
 	// The janitor only collects garbage; sweeping at fixed requests instead
 	// keeps even that independent of the machine's speed.
@@ -166,6 +225,25 @@ func runRule(ctx context.Context, tr *Traffic, keys []string, r Rule, in info, p
 	rr := &RuleReport{
 		Name: r.Name, Algorithm: in.algorithm, Params: in.params, Limit: in.limit, Window: in.window,
 		Offered: int64(tr.Len()),
+	}
+	allow := lim.Allow
+	var leased []*ratelimit.Leased
+	if procs > 0 {
+		var opts []ratelimit.LeaseOption
+		if leaseTarget > 0 {
+			opts = append(opts, ratelimit.LeaseTarget(leaseTarget))
+		}
+		for range procs {
+			l, err := ratelimit.NewLeased(lim, opts...)
+			if err != nil {
+				return nil, fmt.Errorf("simulate: rule %q: %w", r.Name, err)
+			}
+			leased = append(leased, l)
+		}
+		rr.Name = fmt.Sprintf("%s, leased in %d processes", r.Name, procs)
+		rr.Processes = procs
+		rr.PerProcess = make([]int64, procs)
+		rr.byProc = make([][]int64, procs)
 	}
 	perKey := make([][]int64, len(tr.Keys))
 	var servedPerKey [][]int64
@@ -185,12 +263,26 @@ func runRule(ctx context.Context, tr *Traffic, keys []string, r Rule, in info, p
 		}
 		clk.Set(time.UnixMicro(t))
 		k := tr.keyOf(i)
-		res, err := lim.Allow(ctx, keys[k])
+		proc := 0
+		if procs > 0 {
+			proc = i % procs
+			allow = leased[proc].Allow
+			if (i/procs)%32 == 31 {
+				if err := leased[proc].Flush(ctx); err != nil {
+					return nil, fmt.Errorf("simulate: rule %q: %w", r.Name, err)
+				}
+			}
+		}
+		res, err := allow(ctx, keys[k])
 		if err != nil {
 			return nil, fmt.Errorf("simulate: rule %q: %w", r.Name, err)
 		}
 		if !res.Allowed {
 			continue
+		}
+		if procs > 0 {
+			rr.PerProcess[proc]++
+			rr.byProc[proc] = append(rr.byProc[proc], t)
 		}
 		rr.admitted = append(rr.admitted, t)
 		perKey[k] = append(perKey[k], t)

@@ -249,7 +249,7 @@ func TestSimulateWrongBound(t *testing.T) {
 	// bound is reported broken, and its chart says so.
 	in, _ := describe(ratelimit.FixedWindow{Limit: 10, Window: time.Second})
 	in.bounds = []Bound{{Kind: InAnySpan, Max: 10, Span: time.Second, Open: true, Doc: "wrong on purpose"}}
-	rr, err := runRule(context.Background(), tr, []string{"k0"}, Rule{"fw", ratelimit.FixedWindow{Limit: 10, Window: time.Second}}, in, func(int64) {})
+	rr, err := runRule(context.Background(), tr, []string{"k0"}, Rule{"fw", ratelimit.FixedWindow{Limit: 10, Window: time.Second}}, in, 0, 0, func(int64) {})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -597,5 +597,52 @@ func TestSimulateProgress(t *testing.T) {
 	}})
 	if err != nil || last != 2e5 || calls < 2 {
 		t.Errorf("progress ended at %d after %d calls, err %v", last, calls, err)
+	}
+}
+
+// TestRunLeased: with Options.Leased each rule that can lease runs again
+// through quota leases in that many processes: its report follows the
+// rule's, the processes' admissions add up, it never admits more than the
+// exact rule nor breaks the rule's bounds, and a rule that cannot lease is
+// named with the reason.
+func TestRunLeased(t *testing.T) {
+	tr, err := Pattern{Kind: Steady, Rate: 150, Duration: 5 * time.Second, Start: time.Unix(1_700_000_000, 0)}.Generate()
+	if err != nil {
+		t.Fatal(err)
+	}
+	rules := []Rule{
+		{"gcra", ratelimit.GCRA{Rate: 100, Per: time.Second, Burst: 100}},
+		{"fixed_window", ratelimit.FixedWindow{Limit: 100, Window: time.Second}},
+		{"sliding_log", ratelimit.SlidingLog{Limit: 100, Window: time.Second}},
+	}
+	rep, err := Run(context.Background(), tr, rules, Options{Leased: 3, LeaseTarget: 20 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(rep.Rules) != 5 || len(rep.NotLeased) != 1 || !strings.Contains(rep.NotLeased[0], "sliding_log") {
+		t.Fatalf("%d reports, not leased %v", len(rep.Rules), rep.NotLeased)
+	}
+	for i, rr := range rep.Rules {
+		if !rr.Held() {
+			t.Errorf("%s: a bound broke", rr.Name)
+		}
+		if rr.Processes == 0 {
+			continue
+		}
+		exact := rep.Rules[i-1]
+		var sum int64
+		for _, n := range rr.PerProcess {
+			sum += n
+			if n == 0 {
+				t.Errorf("%s: a process admitted nothing: %v", rr.Name, rr.PerProcess)
+			}
+		}
+		if rr.Processes != 3 || len(rr.PerProcess) != 3 || sum != rr.Admitted || rr.Exact != exact.Admitted || exact.Processes != 0 {
+			t.Errorf("%s: processes %d, per process %v (sum %d), admitted %d, exact %d (the rule before: %s, %d)",
+				rr.Name, rr.Processes, rr.PerProcess, sum, rr.Admitted, rr.Exact, exact.Name, exact.Admitted)
+		}
+		if rr.Admitted > rr.Exact || rr.Admitted < rr.Exact*9/10 {
+			t.Errorf("%s: admitted %d, the exact rule %d: want at most that, and not 10%% less", rr.Name, rr.Admitted, rr.Exact)
+		}
 	}
 }
