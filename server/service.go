@@ -210,6 +210,8 @@ type Options struct {
 	// PerSecondTimeout is the per-call timeout of PerSecondBackend; Timeout
 	// when 0.
 	PerSecondTimeout time.Duration
+	// Quota configures Envoy's rate limit quota service (RLQS, rlqs.go).
+	Quota QuotaOptions
 }
 
 // Service decides rate limit requests against a configuration on a backend.

@@ -1,0 +1,312 @@
+package server
+
+import (
+	"context"
+	"errors"
+	"net"
+	"strings"
+	"testing"
+	"time"
+
+	rlqs "github.com/envoyproxy/go-control-plane/envoy/service/rate_limit_quota/v3"
+	typev3 "github.com/envoyproxy/go-control-plane/envoy/type/v3"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/durationpb"
+
+	"github.com/floodgate-dev/floodgate/backend"
+)
+
+const quotaYAML = `domain: quota
+descriptors:
+  - key: tenant
+    rate_limit: {unit: second, requests_per_unit: 1000}
+  - key: tenant
+    value: acme
+    descriptors:
+      - key: path
+        rate_limit: {unit: minute, requests_per_unit: 60}
+  - key: tenant
+    value: free
+    rate_limit: {unlimited: true}
+  - key: tenant
+    value: blocked
+    rate_limit: {unit: second, requests_per_unit: 0}
+  - key: tenant
+    value: trial
+    shadow_mode: true
+    rate_limit: {unit: second, requests_per_unit: 1}
+  - key: tenant
+    value: tiny
+    rate_limit: {unit: second, requests_per_unit: 1}
+`
+
+// newQuotaService returns a Service on b with quotaYAML and assignments of
+// ttl (at least).
+func newQuotaService(t testing.TB, b backend.Backend, ttl time.Duration) *Service {
+	t.Helper()
+	s, err := NewService(b, Options{Quota: QuotaOptions{TTL: ttl, SweepInterval: 100 * time.Millisecond}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.SetConfig(mustConfig(t, quotaYAML), "v1"); err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+// startRLQS serves s's quota service on a free local port and returns a
+// client of it: go-control-plane's generated client, as a data plane uses.
+func startRLQS(t testing.TB, s *Service) rlqs.RateLimitQuotaServiceClient {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatalf("cannot listen for the RLQS server: %v", err)
+	}
+	g := grpc.NewServer()
+	rlqs.RegisterRateLimitQuotaServiceServer(g, NewRLQS(s))
+	go g.Serve(ln)
+	t.Cleanup(g.Stop)
+	cc, err := grpc.NewClient(ln.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cc.Close() })
+	return rlqs.NewRateLimitQuotaServiceClient(cc)
+}
+
+type quotaClient = grpc.BidiStreamingClient[rlqs.RateLimitQuotaUsageReports, rlqs.RateLimitQuotaResponse]
+
+func openQuota(t testing.TB, c rlqs.RateLimitQuotaServiceClient) (quotaClient, context.CancelFunc) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	st, err := c.StreamRateLimitQuotas(ctx)
+	if err != nil {
+		cancel()
+		t.Fatal(err)
+	}
+	t.Cleanup(cancel)
+	return st, cancel
+}
+
+func bucket(kv ...string) *rlqs.BucketId {
+	m := map[string]string{}
+	for i := 0; i+1 < len(kv); i += 2 {
+		m[kv[i]] = kv[i+1]
+	}
+	return &rlqs.BucketId{Bucket: m}
+}
+
+func usage(id *rlqs.BucketId, allowed, denied uint64, elapsed time.Duration) *rlqs.RateLimitQuotaUsageReports_BucketQuotaUsage {
+	return &rlqs.RateLimitQuotaUsageReports_BucketQuotaUsage{
+		BucketId: id, NumRequestsAllowed: allowed, NumRequestsDenied: denied, TimeElapsed: durationpb.New(elapsed),
+	}
+}
+
+// exchange sends one report and returns the answer, failing the test after
+// 5 s without one.
+func exchange(t testing.TB, st quotaClient, domain string, us ...*rlqs.RateLimitQuotaUsageReports_BucketQuotaUsage) (*rlqs.RateLimitQuotaResponse, error) {
+	t.Helper()
+	if err := st.Send(&rlqs.RateLimitQuotaUsageReports{Domain: domain, BucketQuotaUsages: us}); err != nil {
+		return nil, err
+	}
+	type res struct {
+		r   *rlqs.RateLimitQuotaResponse
+		err error
+	}
+	c := make(chan res, 1)
+	go func() { r, err := st.Recv(); c <- res{r, err} }()
+	select {
+	case r := <-c:
+		return r.r, r.err
+	case <-time.After(5 * time.Second):
+		t.Fatal("no answer to a usage report within 5 s")
+		return nil, nil
+	}
+}
+
+// rate is the requests per second a strategy admits at most: a token
+// bucket's tokens_per_fill / fill_interval; -1 for allow all, 0 for deny all.
+func rate(s *typev3.RateLimitStrategy) float64 {
+	switch {
+	case s.GetTokenBucket() != nil:
+		tb := s.GetTokenBucket()
+		return float64(tb.GetTokensPerFill().GetValue()) / tb.GetFillInterval().AsDuration().Seconds()
+	case s.GetBlanketRule() == typev3.RateLimitStrategy_DENY_ALL:
+		return 0
+	}
+	return -1
+}
+
+// TestRLQSAssignments: one data plane's buckets get the strategy of the
+// limit their pairs match, in any key order; unmatched buckets are
+// abandoned. Every answer passes go-control-plane's validation.
+func TestRLQSAssignments(t *testing.T) {
+	s := newQuotaService(t, backend.NewMemory(), 2*time.Second)
+	st, _ := openQuota(t, startRLQS(t, s))
+	type want struct {
+		abandon bool
+		rate    float64 // per second; -1 allow all
+		fill    time.Duration
+		tokens  uint32
+	}
+	cases := []struct {
+		id   *rlqs.BucketId
+		want want
+	}{
+		// Alone: the whole budget, 97% of 1000/s (the rest is the newcomers' reserve).
+		{bucket("tenant", "x"), want{rate: 970, fill: time.Second, tokens: 970}},
+		// Two levels, the bucket's keys in either order; a minute's limit fills per minute.
+		{bucket("path", "/a", "tenant", "acme"), want{rate: 58.0 / 60, fill: time.Minute, tokens: 58}},
+		{bucket("tenant", "free"), want{rate: -1}},
+		{bucket("tenant", "trial"), want{rate: -1}}, // shadow mode
+		{bucket("tenant", "blocked"), want{rate: 0}},
+		// A share under one request per unit: one token per 2 s (0.97/s rounds to 1 per ceil(1/0.97) s).
+		{bucket("tenant", "tiny"), want{rate: 0.5, fill: 2 * time.Second, tokens: 1}},
+		{bucket("tenant", "acme"), want{abandon: true}}, // the first level has no limit
+		{bucket("user", "bob"), want{abandon: true}},
+		{bucket("tenant", "x", "user", "bob"), want{abandon: true}}, // deeper than the configuration
+	}
+	var us []*rlqs.RateLimitQuotaUsageReports_BucketQuotaUsage
+	for _, c := range cases {
+		us = append(us, usage(c.id, 300, 200, time.Second))
+	}
+	resp, err := exchange(t, st, "quota", us...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := resp.ValidateAll(); err != nil {
+		t.Fatalf("the answer fails go-control-plane's validation: %v", err)
+	}
+	if len(resp.BucketAction) != len(cases) {
+		t.Fatalf("%d actions for %d buckets", len(resp.BucketAction), len(cases))
+	}
+	for i, c := range cases {
+		a := resp.BucketAction[i]
+		if got := quotaBucketKey(a.GetBucketId()); got != quotaBucketKey(c.id) {
+			t.Errorf("action %d is for %s, want %s (the report's order)", i, got, quotaBucketKey(c.id))
+			continue
+		}
+		if c.want.abandon {
+			if a.GetAbandonAction() == nil {
+				t.Errorf("%v: %v, want abandon_action", c.id.Bucket, a)
+			}
+			continue
+		}
+		qa := a.GetQuotaAssignmentAction()
+		if qa == nil {
+			t.Errorf("%v: %v, want an assignment", c.id.Bucket, a)
+			continue
+		}
+		if got := qa.GetAssignmentTimeToLive().AsDuration(); got != 2*time.Second {
+			t.Errorf("%v: time to live %v, want 2s", c.id.Bucket, got)
+		}
+		if got := rate(qa.GetRateLimitStrategy()); got != c.want.rate {
+			t.Errorf("%v: %v/s, want %v/s (%v)", c.id.Bucket, got, c.want.rate, qa.GetRateLimitStrategy())
+		}
+		if tb := qa.GetRateLimitStrategy().GetTokenBucket(); tb != nil {
+			if tb.GetFillInterval().AsDuration() != c.want.fill || tb.GetTokensPerFill().GetValue() != c.want.tokens || tb.GetMaxTokens() != c.want.tokens {
+				t.Errorf("%v: token bucket %v, want %d tokens per %v", c.id.Bucket, tb, c.want.tokens, c.want.fill)
+			}
+		}
+	}
+
+	// The domain comes in the first report only; the same assignment again
+	// is a refresh, with a time to live from the reporting interval.
+	resp, err = exchange(t, st, "", usage(bucket("tenant", "x"), 400, 0, 3*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	qa := resp.GetBucketAction()[0].GetQuotaAssignmentAction()
+	if got := rate(qa.GetRateLimitStrategy()); got != 970 {
+		t.Errorf("second report: %v/s, want 970/s", got)
+	}
+	if got := qa.GetAssignmentTimeToLive().AsDuration(); got != 5*time.Second {
+		t.Errorf("second report, 3 s after the first: time to live %v, want 5s (1.5 intervals, whole seconds)", got)
+	}
+}
+
+// TestRLQSBadInput: malformed streams end with a status naming the problem.
+func TestRLQSBadInput(t *testing.T) {
+	c := startRLQS(t, newQuotaService(t, backend.NewMemory(), time.Second))
+	for _, tc := range []struct {
+		name    string
+		reports []*rlqs.RateLimitQuotaUsageReports
+		code    codes.Code
+		msg     string
+	}{
+		{"no domain", []*rlqs.RateLimitQuotaUsageReports{{BucketQuotaUsages: []*rlqs.RateLimitQuotaUsageReports_BucketQuotaUsage{usage(bucket("tenant", "x"), 1, 0, 0)}}},
+			codes.InvalidArgument, "domain is empty"},
+		{"unknown domain", []*rlqs.RateLimitQuotaUsageReports{{Domain: "nope"}},
+			codes.NotFound, `domain "nope" is not configured`},
+		{"another domain", []*rlqs.RateLimitQuotaUsageReports{{Domain: "quota"}, {Domain: "other"}},
+			codes.InvalidArgument, `"other" differs from the stream's, "quota"`},
+		{"empty bucket", []*rlqs.RateLimitQuotaUsageReports{{Domain: "quota", BucketQuotaUsages: []*rlqs.RateLimitQuotaUsageReports_BucketQuotaUsage{usage(bucket("tenant", "x"), 1, 0, 0), {}}}},
+			codes.InvalidArgument, "bucket_quota_usages[1].bucket_id is empty"},
+		{"empty key", []*rlqs.RateLimitQuotaUsageReports{{Domain: "quota", BucketQuotaUsages: []*rlqs.RateLimitQuotaUsageReports_BucketQuotaUsage{usage(bucket("", "x"), 1, 0, 0)}}},
+			codes.InvalidArgument, "bucket_quota_usages[0].bucket_id has an empty key"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			st, _ := openQuota(t, c)
+			for _, r := range tc.reports {
+				if err := st.Send(r); err != nil {
+					break // the server ended the stream: Recv tells why
+				}
+			}
+			for {
+				_, err := st.Recv()
+				if err == nil {
+					continue // an answer to a valid report before the bad one
+				}
+				s, _ := status.FromError(err)
+				if s.Code() != tc.code || !strings.Contains(s.Message(), tc.msg) {
+					t.Fatalf("got %v %q, want %v containing %q", s.Code(), s.Message(), tc.code, tc.msg)
+				}
+				return
+			}
+		})
+	}
+}
+
+// TestRLQSNoConfig: before any configuration, a stream is Unavailable.
+func TestRLQSNoConfig(t *testing.T) {
+	s, err := NewService(backend.NewMemory(), Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	st, _ := openQuota(t, startRLQS(t, s))
+	_, err = exchange(t, st, "quota", usage(bucket("tenant", "x"), 1, 0, 0))
+	if status.Code(err) != codes.Unavailable {
+		t.Fatalf("got %v, want Unavailable", err)
+	}
+}
+
+// TestRLQSAbandonQuiet: a bucket its data plane stops reporting, on an open
+// stream, is abandoned once its assignment has expired.
+func TestRLQSAbandonQuiet(t *testing.T) {
+	st, _ := openQuota(t, startRLQS(t, newQuotaService(t, backend.NewMemory(), time.Second)))
+	start := time.Now()
+	resp, err := exchange(t, st, "quota", usage(bucket("tenant", "x"), 5, 0, 0))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if resp.GetBucketAction()[0].GetQuotaAssignmentAction() == nil {
+		t.Fatalf("no assignment: %v", resp)
+	}
+	resp, err = st.Recv()
+	if err != nil {
+		t.Fatal(err)
+	}
+	waited := time.Since(start)
+	if len(resp.GetBucketAction()) != 1 || resp.GetBucketAction()[0].GetAbandonAction() == nil {
+		t.Fatalf("got %v, want abandon_action", resp)
+	}
+	if waited < time.Second || waited > 2*time.Second {
+		t.Errorf("abandoned after %v, want after the 1 s time to live and within a second more", waited)
+	}
+}
+
+// errNoAnswer marks a data plane whose stream ended.
+var errNoAnswer = errors.New("no answer")
