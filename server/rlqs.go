@@ -10,6 +10,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -60,7 +61,16 @@ type RLQS struct {
 	policy quotaPolicy
 	id     string // this server's part of its streams' member names
 	seq    atomic.Uint64
+
+	closing   chan struct{} // closed by Close: streams end
+	closeOnce sync.Once
 }
+
+// Close ends every stream, now and later, with Unavailable, so that a
+// graceful stop of the gRPC server is not held by data planes' streams,
+// which never end by themselves; the data planes reconnect to another
+// server.
+func (q *RLQS) Close() { q.closeOnce.Do(func() { close(q.closing) }) }
 
 // NewRLQS returns the quota service of s, configured by s's Options.Quota.
 func NewRLQS(s *Service) *RLQS {
@@ -76,7 +86,7 @@ func NewRLQS(s *Service) *RLQS {
 	}
 	var b [6]byte
 	rand.Read(b[:])
-	return &RLQS{s: s, ttl: ttl, sweep: sweep, policy: defaultQuotaPolicy, id: hex.EncodeToString(b[:])}
+	return &RLQS{s: s, ttl: ttl, sweep: sweep, policy: defaultQuotaPolicy, id: hex.EncodeToString(b[:]), closing: make(chan struct{})}
 }
 
 // ceilSecond rounds d up to whole seconds.
@@ -104,7 +114,7 @@ type quotaBucket struct {
 // the bucket's key/value pairs match in the domain (as ShouldRateLimit
 // matches a descriptor, the pairs taken in the configuration tree's order),
 // or abandon_action when no limit matches. A bucket the data plane stops
-// reporting is abandoned once its assignment has expired. The same
+// reporting is abandoned when twice its assignment's time to live has passed. The same
 // assignment sent again only extends its time to live, which is what Envoy
 // does with it.
 //
@@ -155,6 +165,8 @@ func (q *RLQS) StreamRateLimitQuotas(stream grpc.BidiStreamingServer[rlqs.RateLi
 			resp = q.abandonQuiet(st)
 		case <-ctx.Done():
 			return ctx.Err()
+		case <-q.closing:
+			return status.Error(codes.Unavailable, "the server is shutting down")
 		}
 		if resp != nil && len(resp.BucketAction) > 0 {
 			if err := stream.Send(resp); err != nil {
@@ -340,14 +352,16 @@ func abandonAction(id *rlqs.BucketId) *rlqs.RateLimitQuotaResponse_BucketAction 
 	}
 }
 
-// abandonQuiet abandons the buckets of st not reported for longer than
-// their assignment lasted: their data plane stopped reporting them, and the
-// fleet no longer counts their share.
+// abandonQuiet abandons the buckets of st not reported for twice as long
+// as their assignment lasts: their data plane stopped reporting them. (The
+// fleet stopped counting their share when the assignment expired; the
+// margin keeps a bucket whose first, short assignment expired just before
+// its second report from being abandoned under it.)
 func (q *RLQS) abandonQuiet(st *quotaStream) *rlqs.RateLimitQuotaResponse {
 	now := q.now()
 	var resp *rlqs.RateLimitQuotaResponse
 	for key, b := range st.buckets {
-		if now.Sub(b.last) < b.ttl {
+		if now.Sub(b.last) < 2*b.ttl {
 			continue
 		}
 		if resp == nil {

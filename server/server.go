@@ -150,6 +150,7 @@ type Server struct {
 	httpLn, grpcLn net.Listener
 	httpSrv        *http.Server
 	grpcSrv        *grpc.Server
+	rlqs           *RLQS
 	conns          *connLimit // over both listeners
 
 	draining atomic.Bool // set on shutdown: health checks fail
@@ -286,7 +287,8 @@ func New(c Config) (*Server, error) {
 		}
 		s.grpcSrv = grpc.NewServer(gopts...)
 		s.grpcSrv.RegisterService(&rlsWireDesc, NewRLS(svc))
-		rlqs.RegisterRateLimitQuotaServiceServer(s.grpcSrv, NewRLQS(svc))
+		s.rlqs = NewRLQS(svc)
+		rlqs.RegisterRateLimitQuotaServiceServer(s.grpcSrv, s.rlqs)
 		s.health = health.NewServer()
 		healthpb.RegisterHealthServer(s.grpcSrv, s.health)
 	}
@@ -536,6 +538,7 @@ func (s *Server) shutdown() {
 	}
 	if s.grpcSrv != nil {
 		s.health.Shutdown()
+		s.rlqs.Close() // its streams would hold GracefulStop until the timeout
 		wg.Go(func() {
 			done := make(chan struct{})
 			go func() { s.grpcSrv.GracefulStop(); close(done) }()
