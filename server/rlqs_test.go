@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"net"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -13,6 +14,8 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/durationpb"
 
@@ -310,3 +313,65 @@ func TestRLQSAbandonQuiet(t *testing.T) {
 
 // errNoAnswer marks a data plane whose stream ended.
 var errNoAnswer = errors.New("no answer")
+
+// TestRLQSServer: Server serves RLQS beside RLS on its gRPC port, behind
+// the bearer token, reports it in the health service, and ends its streams
+// on shutdown instead of waiting for them.
+func TestRLQSServer(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "quota.yaml")
+	writeConfig(t, path, quotaYAML)
+	srv, err := New(Config{ConfigPath: path, Backend: backend.NewMemory(), GRPCAddr: "127.0.0.1:0", Token: "tok", ShutdownTimeout: 10 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, stop := context.WithCancel(context.Background())
+	defer stop()
+	done := make(chan error, 1)
+	go func() { done <- srv.Serve(ctx) }()
+	cc, err := grpc.NewClient(srv.GRPCAddr(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cc.Close()
+	c := rlqs.NewRateLimitQuotaServiceClient(cc)
+
+	hc, err := healthpb.NewHealthClient(cc).Check(ctx, &healthpb.HealthCheckRequest{Service: "envoy.service.rate_limit_quota.v3.RateLimitQuotaService"})
+	if err != nil || hc.GetStatus() != healthpb.HealthCheckResponse_SERVING {
+		t.Fatalf("health of the quota service: %v %v", hc, err)
+	}
+
+	st, err := c.StreamRateLimitQuotas(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := exchange(t, st, "quota", usage(bucket("tenant", "x"), 1, 0, 0)); status.Code(err) != codes.Unauthenticated {
+		t.Fatalf("without the token: %v, want Unauthenticated", err)
+	}
+
+	st, err = c.StreamRateLimitQuotas(metadata.AppendToOutgoingContext(context.Background(), "authorization", "Bearer tok"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp, err := exchange(t, st, "quota", usage(bucket("tenant", "x"), 1, 0, 0))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := rate(resp.GetBucketAction()[0].GetQuotaAssignmentAction().GetRateLimitStrategy()); got != 970 {
+		t.Fatalf("with the token: %v/s, want 970/s (%v)", got, resp)
+	}
+
+	start := time.Now()
+	stop()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("the server's shutdown waits for the open quota stream")
+	}
+	if _, err := st.Recv(); status.Code(err) != codes.Unavailable {
+		t.Errorf("the open stream at shutdown: %v, want Unavailable", err)
+	}
+	t.Logf("shutdown with an open quota stream took %v", time.Since(start).Round(time.Millisecond))
+}
