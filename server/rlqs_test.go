@@ -2,7 +2,6 @@ package server
 
 import (
 	"context"
-	"errors"
 	"net"
 	"path/filepath"
 	"strings"
@@ -310,9 +309,6 @@ func TestRLQSAbandonQuiet(t *testing.T) {
 		t.Errorf("abandoned after %v, want after twice the 1 s time to live and within a second more", waited)
 	}
 }
-
-// errNoAnswer marks a data plane whose stream ended.
-var errNoAnswer = errors.New("no answer")
 
 // TestRLQSServer: Server serves RLQS beside RLS on its gRPC port, behind
 // the bearer token, reports it in the health service, and ends its streams

@@ -273,6 +273,9 @@ func NewService(b backend.Backend, opts Options) (*Service, error) {
 	if opts.PerSecondTimeout < 0 {
 		return nil, fmt.Errorf("server: per-second store timeout %v is negative", opts.PerSecondTimeout)
 	}
+	if opts.Quota.TTL < 0 || opts.Quota.TTL > MaxQuotaTTL {
+		return nil, fmt.Errorf("server: Quota.TTL must be between 0 (the default, %v) and %v, got %v", DefaultQuotaTTL, MaxQuotaTTL, opts.Quota.TTL)
+	}
 	if opts.PerSecondTimeout == 0 {
 		opts.PerSecondTimeout = opts.Timeout
 	}
