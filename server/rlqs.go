@@ -89,6 +89,9 @@ func NewRLQS(s *Service) *RLQS {
 	return &RLQS{s: s, ttl: ttl, sweep: sweep, policy: defaultQuotaPolicy, id: hex.EncodeToString(b[:]), closing: make(chan struct{})}
 }
 
+// maxQuotaBuckets bounds the buckets one stream may hold assignments of.
+const maxQuotaBuckets = 10000
+
 // ceilSecond rounds d up to whole seconds.
 func ceilSecond(d time.Duration) time.Duration {
 	return (d + time.Second - 1) / time.Second * time.Second
@@ -114,16 +117,18 @@ type quotaBucket struct {
 // the bucket's key/value pairs match in the domain (as ShouldRateLimit
 // matches a descriptor, the pairs taken in the configuration tree's order),
 // or abandon_action when no limit matches. A bucket the data plane stops
-// reporting is abandoned when twice its assignment's time to live has passed. The same
-// assignment sent again only extends its time to live, which is what Envoy
-// does with it.
+// reporting is abandoned when twice its assignment's time to live has
+// passed. The same assignment sent again only extends its time to live,
+// which is what Envoy does with it.
 //
 // Errors end the stream: InvalidArgument for a first report without a
 // domain, a later report naming another domain, or a bucket without a
 // BucketId; NotFound for a domain the configuration lacks; Unavailable
-// before any configuration is loaded. A bucket whose share the store could
-// not size (an error or timeout) gets no action in that answer: its data
-// plane keeps its assignment until the next report, or until it expires.
+// before any configuration is loaded and at shutdown (Close);
+// ResourceExhausted beyond maxQuotaBuckets buckets on one stream. A bucket
+// whose share the store could not size (an error or timeout) gets no action
+// in that answer: its data plane keeps its assignment until the next
+// report, or until it expires.
 func (q *RLQS) StreamRateLimitQuotas(stream grpc.BidiStreamingServer[rlqs.RateLimitQuotaUsageReports, rlqs.RateLimitQuotaResponse]) error {
 	ctx := stream.Context()
 	st := &quotaStream{
@@ -214,18 +219,22 @@ func (q *RLQS) report(ctx context.Context, st *quotaStream, m *rlqs.RateLimitQuo
 		}
 		elapsed := min(max(u.GetTimeElapsed().AsDuration(), 0), MaxQuotaTTL) // AsDuration saturates
 		ttl := min(max(q.ttl, ceilSecond(elapsed*3/2)), MaxQuotaTTL)
+		b := st.buckets[key]
+		if b == nil {
+			if len(st.buckets) >= maxQuotaBuckets {
+				return nil, status.Errorf(codes.ResourceExhausted, "the stream reports more than %d buckets", maxQuotaBuckets)
+			}
+			b = &quotaBucket{id: id, ttl: ttl}
+			st.buckets[key] = b
+		}
+		b.last = now // reported, even if its share cannot be sized now
 		strategy, err := q.strategy(ctx, st, l, ordered, u, elapsed, ttl)
 		if err != nil {
 			q.s.failLog.warn("rlqs|"+errorKind(err), "RLQS: the store could not size a share; the bucket gets no assignment in this answer",
 				"domain", st.domain, "limit", l.Path, "error", err)
 			continue
 		}
-		b := st.buckets[key]
-		if b == nil {
-			b = &quotaBucket{id: id}
-			st.buckets[key] = b
-		}
-		b.last, b.ttl = now, ttl
+		b.ttl = ttl
 		resp.BucketAction = append(resp.BucketAction, &rlqs.RateLimitQuotaResponse_BucketAction{
 			BucketId: id,
 			BucketAction: &rlqs.RateLimitQuotaResponse_BucketAction_QuotaAssignmentAction_{

@@ -19,6 +19,9 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/floodgate-dev/floodgate/backend"
+	"github.com/floodgate-dev/floodgate/clock"
+	"github.com/floodgate-dev/floodgate/internal/backendtest"
+	"github.com/floodgate-dev/floodgate/internal/testenv"
 )
 
 const quotaYAML = `domain: quota
@@ -286,10 +289,12 @@ func TestRLQSNoConfig(t *testing.T) {
 }
 
 // TestRLQSAbandonQuiet: a bucket its data plane stops reporting, on an open
-// stream, is abandoned when twice its assignment's time to live has passed.
+// stream, is abandoned when twice its assignment's time to live has passed,
+// on the store's clock.
 func TestRLQSAbandonQuiet(t *testing.T) {
-	st, _ := openQuota(t, startRLQS(t, newQuotaService(t, backend.NewMemory(), time.Second)))
-	start := time.Now()
+	clk := clock.NewFake(time.Unix(1_800_000_000, 0))
+	start := clk.Now()
+	st, _ := openQuota(t, startRLQS(t, newQuotaService(t, backend.NewMemory(backend.WithClock(clk)), time.Second)))
 	resp, err := exchange(t, st, "quota", usage(bucket("tenant", "x"), 5, 0, 0))
 	if err != nil {
 		t.Fatal(err)
@@ -297,16 +302,62 @@ func TestRLQSAbandonQuiet(t *testing.T) {
 	if resp.GetBucketAction()[0].GetQuotaAssignmentAction() == nil {
 		t.Fatalf("no assignment: %v", resp)
 	}
-	resp, err = st.Recv()
+	got := make(chan *rlqs.RateLimitQuotaResponse, 1)
+	go func() {
+		r, _ := st.Recv() // nil when the stream ends: a failure below
+		got <- r
+	}()
+	clk.Set(start.Add(1900 * time.Millisecond))
+	select {
+	case r := <-got:
+		t.Fatalf("1.9 s after the report of a bucket whose assignment lasts 1 s: %v, want nothing before 2 s", r)
+	case <-time.After(500 * time.Millisecond): // five sweeps
+	}
+	clk.Set(start.Add(2 * time.Second))
+	select {
+	case r := <-got:
+		if len(r.GetBucketAction()) != 1 || r.GetBucketAction()[0].GetAbandonAction() == nil {
+			t.Fatalf("got %v, want abandon_action", r)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("not abandoned 2 s after its last report (twice its time to live)")
+	}
+}
+
+// TestRLQSStoreDown: a bucket whose share the store cannot size gets no
+// action in the answer; the stream goes on, and the other buckets are
+// answered.
+func TestRLQSStoreDown(t *testing.T) {
+	r := testenv.NewRedis(t)
+	b, c, err := OpenStore("redis://"+r.Addr, backendtest.UniquePrefix(), time.Second)
 	if err != nil {
 		t.Fatal(err)
 	}
-	waited := time.Since(start)
-	if len(resp.GetBucketAction()) != 1 || resp.GetBucketAction()[0].GetAbandonAction() == nil {
-		t.Fatalf("got %v, want abandon_action", resp)
+	defer c.Close()
+	s, err := NewService(b, Options{Timeout: 200 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
 	}
-	if waited < 2*time.Second || waited > 3*time.Second {
-		t.Errorf("abandoned after %v, want after twice the 1 s time to live and within a second more", waited)
+	if err := s.SetConfig(mustConfig(t, quotaYAML), "v1"); err != nil {
+		t.Fatal(err)
+	}
+	st, _ := openQuota(t, startRLQS(t, s))
+	resp, err := exchange(t, st, "quota", usage(bucket("tenant", "x"), 5, 0, time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := rate(resp.GetBucketAction()[0].GetQuotaAssignmentAction().GetRateLimitStrategy()); got != 970 {
+		t.Fatalf("with Redis up: %v/s, want 970/s", got)
+	}
+	if err := r.Stop(); err != nil {
+		t.Fatal(err)
+	}
+	resp, err = exchange(t, st, "", usage(bucket("tenant", "x"), 5, 0, time.Second), usage(bucket("user", "bob"), 1, 0, 0))
+	if err != nil {
+		t.Fatalf("with Redis stopped: %v, want the stream to go on", err)
+	}
+	if len(resp.GetBucketAction()) != 1 || quotaBucketKey(resp.GetBucketAction()[0].GetBucketId()) != "user=bob|" || resp.GetBucketAction()[0].GetAbandonAction() == nil {
+		t.Fatalf("with Redis stopped: %v, want only the unmatched bucket's abandon_action", resp)
 	}
 }
 
