@@ -275,8 +275,14 @@ func (q *RLQS) checkBucket(i int, id *rlqs.BucketId) error {
 	if n := len(id.GetBucket()); n > q.s.opts.MaxEntries {
 		return status.Errorf(codes.InvalidArgument, "bucket_quota_usages[%d].bucket_id has %d pairs: at most %d are accepted", i, n, q.s.opts.MaxEntries)
 	}
-	if _, ok := id.GetBucket()[""]; ok {
-		return status.Errorf(codes.InvalidArgument, "bucket_quota_usages[%d].bucket_id has an empty key", i)
+	for k, v := range id.GetBucket() {
+		// BucketId's own rules (rlqs.proto): keys and values of at least one character.
+		if k == "" {
+			return status.Errorf(codes.InvalidArgument, "bucket_quota_usages[%d].bucket_id has an empty key", i)
+		}
+		if v == "" {
+			return status.Errorf(codes.InvalidArgument, "bucket_quota_usages[%d].bucket_id: the value of %q is empty", i, k)
+		}
 	}
 	return nil
 }

@@ -2,6 +2,7 @@ package server
 
 import (
 	"context"
+	"math"
 	"net"
 	"path/filepath"
 	"strings"
@@ -16,6 +17,7 @@ import (
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/floodgate-dev/floodgate/backend"
@@ -252,6 +254,8 @@ func TestRLQSBadInput(t *testing.T) {
 			codes.InvalidArgument, "bucket_quota_usages[1].bucket_id is empty"},
 		{"empty key", []*rlqs.RateLimitQuotaUsageReports{{Domain: "quota", BucketQuotaUsages: []*rlqs.RateLimitQuotaUsageReports_BucketQuotaUsage{usage(bucket("", "x"), 1, 0, 0)}}},
 			codes.InvalidArgument, "bucket_quota_usages[0].bucket_id has an empty key"},
+		{"empty value", []*rlqs.RateLimitQuotaUsageReports{{Domain: "quota", BucketQuotaUsages: []*rlqs.RateLimitQuotaUsageReports_BucketQuotaUsage{usage(bucket("tenant", ""), 1, 0, 0)}}},
+			codes.InvalidArgument, `bucket_quota_usages[0].bucket_id: the value of "tenant" is empty`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			st, _ := openQuota(t, c)
@@ -421,4 +425,47 @@ func TestRLQSServer(t *testing.T) {
 		t.Errorf("the open stream at shutdown: %v, want Unavailable", err)
 	}
 	t.Logf("shutdown with an open quota stream took %v", time.Since(start).Round(time.Millisecond))
+}
+
+// FuzzRLQSReport: any usage report, first or later on its stream, is
+// answered or refused with a status, never a panic, and every answer sent
+// (one with actions) passes go-control-plane's validation.
+func FuzzRLQSReport(f *testing.F) {
+	for _, m := range []*rlqs.RateLimitQuotaUsageReports{
+		{Domain: "quota", BucketQuotaUsages: []*rlqs.RateLimitQuotaUsageReports_BucketQuotaUsage{usage(bucket("tenant", "x"), 5, 3, time.Second)}},
+		{Domain: "quota", BucketQuotaUsages: []*rlqs.RateLimitQuotaUsageReports_BucketQuotaUsage{usage(bucket("tenant", "acme", "path", "/a"), math.MaxUint64, math.MaxUint64, -time.Hour)}},
+		{Domain: "quota", BucketQuotaUsages: []*rlqs.RateLimitQuotaUsageReports_BucketQuotaUsage{{BucketId: bucket("tenant", "tiny"), TimeElapsed: &durationpb.Duration{Seconds: math.MaxInt64}}}},
+		{Domain: "nope"},
+		{},
+	} {
+		data, err := proto.Marshal(m)
+		if err != nil {
+			f.Fatal(err)
+		}
+		f.Add(data, true)
+	}
+	q := NewRLQS(newQuotaService(f, backend.NewMemory(), time.Second))
+	f.Fuzz(func(t *testing.T, data []byte, first bool) {
+		m := new(rlqs.RateLimitQuotaUsageReports)
+		if proto.Unmarshal(data, m) != nil {
+			return
+		}
+		st := &quotaStream{member: "fuzz", buckets: map[string]*quotaBucket{}}
+		if !first {
+			st.domain = "quota"
+		}
+		resp, err := q.report(context.Background(), st, m)
+		if err != nil {
+			if c := status.Code(err); c != codes.InvalidArgument && c != codes.NotFound && c != codes.ResourceExhausted {
+				t.Fatalf("error %v", err)
+			}
+			return
+		}
+		if len(resp.GetBucketAction()) == 0 {
+			return // not sent
+		}
+		if err := resp.ValidateAll(); err != nil {
+			t.Fatalf("the answer fails validation: %v (%v)", err, resp)
+		}
+	})
 }
