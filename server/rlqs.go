@@ -131,6 +131,11 @@ type quotaBucket struct {
 // report, or until it expires.
 func (q *RLQS) StreamRateLimitQuotas(stream grpc.BidiStreamingServer[rlqs.RateLimitQuotaUsageReports, rlqs.RateLimitQuotaResponse]) error {
 	ctx := stream.Context()
+	m := q.s.opts.Metrics
+	if m != nil {
+		m.rlqsStreams.Inc()
+		defer m.rlqsStreams.Dec()
+	}
 	st := &quotaStream{
 		member:  q.id + "-" + strconv.FormatUint(q.seq.Add(1), 36),
 		buckets: map[string]*quotaBucket{},
@@ -156,9 +161,12 @@ func (q *RLQS) StreamRateLimitQuotas(stream grpc.BidiStreamingServer[rlqs.RateLi
 	for {
 		var resp *rlqs.RateLimitQuotaResponse
 		select {
-		case m := <-reports:
+		case r := <-reports:
+			start := time.Now()
 			var err error
-			if resp, err = q.report(ctx, st, m); err != nil {
+			resp, err = q.report(ctx, st, r)
+			q.count(st.domain, resp, err, start)
+			if err != nil {
 				return err
 			}
 		case err := <-recvErr:
@@ -168,6 +176,7 @@ func (q *RLQS) StreamRateLimitQuotas(stream grpc.BidiStreamingServer[rlqs.RateLi
 			return err
 		case <-tick.C:
 			resp = q.abandonQuiet(st)
+			q.countAbandoned(st.domain, resp)
 		case <-ctx.Done():
 			return ctx.Err()
 		case <-q.closing:
@@ -230,6 +239,9 @@ func (q *RLQS) report(ctx context.Context, st *quotaStream, m *rlqs.RateLimitQuo
 		b.last = now // reported, even if its share cannot be sized now
 		strategy, err := q.strategy(ctx, st, l, ordered, u, elapsed, ttl)
 		if err != nil {
+			if m := q.s.opts.Metrics; m != nil {
+				m.rlqsActions.WithLabelValues(st.domain, "unsized").Inc()
+			}
 			q.s.failLog.warn("rlqs|"+errorKind(err), "RLQS: the store could not size a share; the bucket gets no assignment in this answer",
 				"domain", st.domain, "limit", l.Path, "error", err)
 			continue
@@ -246,6 +258,40 @@ func (q *RLQS) report(ctx context.Context, st *quotaStream, m *rlqs.RateLimitQuo
 		})
 	}
 	return resp, nil
+}
+
+// count counts one report's answer, resp or err, in the metrics.
+func (q *RLQS) count(domain string, resp *rlqs.RateLimitQuotaResponse, err error, start time.Time) {
+	m := q.s.opts.Metrics
+	if m == nil {
+		return
+	}
+	code := "OK"
+	switch status.Code(err) {
+	case codes.OK:
+	case codes.Unavailable:
+		code = "unavailable"
+	default:
+		code = "invalid"
+	}
+	m.request("rlqs", code, time.Since(start))
+	if resp == nil {
+		return
+	}
+	for _, a := range resp.GetBucketAction() {
+		if a.GetAbandonAction() != nil {
+			m.rlqsActions.WithLabelValues(domain, "abandon").Inc()
+		} else {
+			m.rlqsActions.WithLabelValues(domain, "assign").Inc()
+		}
+	}
+}
+
+// countAbandoned counts the abandon actions of resp.
+func (q *RLQS) countAbandoned(domain string, resp *rlqs.RateLimitQuotaResponse) {
+	if m := q.s.opts.Metrics; m != nil && resp != nil {
+		m.rlqsActions.WithLabelValues(domain, "abandon").Add(float64(len(resp.BucketAction)))
+	}
 }
 
 // checkDomain sets st's domain from its first report and checks the later

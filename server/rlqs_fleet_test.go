@@ -11,8 +11,9 @@ import (
 	"github.com/floodgate-dev/floodgate/internal/backendtest"
 )
 
-// quotaBackends are the backends fleet shares must agree on.
-func quotaBackends() []backendtest.Kind { return backendtest.All()[:3] }
+// quotaBackends are the backends fleet shares must agree on: memory, Redis
+// through go-redis and rueidis, and a Redis Cluster.
+func quotaBackends() []backendtest.Kind { return backendtest.All() }
 
 // TestQuotaShareSteps: shares at fixed fake times, the same on every
 // backend. A limit of 1000/s (10^6 thousandths), grants lasting 2 s.

@@ -410,6 +410,25 @@ func TestRLQSServer(t *testing.T) {
 	if got := rate(resp.GetBucketAction()[0].GetQuotaAssignmentAction().GetRateLimitStrategy()); got != 970 {
 		t.Fatalf("with the token: %v/s, want 970/s (%v)", got, resp)
 	}
+	if _, err := exchange(t, st, "", usage(bucket("user", "bob"), 1, 0, time.Second)); err != nil {
+		t.Fatal(err)
+	}
+	m := srv.Metrics()
+	for _, c := range []struct {
+		name   string
+		labels []string
+		want   float64
+	}{
+		{"floodgate_rlqs_streams", nil, 1},
+		{"floodgate_rlqs_actions_total", []string{"domain", "quota", "action", "assign"}, 1},
+		{"floodgate_rlqs_actions_total", []string{"domain", "quota", "action", "abandon"}, 1},
+		{"floodgate_requests_total", []string{"api", "rlqs", "code", "OK"}, 2},
+		{"floodgate_requests_total", []string{"api", "grpc", "code", "unauthorized"}, 1},
+	} {
+		if got := metricValue(t, m, c.name, c.labels...); got != c.want {
+			t.Errorf("%s%v = %v, want %v", c.name, c.labels, got, c.want)
+		}
+	}
 
 	start := time.Now()
 	stop()
