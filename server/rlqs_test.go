@@ -488,3 +488,38 @@ func FuzzRLQSReport(f *testing.F) {
 		}
 	})
 }
+
+// TestRLQSReload: each report is matched against the configuration of the
+// moment: a changed limit changes the share, a removed domain abandons the
+// stream's buckets.
+func TestRLQSReload(t *testing.T) {
+	s := newQuotaService(t, backend.NewMemory(), time.Second)
+	st, _ := openQuota(t, startRLQS(t, s))
+	resp, err := exchange(t, st, "quota", usage(bucket("tenant", "x"), 5, 0, time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := rate(resp.GetBucketAction()[0].GetQuotaAssignmentAction().GetRateLimitStrategy()); got != 970 {
+		t.Fatalf("%v/s, want 970/s", got)
+	}
+	if err := s.SetConfig(mustConfig(t, strings.Replace(quotaYAML, "requests_per_unit: 1000", "requests_per_unit: 2000", 1)), "v2"); err != nil {
+		t.Fatal(err)
+	}
+	resp, err = exchange(t, st, "", usage(bucket("tenant", "x"), 5, 0, time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := rate(resp.GetBucketAction()[0].GetQuotaAssignmentAction().GetRateLimitStrategy()); got != 1940 {
+		t.Fatalf("after the limit doubled: %v/s, want 1940/s", got)
+	}
+	if err := s.SetConfig(mustConfig(t, "domain: other\ndescriptors:\n  - key: k\n    rate_limit: {unit: second, requests_per_unit: 1}\n"), "v3"); err != nil {
+		t.Fatal(err)
+	}
+	resp, err = exchange(t, st, "", usage(bucket("tenant", "x"), 5, 0, time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if resp.GetBucketAction()[0].GetAbandonAction() == nil {
+		t.Fatalf("after the domain was removed: %v, want abandon_action", resp)
+	}
+}
