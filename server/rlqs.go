@@ -361,11 +361,11 @@ func (q *RLQS) strategy(ctx context.Context, st *quotaStream, l *config.Limit, e
 		return blanket(typev3.RateLimitStrategy_DENY_ALL), nil
 	}
 	unit := l.Window()
-	// Demand in thousandths of a request per unit; a report of no time (a
-	// first one, sent as soon as traffic came) counts over 100 ms, which
-	// overstates it at worst tenfold for a second.
+	// Demand in thousandths of a request per second; a report of no time (a
+	// first one, sent as soon as traffic came) counts over 100 ms, Envoy's
+	// shortest reporting interval.
 	requests := float64(u.GetNumRequestsAllowed()) + float64(u.GetNumRequestsDenied())
-	demand := int64(min(requests*quotaScale*(unit.Seconds()/max(elapsed, 100*time.Millisecond).Seconds()), maxQuotaDemand))
+	demand := int64(min(requests*quotaScale/max(elapsed, 100*time.Millisecond).Seconds(), maxQuotaDemand))
 	limit := int64(l.RequestsPerUnit) * quotaScale
 	store := q.s.storeOf(l)
 	cctx, cancel := context.WithTimeout(ctx, store.timeout)

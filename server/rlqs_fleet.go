@@ -22,12 +22,14 @@ var luaQuotaShare string
 
 var quotaShareScript = backend.NewScript(luaQuotaShare)
 
-// quotaScale is the fixed point of fleet rates: demands and grants are in
-// thousandths of a request per unit of the limit.
+// quotaScale is the fixed point of fleet rates: demands are in thousandths
+// of a request per second, grants in thousandths of a request per unit of
+// the limit.
 const quotaScale = 1000
 
-// maxQuotaDemand caps a demand (in quotaScale units) so that sums over a
-// fleet stay exact in Lua's doubles.
+// maxQuotaDemand caps a demand (in quotaScale units: 10^9 requests a second)
+// so that sums over a fleet of up to 8192 data planes stay exact in Lua's
+// doubles.
 const maxQuotaDemand = 1 << 40
 
 // quotaPolicy is how a limit is shared, in parts in 10000.
@@ -53,10 +55,10 @@ func (p quotaPolicy) split(limit int64) (budget, evenPart int64) {
 type quotaGrant struct {
 	grant   int64 // thousandths of a request per unit
 	members int64 // live members, the caller included
-	demand  int64 // the fleet's total demand, thousandths per unit
+	demand  int64 // the fleet's total demand, thousandths per second
 }
 
-// quotaShare records member's demand (thousandths of a request per unit) of
+// quotaShare records member's demand (thousandths of a request per second) of
 // the bucket stored under key and returns its grant of limit (thousandths
 // per unit), valid for ttlUS microseconds, on b.
 func quotaShare(ctx context.Context, b backend.Backend, key, member string, demand, limit, ttlUS int64, p quotaPolicy) (quotaGrant, error) {

@@ -3,8 +3,9 @@
 -- of the whole fleet (every floodgate server on this Redis). Mirrored by
 -- quotaShareMemory in rlqs_fleet.go.
 -- KEYS[1] the bucket's fleet: a hash, member (a data plane's stream) ->
---   "demand:grant:expiry_us", demand and grant in thousandths of a request
---   per unit of the limit.
+--   "demand:grant:expiry_us", demand in thousandths of a request per second
+--   (only its proportion to the others' matters), grant in thousandths of a
+--   request per unit of the limit.
 -- ARGV[1] now µs or "" for TIME; ARGV[2] member; ARGV[3] its demand; ARGV[4]
 --   the limit (thousandths of a request per unit); ARGV[5] how long the grant
 --   lasts (the assignment's time to live), µs; ARGV[6] the budget: what the
@@ -16,9 +17,10 @@
 -- Members whose expiry has passed count for nothing and are deleted. The
 -- grant never makes the live grants sum to more than the limit: it is capped
 -- by what the other members' live grants leave. Integers stay below 2^53
--- (limits below 2^32 requests per unit, demands capped by the caller below
--- 2^50), except the proportional part, computed in doubles and floored (the
--- cap keeps it exact where it matters).
+-- (limits below 2^32 requests per unit; demands capped by the caller at
+-- 2^40, so that a fleet of 8192 data planes sums exactly), except the
+-- proportional part, computed in doubles and floored (the cap keeps the
+-- grant exact where it matters).
 local now = ARGV[1]
 if now == '' then
   local t = redis.call('TIME')
