@@ -131,8 +131,7 @@ type quotaBucket struct {
 // report, or until it expires.
 func (q *RLQS) StreamRateLimitQuotas(stream grpc.BidiStreamingServer[rlqs.RateLimitQuotaUsageReports, rlqs.RateLimitQuotaResponse]) error {
 	ctx := stream.Context()
-	m := q.s.opts.Metrics
-	if m != nil {
+	if m := q.s.opts.Metrics; m != nil {
 		m.rlqsStreams.Inc()
 		defer m.rlqsStreams.Dec()
 	}
@@ -144,13 +143,13 @@ func (q *RLQS) StreamRateLimitQuotas(stream grpc.BidiStreamingServer[rlqs.RateLi
 	recvErr := make(chan error, 1)
 	go func() {
 		for {
-			m, err := stream.Recv()
+			msg, err := stream.Recv()
 			if err != nil {
 				recvErr <- err
 				return
 			}
 			select {
-			case reports <- m:
+			case reports <- msg:
 			case <-ctx.Done():
 				return
 			}
@@ -212,53 +211,92 @@ func (q *RLQS) report(ctx context.Context, st *quotaStream, m *rlqs.RateLimitQuo
 	}
 	d := rs.cfg.Domains[st.domain]
 	now := q.now()
-	resp := &rlqs.RateLimitQuotaResponse{}
-	for _, u := range usages {
+	// Match every bucket, then size the matched ones' shares concurrently:
+	// one store call each, which the store's client pipelines.
+	type sized struct {
+		l        *config.Limit
+		ordered  []config.Entry
+		ttl      time.Duration
+		strategy *typev3.RateLimitStrategy
+		err      error
+	}
+	work := make([]sized, len(usages))
+	for i, u := range usages {
 		id := u.GetBucketId()
 		key := quotaBucketKey(id)
 		set := make([]config.Entry, 0, len(id.GetBucket()))
 		for k, v := range id.GetBucket() {
 			set = append(set, config.Entry{Key: k, Value: v})
 		}
-		l, ordered := d.MatchSet(set) // nil for a domain a reload removed
-		if l == nil {
+		w := &work[i]
+		w.l, w.ordered = d.MatchSet(set) // nil for a domain a reload removed
+		if w.l == nil {
 			delete(st.buckets, key)
-			resp.BucketAction = append(resp.BucketAction, abandonAction(id))
 			continue
 		}
-		elapsed := min(max(u.GetTimeElapsed().AsDuration(), 0), MaxQuotaTTL) // AsDuration saturates
-		ttl := min(max(q.ttl, ceilSecond(elapsed*3/2)), MaxQuotaTTL)
+		w.ttl = min(max(q.ttl, ceilSecond(reportElapsed(u)*3/2)), MaxQuotaTTL)
 		b := st.buckets[key]
 		if b == nil {
 			if len(st.buckets) >= maxQuotaBuckets {
 				return nil, status.Errorf(codes.ResourceExhausted, "the stream reports more than %d buckets", maxQuotaBuckets)
 			}
-			b = &quotaBucket{id: id, ttl: ttl}
+			b = &quotaBucket{id: id, ttl: w.ttl}
 			st.buckets[key] = b
 		}
 		b.last = now // reported, even if its share cannot be sized now
-		strategy, err := q.strategy(ctx, st, l, ordered, u, elapsed, ttl)
-		if err != nil {
+	}
+	var wg sync.WaitGroup
+	sem := make(chan struct{}, quotaConcurrency)
+	for i, u := range usages {
+		w := &work[i]
+		if w.l == nil {
+			continue
+		}
+		sem <- struct{}{}
+		wg.Go(func() {
+			defer func() { <-sem }()
+			w.strategy, w.err = q.strategy(ctx, st.member, w.l, w.ordered, u, w.ttl)
+		})
+	}
+	wg.Wait()
+	resp := &rlqs.RateLimitQuotaResponse{}
+	for i, u := range usages {
+		w, id := &work[i], u.GetBucketId()
+		switch {
+		case w.l == nil:
+			resp.BucketAction = append(resp.BucketAction, abandonAction(id))
+			continue
+		case w.err != nil:
 			if m := q.s.opts.Metrics; m != nil {
 				m.rlqsActions.WithLabelValues(st.domain, "unsized").Inc()
 			}
-			q.s.failLog.warn("rlqs|"+errorKind(err), "RLQS: the store could not size a share; the bucket gets no assignment in this answer",
-				"domain", st.domain, "limit", l.Path, "error", err)
+			q.s.failLog.warn("rlqs|"+errorKind(w.err), "RLQS: the store could not size a share; the bucket gets no assignment in this answer",
+				"domain", st.domain, "limit", w.l.Path, "error", w.err)
 			continue
 		}
-		b.ttl = ttl
+		if b := st.buckets[quotaBucketKey(id)]; b != nil {
+			b.ttl = w.ttl
+		}
 		resp.BucketAction = append(resp.BucketAction, &rlqs.RateLimitQuotaResponse_BucketAction{
 			BucketId: id,
 			BucketAction: &rlqs.RateLimitQuotaResponse_BucketAction_QuotaAssignmentAction_{
 				QuotaAssignmentAction: &rlqs.RateLimitQuotaResponse_BucketAction_QuotaAssignmentAction{
-					AssignmentTimeToLive: durationpb.New(ttl),
-					RateLimitStrategy:    strategy,
+					AssignmentTimeToLive: durationpb.New(w.ttl),
+					RateLimitStrategy:    w.strategy,
 				},
 			},
 		})
 	}
 	return resp, nil
 }
+
+// reportElapsed is the time_elapsed of u, within [0, MaxQuotaTTL].
+func reportElapsed(u *rlqs.RateLimitQuotaUsageReports_BucketQuotaUsage) time.Duration {
+	return min(max(u.GetTimeElapsed().AsDuration(), 0), MaxQuotaTTL) // AsDuration saturates
+}
+
+// quotaConcurrency bounds the store calls one report has in flight.
+const quotaConcurrency = 32
 
 // count counts one report's answer, resp or err, in the metrics.
 func (q *RLQS) count(domain string, resp *rlqs.RateLimitQuotaResponse, err error, start time.Time) {
@@ -353,7 +391,7 @@ func quotaBucketKey(id *rlqs.BucketId) string {
 // strategy records the demand u reports for a bucket matched to l and
 // returns the data plane's share of l as a token bucket. Unlimited and
 // shadow-mode limits allow all; a share of nothing denies all.
-func (q *RLQS) strategy(ctx context.Context, st *quotaStream, l *config.Limit, entries []config.Entry, u *rlqs.RateLimitQuotaUsageReports_BucketQuotaUsage, elapsed, ttl time.Duration) (*typev3.RateLimitStrategy, error) {
+func (q *RLQS) strategy(ctx context.Context, member string, l *config.Limit, entries []config.Entry, u *rlqs.RateLimitQuotaUsageReports_BucketQuotaUsage, ttl time.Duration) (*typev3.RateLimitStrategy, error) {
 	if l.Unlimited || l.ShadowMode {
 		return blanket(typev3.RateLimitStrategy_ALLOW_ALL), nil
 	}
@@ -364,13 +402,14 @@ func (q *RLQS) strategy(ctx context.Context, st *quotaStream, l *config.Limit, e
 	// Demand in thousandths of a request per second; a report of no time (a
 	// first one, sent as soon as traffic came) counts over 100 ms, Envoy's
 	// shortest reporting interval.
+	elapsed := reportElapsed(u)
 	requests := float64(u.GetNumRequestsAllowed()) + float64(u.GetNumRequestsDenied())
 	demand := int64(min(requests*quotaScale/max(elapsed, 100*time.Millisecond).Seconds(), maxQuotaDemand))
 	limit := int64(l.RequestsPerUnit) * quotaScale
 	store := q.s.storeOf(l)
 	cctx, cancel := context.WithTimeout(ctx, store.timeout)
 	defer cancel()
-	g, err := quotaShare(cctx, store.b, stateKey(l, entries), st.member, demand, limit, ttl.Microseconds(), q.policy)
+	g, err := quotaShare(cctx, store.b, stateKey(l, entries), member, demand, limit, ttl.Microseconds(), q.policy)
 	if err != nil {
 		return nil, err
 	}
