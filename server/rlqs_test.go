@@ -5,6 +5,7 @@ import (
 	"math"
 	"net"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -521,5 +522,37 @@ func TestRLQSReload(t *testing.T) {
 	}
 	if resp.GetBucketAction()[0].GetAbandonAction() == nil {
 		t.Fatalf("after the domain was removed: %v, want abandon_action", resp)
+	}
+}
+
+// TestRLQSManyBuckets: a report of many buckets, sized concurrently on
+// Redis, is answered in the report's order, every bucket with its share.
+func TestRLQSManyBuckets(t *testing.T) {
+	st, _ := openQuota(t, startRLQS(t, newQuotaService(t, backendtest.Redis(t, nil), time.Second)))
+	var us []*rlqs.RateLimitQuotaUsageReports_BucketQuotaUsage
+	for i := range 300 {
+		us = append(us, usage(bucket("tenant", "t"+strconv.Itoa(i)), 10, 0, time.Second))
+	}
+	us = append(us, usage(bucket("user", "bob"), 1, 0, time.Second))
+	resp, err := exchange(t, st, "quota", us...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(resp.GetBucketAction()) != len(us) {
+		t.Fatalf("%d actions for %d buckets", len(resp.GetBucketAction()), len(us))
+	}
+	for i, a := range resp.GetBucketAction() {
+		if got, want := quotaBucketKey(a.GetBucketId()), quotaBucketKey(us[i].GetBucketId()); got != want {
+			t.Fatalf("action %d is for %s, want %s", i, got, want)
+		}
+		if i == len(us)-1 {
+			if a.GetAbandonAction() == nil {
+				t.Errorf("the unmatched bucket: %v, want abandon_action", a)
+			}
+			continue
+		}
+		if got := rate(a.GetQuotaAssignmentAction().GetRateLimitStrategy()); got != 970 {
+			t.Errorf("bucket %d: %v/s, want 970/s", i, got)
+		}
 	}
 }
