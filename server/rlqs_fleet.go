@@ -112,9 +112,12 @@ func quotaShareMemory(t *backend.Table, key, member string, demand, limit, ttl, 
 	if fleet == nil {
 		fleet = fleetMap{}
 	}
-	n, total, others, last := int64(1), demand, int64(0), now+ttl
+	n, total, others, last, prev := int64(1), demand, int64(0), now+ttl, int64(0)
 	for k, m := range fleet {
 		if k == member {
+			if m.expires > now {
+				prev = m.grant
+			}
 			continue
 		}
 		if m.expires <= now {
@@ -132,7 +135,10 @@ func quotaShareMemory(t *backend.Table, key, member string, demand, limit, ttl, 
 	} else {
 		grant += (budget - evenPart) / n
 	}
-	grant = max(min(grant, limit-others), 0)
+	if free := limit - others; grant > free {
+		grant = min(max(prev, free/2), free)
+	}
+	grant = max(grant, 0)
 	fleet[member] = fleetMember{demand: demand, grant: grant, expires: now + ttl}
 	if e == nil {
 		sh.Put(key, &backend.Entry{Value: fleet, Expires: last + 1000*1000})

@@ -16,7 +16,9 @@
 -- reply: {grant, members (live ones, this one included), total demand}
 -- Members whose expiry has passed count for nothing and are deleted. The
 -- grant never makes the live grants sum to more than the limit: it is capped
--- by what the other members' live grants leave. Integers stay below 2^53
+-- by what the other members' live grants leave (free). A capped member keeps
+-- its live grant (which fits in free), or takes half of free if that is
+-- more, so that in a crowd of newcomers each gets something. Integers stay below 2^53
 -- (limits below 2^32 requests per unit; demands capped by the caller at
 -- 2^40, so that a fleet of 8192 data planes sums exactly), except the
 -- proportional part, computed in doubles and floored (the cap keeps the
@@ -34,10 +36,13 @@ local ttl, budget, evenPart = tonumber(ARGV[5]), tonumber(ARGV[6]), tonumber(ARG
 local all = redis.call('HGETALL', KEYS[1])
 local n, total, others, last = 1, demand, 0, now + ttl
 local dead = {}
+local prev = 0 -- this member's live grant
 for i = 1, #all, 2 do
-  if all[i] ~= member then
-    local d, g, exp = string.match(all[i + 1], '^(%d+):(%d+):(%d+)$')
-    exp = tonumber(exp)
+  local d, g, exp = string.match(all[i + 1], '^(%d+):(%d+):(%d+)$')
+  exp = tonumber(exp)
+  if all[i] == member then
+    if exp ~= nil and exp > now then prev = tonumber(g) end
+  else
     if exp == nil or exp <= now then
       dead[#dead + 1] = all[i]
     else
@@ -59,7 +64,14 @@ if total > 0 then
 else
   grant = grant + math.floor((budget - evenPart) / n)
 end
-if grant > limit - others then grant = limit - others end
+local free = limit - others
+if grant > free then
+  -- Capped: keep the live grant, or take half of what is free, leaving the
+  -- rest to the next newcomer.
+  -- (A reload may have lowered the limit under the live grants: never more
+  -- than free.)
+  grant = math.min(math.max(prev, math.floor(free / 2)), free)
+end
 if grant < 0 then grant = 0 end
 
 redis.call('HSET', KEYS[1], member, string.format('%d:%d:%d', demand, grant, now + ttl))

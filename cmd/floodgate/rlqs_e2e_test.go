@@ -33,12 +33,13 @@ func TestRLQSTwoServers(t *testing.T) {
 		planes = append(planes, st)
 	}
 	held := make([]float64, len(planes))
-	// Both want 500/s; the first to report takes the budget, the second the
-	// reserve; then the first shrinks to its half, and the second grows to it.
+	// Both want 500/s; the first to report takes the budget, the second half
+	// of the reserve; then the first shrinks to its half, and the second grows
+	// to it.
 	for i, step := range []struct {
 		plane int
 		want  float64
-	}{{0, 970}, {1, 30}, {0, 485}, {1, 485}, {0, 485}} {
+	}{{0, 970}, {1, 15}, {0, 485}, {1, 485}, {0, 485}} {
 		p := planes[step.plane]
 		domain := ""
 		if i < 2 {
