@@ -217,6 +217,7 @@ func (q *RLQS) report(ctx context.Context, st *quotaStream, m *rlqs.RateLimitQuo
 		l        *config.Limit
 		ordered  []config.Entry
 		ttl      time.Duration
+		first    bool // the bucket's first report on this stream
 		strategy *typev3.RateLimitStrategy
 		err      error
 	}
@@ -242,6 +243,7 @@ func (q *RLQS) report(ctx context.Context, st *quotaStream, m *rlqs.RateLimitQuo
 			}
 			b = &quotaBucket{id: id, ttl: w.ttl}
 			st.buckets[key] = b
+			w.first = true
 		}
 		b.last = now // reported, even if its share cannot be sized now
 	}
@@ -255,7 +257,7 @@ func (q *RLQS) report(ctx context.Context, st *quotaStream, m *rlqs.RateLimitQuo
 		sem <- struct{}{}
 		wg.Go(func() {
 			defer func() { <-sem }()
-			w.strategy, w.err = q.strategy(ctx, st.member, w.l, w.ordered, u, w.ttl)
+			w.strategy, w.err = q.strategy(ctx, st.member, w.l, w.ordered, u, w.ttl, w.first)
 		})
 	}
 	wg.Wait()
@@ -388,10 +390,11 @@ func quotaBucketKey(id *rlqs.BucketId) string {
 	return b.String()
 }
 
-// strategy records the demand u reports for a bucket matched to l and
-// returns the data plane's share of l as a token bucket. Unlimited and
+// strategy records the demand u reports for a bucket matched to l (first:
+// the bucket's first report on this stream) and returns the data plane's
+// share of l as a token bucket. Unlimited and
 // shadow-mode limits allow all; a share of nothing denies all.
-func (q *RLQS) strategy(ctx context.Context, member string, l *config.Limit, entries []config.Entry, u *rlqs.RateLimitQuotaUsageReports_BucketQuotaUsage, ttl time.Duration) (*typev3.RateLimitStrategy, error) {
+func (q *RLQS) strategy(ctx context.Context, member string, l *config.Limit, entries []config.Entry, u *rlqs.RateLimitQuotaUsageReports_BucketQuotaUsage, ttl time.Duration, first bool) (*typev3.RateLimitStrategy, error) {
 	if l.Unlimited || l.ShadowMode {
 		return blanket(typev3.RateLimitStrategy_ALLOW_ALL), nil
 	}
@@ -399,17 +402,18 @@ func (q *RLQS) strategy(ctx context.Context, member string, l *config.Limit, ent
 		return blanket(typev3.RateLimitStrategy_DENY_ALL), nil
 	}
 	unit := l.Window()
-	// Demand in thousandths of a request per second; a report of no time (a
-	// first one, sent as soon as traffic came) counts over 100 ms, Envoy's
-	// shortest reporting interval.
+	// Demand in thousandths of a request per second. Envoy sends
+	// time_elapsed in whole seconds, truncated: a first report, sent as soon
+	// as traffic came, and every report of a sub-second interval say 0 s,
+	// which counts as one.
 	elapsed := reportElapsed(u)
 	requests := float64(u.GetNumRequestsAllowed()) + float64(u.GetNumRequestsDenied())
-	demand := int64(min(requests*quotaScale/max(elapsed, 100*time.Millisecond).Seconds(), maxQuotaDemand))
+	demand := int64(min(requests*quotaScale/max(elapsed, time.Second).Seconds(), maxQuotaDemand))
 	limit := int64(l.RequestsPerUnit) * quotaScale
 	store := q.s.storeOf(l)
 	cctx, cancel := context.WithTimeout(ctx, store.timeout)
 	defer cancel()
-	g, err := quotaShare(cctx, store.b, stateKey(l, entries), member, demand, limit, ttl.Microseconds(), q.policy)
+	g, err := quotaShare(cctx, store.b, stateKey(l, entries), member, demand, limit, ttl.Microseconds(), first, q.policy)
 	if err != nil {
 		return nil, err
 	}

@@ -61,15 +61,21 @@ type quotaGrant struct {
 // quotaShare records member's demand (thousandths of a request per second) of
 // the bucket stored under key and returns its grant of limit (thousandths
 // per unit), valid for ttlUS microseconds, on b.
-func quotaShare(ctx context.Context, b backend.Backend, key, member string, demand, limit, ttlUS int64, p quotaPolicy) (quotaGrant, error) {
+//
+// first says that this is member's first report of the bucket: its demand
+// is then taken to be at least the other members' average.
+func quotaShare(ctx context.Context, b backend.Backend, key, member string, demand, limit, ttlUS int64, first bool, p quotaPolicy) (quotaGrant, error) {
 	demand = min(max(demand, 0), maxQuotaDemand)
 	budget, evenPart := p.split(limit)
 	switch b := b.(type) {
 	case *backend.Memory:
-		return quotaShareMemory(b.Table("rlqs"), key, member, demand, limit, ttlUS, budget, evenPart), nil
+		return quotaShareMemory(b.Table("rlqs"), key, member, demand, limit, ttlUS, budget, evenPart, first), nil
 	case *backend.Redis:
 		args := []string{b.NowArg(), member, strconv.FormatInt(demand, 10), strconv.FormatInt(limit, 10),
-			strconv.FormatInt(ttlUS, 10), strconv.FormatInt(budget, 10), strconv.FormatInt(evenPart, 10)}
+			strconv.FormatInt(ttlUS, 10), strconv.FormatInt(budget, 10), strconv.FormatInt(evenPart, 10), "0"}
+		if first {
+			args[7] = "1"
+		}
 		raw, err := b.Run(ctx, quotaShareScript, []string{b.Key(key, "rlqs")}, args)
 		if err != nil {
 			return quotaGrant{}, err
@@ -99,7 +105,7 @@ func (m fleetMap) MemSize() int {
 }
 
 // quotaShareMemory is rlqs_share.lua on Memory, step for step.
-func quotaShareMemory(t *backend.Table, key, member string, demand, limit, ttl, budget, evenPart int64) quotaGrant {
+func quotaShareMemory(t *backend.Table, key, member string, demand, limit, ttl, budget, evenPart int64, first bool) quotaGrant {
 	sh := t.Shard(key)
 	sh.Lock()
 	defer sh.Unlock()
@@ -128,6 +134,11 @@ func quotaShareMemory(t *backend.Table, key, member string, demand, limit, ttl, 
 		total += m.demand
 		others += m.grant
 		last = max(last, m.expires)
+	}
+	if first && n > 1 {
+		if avg := (total - demand) / (n - 1); avg > demand {
+			total, demand = total-demand+avg, avg
+		}
 	}
 	grant := evenPart / n
 	if total > 0 {

@@ -25,39 +25,43 @@ func TestQuotaShareSteps(t *testing.T) {
 		demand int64
 		want   quotaGrant
 		limit  int64 // 0: limit
+		first  bool
 	}
 	steps := []step{
 		// Alone: the whole budget (the limit less the 3% reserve).
-		{0, "a", 500_000, quotaGrant{970_000, 1, 500_000}, 0},
+		{0, "a", 500_000, quotaGrant{970_000, 1, 500_000}, 0, false},
 		// A newcomer: its share would be half, but a's grant leaves only the
 		// reserve, of which it takes half (leaving half to the next newcomer).
-		{0, "b", 500_000, quotaGrant{15_000, 2, 1_000_000}, 0},
+		{0, "b", 500_000, quotaGrant{15_000, 2, 1_000_000}, 0, false},
 		// a shrinks to its half, then b grows to it.
-		{time.Second, "a", 500_000, quotaGrant{485_000, 2, 1_000_000}, 0},
-		{time.Second, "b", 500_000, quotaGrant{485_000, 2, 1_000_000}, 0},
+		{time.Second, "a", 500_000, quotaGrant{485_000, 2, 1_000_000}, 0, false},
+		{time.Second, "b", 500_000, quotaGrant{485_000, 2, 1_000_000}, 0, false},
 		// Demand 3:1: a's share (the even floor, 5% of the budget halved, plus
 		// three quarters of the rest) is capped by what b still holds, and a
 		// keeps what it has ...
-		{2 * time.Second, "a", 1_500_000, quotaGrant{485_000, 2, 2_000_000}, 0},
-		{2 * time.Second, "b", 500_000, quotaGrant{24_250 + 230_375, 2, 2_000_000}, 0},
+		{2 * time.Second, "a", 1_500_000, quotaGrant{485_000, 2, 2_000_000}, 0, false},
+		{2 * time.Second, "b", 500_000, quotaGrant{24_250 + 230_375, 2, 2_000_000}, 0, false},
 		// ... until b has shrunk.
-		{3 * time.Second, "a", 1_500_000, quotaGrant{24_250 + 691_125, 2, 2_000_000}, 0},
+		{3 * time.Second, "a", 1_500_000, quotaGrant{24_250 + 691_125, 2, 2_000_000}, 0, false},
 		// A member that reports no demand still gets the floor.
-		{3500 * time.Millisecond, "c", 0, quotaGrant{16_166, 3, 2_000_000}, 0},
+		{3500 * time.Millisecond, "c", 0, quotaGrant{16_166, 3, 2_000_000}, 0, false},
 		// b's grant expired at 4 s, a's at 5 s: b comes back beside c alone ...
-		{5100 * time.Millisecond, "b", 500_000, quotaGrant{24_250 + 921_500, 2, 500_000}, 0},
+		{5100 * time.Millisecond, "b", 500_000, quotaGrant{24_250 + 921_500, 2, 500_000}, 0, false},
 		// ... and once c's expired too (5.5 s), takes the whole budget.
-		{5600 * time.Millisecond, "b", 500_000, quotaGrant{970_000, 1, 500_000}, 0},
+		{5600 * time.Millisecond, "b", 500_000, quotaGrant{970_000, 1, 500_000}, 0, false},
 		// A crowd of newcomers: each takes half of what is free, so each gets something.
-		{5600 * time.Millisecond, "d", 500_000, quotaGrant{15_000, 2, 1_000_000}, 0},
-		{5600 * time.Millisecond, "e", 500_000, quotaGrant{7_500, 3, 1_500_000}, 0},
-		{5600 * time.Millisecond, "f", 500_000, quotaGrant{3_750, 4, 2_000_000}, 0},
+		{5600 * time.Millisecond, "d", 500_000, quotaGrant{15_000, 2, 1_000_000}, 0, false},
+		{5600 * time.Millisecond, "e", 500_000, quotaGrant{7_500, 3, 1_500_000}, 0, false},
+		{5600 * time.Millisecond, "f", 500_000, quotaGrant{3_750, 4, 2_000_000}, 0, false},
+		// A first report (Envoy's, at the bucket's first request: one request
+		// in no time) is taken to want the others' average.
+		{5600 * time.Millisecond, "h", 1_000, quotaGrant{1_875, 5, 2_500_000}, 0, true},
 		// A reload halves the limit: the live grants already exceed it, so a
 		// capped member gets nothing until they shrink, even the one that had some.
-		{5600 * time.Millisecond, "g", 500_000, quotaGrant{0, 5, 2_500_000}, 500_000},
-		{5600 * time.Millisecond, "f", 500_000, quotaGrant{0, 5, 2_500_000}, 500_000},
-		// b, reporting under the new limit, shrinks to its fifth of its budget.
-		{5600 * time.Millisecond, "b", 500_000, quotaGrant{4_850 + 92_150, 5, 2_500_000}, 500_000},
+		{5600 * time.Millisecond, "g", 500_000, quotaGrant{0, 6, 3_000_000}, 500_000, false},
+		{5600 * time.Millisecond, "f", 500_000, quotaGrant{0, 6, 3_000_000}, 500_000, false},
+		// b, reporting under the new limit, shrinks to its sixth of its budget.
+		{5600 * time.Millisecond, "b", 500_000, quotaGrant{4_041 + 76_791, 6, 3_000_000}, 500_000, false},
 	}
 	for _, k := range quotaBackends() {
 		t.Run(k.Name, func(t *testing.T) {
@@ -70,7 +74,7 @@ func TestQuotaShareSteps(t *testing.T) {
 				if s.limit != 0 {
 					lim = s.limit
 				}
-				got, err := quotaShare(context.Background(), b, "d|k_v", s.member, s.demand, lim, ttl, defaultQuotaPolicy)
+				got, err := quotaShare(context.Background(), b, "d|k_v", s.member, s.demand, lim, ttl, s.first, defaultQuotaPolicy)
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -110,7 +114,7 @@ func TestQuotaShareNeverOverLimit(t *testing.T) {
 			var grants []int64
 			for i, r := range reps {
 				clk.Set(start.Add(r.at))
-				g, err := quotaShare(context.Background(), b, "d|k_v", r.member, r.demand, limit, ttl, defaultQuotaPolicy)
+				g, err := quotaShare(context.Background(), b, "d|k_v", r.member, r.demand, limit, ttl, r.demand%3 == 0, defaultQuotaPolicy)
 				if err != nil {
 					t.Fatal(err)
 				}

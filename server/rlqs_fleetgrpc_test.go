@@ -42,23 +42,25 @@ type fleetPlane struct {
 
 // report sends what the data plane let through and denied since its last
 // report (fleetOffered a second, up to its assignment) and applies the
-// answer.
+// answer. Like Envoy, the first report goes at the bucket's first request,
+// with one request in no time, and time_elapsed is whole seconds, truncated.
 func (p *fleetPlane) report(t *testing.T, now time.Time) {
 	t.Helper()
-	elapsed := fleetInterval / fleetSlots // a first report, as soon as traffic came
+	var elapsed time.Duration
+	allowed, offered := 1.0, 1.0
 	if !p.last.IsZero() {
 		elapsed = now.Sub(p.last)
-	}
-	offered := fleetOffered * elapsed.Seconds()
-	allowed := offered
-	if p.expires.After(now) {
-		allowed = math.Min(offered, p.rate*elapsed.Seconds())
+		offered = fleetOffered * elapsed.Seconds()
+		allowed = offered
+		if p.expires.After(now) {
+			allowed = math.Min(offered, p.rate*elapsed.Seconds())
+		}
 	}
 	domain := ""
 	if p.last.IsZero() {
 		domain = "quota"
 	}
-	resp, err := exchange(t, p.st, domain, usage(bucket("tenant", "fleet"), uint64(allowed), uint64(offered-allowed), elapsed))
+	resp, err := exchange(t, p.st, domain, usage(bucket("tenant", "fleet"), uint64(allowed), uint64(offered-allowed), elapsed.Truncate(time.Second)))
 	if err != nil {
 		t.Fatalf("%s: %v", p.name, err)
 	}

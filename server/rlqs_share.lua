@@ -12,7 +12,9 @@
 --   fleet's shares add up to at steady state, the limit less a reserve for
 --   newcomers; ARGV[7] the even part of the budget, split evenly among the
 --   members (the floor each gets whatever its demand); the rest is split in
---   proportion to demand.
+--   proportion to demand; ARGV[8] "1" when this is the member's first report
+--   of the bucket (Envoy's, sent at the bucket's first request, tells little
+--   of its demand): it is then taken to want at least the others' average.
 -- reply: {grant, members (live ones, this one included), total demand}
 -- Members whose expiry has passed count for nothing and are deleted. The
 -- grant never makes the live grants sum to more than the limit: it is capped
@@ -32,6 +34,7 @@ else
 end
 local member, demand, limit = ARGV[2], tonumber(ARGV[3]), tonumber(ARGV[4])
 local ttl, budget, evenPart = tonumber(ARGV[5]), tonumber(ARGV[6]), tonumber(ARGV[7])
+local first = ARGV[8] == '1'
 
 local all = redis.call('HGETALL', KEYS[1])
 local n, total, others, last = 1, demand, 0, now + ttl
@@ -56,6 +59,13 @@ end
 -- At most one field per data plane: a fleet is hundreds, not thousands.
 for i = 1, #dead, 1000 do
   redis.call('HDEL', KEYS[1], unpack(dead, i, math.min(i + 999, #dead)))
+end
+
+if first and n > 1 then
+  local avg = math.floor((total - demand) / (n - 1))
+  if avg > demand then
+    total, demand = total - demand + avg, avg
+  end
 end
 
 local grant = math.floor(evenPart / n)
