@@ -421,27 +421,42 @@ func (q *RLQS) strategy(ctx context.Context, member string, l *config.Limit, ent
 }
 
 // tokenBucket is the strategy that admits grant thousandths of a request per
-// unit at most, in whole seconds: one unit's tokens per unit, or, for a
-// share under one request per unit, one token per as many whole seconds as
-// keep it within the share. The bucket holds one fill.
+// unit at most, with whole-second fill intervals: the unit's whole tokens per
+// unit, holding one fill. A share under one request per unit is counted in
+// tokens per 60 units, held one at a time (max_tokens 1), so that it keeps
+// two digits and a change of it changes tokens_per_fill, which Envoy compares
+// (it does not compare a fill interval's seconds); under one request per 60
+// units, it is one token per as many whole seconds as keep it within the
+// share (none at all under one a century).
 func tokenBucket(grant int64, unit time.Duration) *typev3.RateLimitStrategy {
 	if grant <= 0 {
 		return blanket(typev3.RateLimitStrategy_DENY_ALL)
 	}
-	fill := unit
-	tokens := grant / quotaScale
-	if tokens == 0 {
+	fill, tokens := unit, grant/quotaScale
+	held := tokens
+	switch {
+	case tokens > 0:
+	case grant*60/quotaScale > 0:
+		fill, tokens, held = 60*unit, grant*60/quotaScale, 1
+	default:
 		// 1 token per fill ≤ grant/(quotaScale·unit) ⟺ fill ≥ quotaScale·unit/grant.
-		secs := int64(math.Ceil(float64(quotaScale) * unit.Seconds() / float64(grant)))
-		fill, tokens = time.Duration(secs)*time.Second, 1
+		secs := math.Ceil(float64(quotaScale) * unit.Seconds() / float64(grant))
+		if secs > maxFillSeconds {
+			return blanket(typev3.RateLimitStrategy_DENY_ALL) // under a request a century
+		}
+		fill, tokens, held = time.Duration(secs)*time.Second, 1, 1
 	}
-	tokens = min(tokens, math.MaxUint32)
+	tokens, held = min(tokens, math.MaxUint32), min(held, math.MaxUint32)
 	return &typev3.RateLimitStrategy{Strategy: &typev3.RateLimitStrategy_TokenBucket{TokenBucket: &typev3.TokenBucket{
-		MaxTokens:     uint32(tokens),
+		MaxTokens:     uint32(held),
 		TokensPerFill: wrapperspb.UInt32(uint32(tokens)),
 		FillInterval:  durationpb.New(fill),
 	}}}
 }
+
+// maxFillSeconds bounds a fill interval: a century, well within a
+// time.Duration.
+const maxFillSeconds = 100 * 365 * 24 * 3600
 
 func blanket(r typev3.RateLimitStrategy_BlanketRule) *typev3.RateLimitStrategy {
 	return &typev3.RateLimitStrategy{Strategy: &typev3.RateLimitStrategy_BlanketRule_{BlanketRule: r}}

@@ -161,6 +161,7 @@ func TestRLQSAssignments(t *testing.T) {
 		rate    float64 // per second; -1 allow all
 		fill    time.Duration
 		tokens  uint32
+		held    uint32 // max_tokens; 0: tokens
 	}
 	cases := []struct {
 		id   *rlqs.BucketId
@@ -173,8 +174,8 @@ func TestRLQSAssignments(t *testing.T) {
 		{bucket("tenant", "free"), want{rate: -1}},
 		{bucket("tenant", "trial"), want{rate: -1}}, // shadow mode
 		{bucket("tenant", "blocked"), want{rate: 0}},
-		// A share under one request per unit: one token per 2 s (0.97/s rounds to 1 per ceil(1/0.97) s).
-		{bucket("tenant", "tiny"), want{rate: 0.5, fill: 2 * time.Second, tokens: 1}},
+		// A share under one request per unit: counted per 60 units, one token at a time.
+		{bucket("tenant", "tiny"), want{rate: 58.0 / 60, fill: time.Minute, tokens: 58, held: 1}},
 		{bucket("tenant", "acme"), want{abandon: true}}, // the first level has no limit
 		{bucket("user", "bob"), want{abandon: true}},
 		{bucket("tenant", "x", "user", "bob"), want{abandon: true}}, // deeper than the configuration
@@ -217,8 +218,12 @@ func TestRLQSAssignments(t *testing.T) {
 			t.Errorf("%v: %v/s, want %v/s (%v)", c.id.Bucket, got, c.want.rate, qa.GetRateLimitStrategy())
 		}
 		if tb := qa.GetRateLimitStrategy().GetTokenBucket(); tb != nil {
-			if tb.GetFillInterval().AsDuration() != c.want.fill || tb.GetTokensPerFill().GetValue() != c.want.tokens || tb.GetMaxTokens() != c.want.tokens {
-				t.Errorf("%v: token bucket %v, want %d tokens per %v", c.id.Bucket, tb, c.want.tokens, c.want.fill)
+			held := c.want.held
+			if held == 0 {
+				held = c.want.tokens
+			}
+			if tb.GetFillInterval().AsDuration() != c.want.fill || tb.GetTokensPerFill().GetValue() != c.want.tokens || tb.GetMaxTokens() != held {
+				t.Errorf("%v: token bucket %v, want %d tokens per %v, %d held", c.id.Bucket, tb, c.want.tokens, c.want.fill, held)
 			}
 		}
 	}
@@ -555,6 +560,47 @@ func TestRLQSManyBuckets(t *testing.T) {
 		}
 		if got := rate(a.GetQuotaAssignmentAction().GetRateLimitStrategy()); got != 970 {
 			t.Errorf("bucket %d: %v/s, want 970/s", i, got)
+		}
+	}
+}
+
+// TestTokenBucket: a share becomes a token bucket that admits at most the
+// share, in whole seconds.
+func TestTokenBucket(t *testing.T) {
+	for _, c := range []struct {
+		grant        int64
+		unit         time.Duration
+		tokens, held uint32
+		fill         time.Duration
+		deny         bool
+	}{
+		{121_250, time.Second, 121, 121, time.Second, false},
+		{58_000, time.Minute, 58, 58, time.Minute, false},
+		{970, time.Second, 58, 1, time.Minute, false},                        // 0.97/s: 58 a minute, one at a time
+		{10, time.Second, 1, 1, 100 * time.Second, false},                    // 0.01/s: under one a minute
+		{17, time.Second, 1, 1, time.Minute, false},                          // 1.02 a minute
+		{15, time.Second, 1, 1, 67 * time.Second, false},                     // 0.9 a minute: one per ceil(1000/15) s
+		{1_000, 365 * 24 * time.Hour, 1, 1, 365 * 24 * time.Hour, false},     // one a year
+		{500, 365 * 24 * time.Hour, 30, 1, 60 * 365 * 24 * time.Hour, false}, // half a year: 30 per 60 years
+		{1, 365 * 24 * time.Hour, 0, 0, 0, true},                             // one per 1000 years: nothing
+		{0, time.Second, 0, 0, 0, true},
+	} {
+		s := tokenBucket(c.grant, c.unit)
+		if c.deny {
+			if s.GetBlanketRule() != typev3.RateLimitStrategy_DENY_ALL {
+				t.Errorf("grant %d: %v, want DENY_ALL", c.grant, s)
+			}
+			continue
+		}
+		tb := s.GetTokenBucket()
+		if tb.GetTokensPerFill().GetValue() != c.tokens || tb.GetMaxTokens() != c.held || tb.GetFillInterval().AsDuration() != c.fill {
+			t.Errorf("grant %d per %v: %v, want %d per %v, %d held", c.grant, c.unit, tb, c.tokens, c.fill, c.held)
+		}
+		if got, share := rate(s), float64(c.grant)/quotaScale/c.unit.Seconds(); got > share {
+			t.Errorf("grant %d per %v: %v/s, over the share %v/s", c.grant, c.unit, got, share)
+		}
+		if tb.GetFillInterval().AsDuration()%time.Second != 0 {
+			t.Errorf("grant %d per %v: fill interval %v is not whole seconds", c.grant, c.unit, tb.GetFillInterval().AsDuration())
 		}
 	}
 }
