@@ -4,7 +4,9 @@
 // backend or on Redis.
 //
 // Service decides requests independently of any API. RLS serves it as
-// Envoy's rate limit service (envoy.service.ratelimit.v3, gRPC) and
+// Envoy's rate limit service (envoy.service.ratelimit.v3, gRPC), RLQS as
+// Envoy's rate limit quota service (envoy.service.rate_limit_quota.v3: each
+// data plane's share of a limit, sized from the fleet's reported demand) and
 // NewHTTPHandler over HTTP (POST /json with Envoy's messages in protojson,
 // POST /v1/check with friendly JSON, /healthz, /readyz, /metrics). Server ties
 // them together with configuration reloads, TLS, bearer-token auth and

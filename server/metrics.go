@@ -19,7 +19,7 @@ import (
 //
 //	floodgate_decisions_total{domain,descriptor,result}   result: within_limit, near_limit, over_limit, shadow_over_limit
 //	floodgate_hits_total{domain,descriptor}                units asked for (hits_addend)
-//	floodgate_requests_total{api,code}                     api: grpc, json, check; code: OK, OVER_LIMIT, invalid, unavailable, unauthorized
+//	floodgate_requests_total{api,code}                     api: grpc, json, check, rlqs (usage reports); code: OK, OVER_LIMIT, invalid, unavailable, unauthorized
 //	floodgate_request_duration_seconds{api}                decision latency as the server saw it
 //	floodgate_backend_duration_seconds                     store call latency (remote stores)
 //	floodgate_backend_errors_total{reason,store}           reason: error, timeout, breaker_open; store: main, persecond
@@ -39,6 +39,8 @@ import (
 //	floodgate_memory_swept_total                           expired entries the janitor removed
 //	floodgate_local_cache_hits_total                       descriptors answered OVER_LIMIT by the local over-limit cache (--local-cache-bytes)
 //	floodgate_local_cache_entries                          descriptors it holds
+//	floodgate_rlqs_streams                                 open streams of Envoy's quota service (one per data plane and domain)
+//	floodgate_rlqs_actions_total{domain,action}            bucket actions: assign, abandon, or unsized (the store failed: no action)
 type Metrics struct {
 	Registry *prometheus.Registry
 
@@ -62,6 +64,8 @@ type Metrics struct {
 	breakerOpenPS     prometheus.GaugeFunc // the per-second store's
 	memory            bool                 // the memory backend's collector is registered
 	localCacheHits    prometheus.Counter
+	rlqsStreams       prometheus.Gauge
+	rlqsActions       *prometheus.CounterVec
 }
 
 // NewMetrics returns the metrics in a registry of their own, with the Go
@@ -106,10 +110,17 @@ func NewMetrics() *Metrics {
 		configLoaded: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "floodgate_config_loaded_timestamp_seconds", Help: "When the configuration being served was loaded.",
 		}),
+		rlqsStreams: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "floodgate_rlqs_streams", Help: "Open streams of Envoy's rate limit quota service (RLQS).",
+		}),
+		rlqsActions: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "floodgate_rlqs_actions_total", Help: "RLQS bucket actions by domain and action: assign, abandon, or unsized (the store could not size the share; no action sent).",
+		}, []string{"domain", "action"}),
 	}
 	for _, reg := range []*prometheus.Registry{r, m.own} {
 		reg.MustRegister(m.decisions, m.hits, m.requests, m.requestDuration, m.backendDuration,
-			m.backendErrors, m.backendNodeErrors, m.failureMode, m.reloads, m.configInfo, m.configLoaded)
+			m.backendErrors, m.backendNodeErrors, m.failureMode, m.reloads, m.configInfo, m.configLoaded,
+			m.rlqsStreams, m.rlqsActions)
 	}
 	for _, reason := range []string{"error", "timeout", "breaker_open"} {
 		m.backendErrors.WithLabelValues(reason, storeMain)

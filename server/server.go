@@ -19,6 +19,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	rlqs "github.com/envoyproxy/go-control-plane/envoy/service/rate_limit_quota/v3"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials"
@@ -154,6 +155,7 @@ type Server struct {
 	httpLn, grpcLn net.Listener
 	httpSrv        *http.Server
 	grpcSrv        *grpc.Server
+	rlqs           *RLQS
 	conns          *connLimit // over both listeners
 
 	draining  atomic.Bool // set on shutdown: health checks fail
@@ -263,14 +265,16 @@ func New(c Config) (*Server, error) {
 		}
 		s.grpcLn = s.conns.wrap(ln, "grpc")
 		interceptors := []grpc.UnaryServerInterceptor{s.conns.unary}
+		streamInterceptors := []grpc.StreamServerInterceptor{s.conns.stream}
 		if c.Token != "" {
 			interceptors = append(interceptors, tokenInterceptor(c.Token, s.metrics))
+			streamInterceptors = append(streamInterceptors, tokenStreamInterceptor(c.Token, s.metrics))
 		}
 		gopts := []grpc.ServerOption{
 			grpc.KeepaliveParams(keepalive.ServerParameters{MaxConnectionIdle: orDefault(c.GRPCMaxConnIdle, DefaultGRPCMaxConnIdle)}),
 			grpc.KeepaliveEnforcementPolicy(grpcKeepalive),
 			grpc.ChainUnaryInterceptor(interceptors...),
-			grpc.ChainStreamInterceptor(s.conns.stream),
+			grpc.ChainStreamInterceptor(streamInterceptors...),
 			grpc.MaxRecvMsgSize(int(c.MaxBodyBytes)),
 			// Handlers run on long-lived workers rather than a new goroutine
 			// per call: a new goroutine grows its stack on every call, which
@@ -295,10 +299,29 @@ func New(c Config) (*Server, error) {
 		}
 		s.grpcSrv = grpc.NewServer(gopts...)
 		s.grpcSrv.RegisterService(&rlsWireDesc, NewRLS(svc))
+		s.rlqs = NewRLQS(svc)
+		rlqs.RegisterRateLimitQuotaServiceServer(s.grpcSrv, s.rlqs)
 		s.health = health.NewServer()
 		healthpb.RegisterHealthServer(s.grpcSrv, s.health)
 	}
 	return s, nil
+}
+
+// tokenStreamInterceptor is tokenInterceptor for streaming calls (RLQS's
+// StreamRateLimitQuotas), with the health service's Watch exempt.
+func tokenStreamInterceptor(token string, m *Metrics) grpc.StreamServerInterceptor {
+	return func(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
+		if strings.HasPrefix(info.FullMethod, "/grpc.health.v1.Health/") {
+			return handler(srv, ss)
+		}
+		md, _ := metadata.FromIncomingContext(ss.Context())
+		v := md.Get("authorization")
+		if len(v) != 1 || !BearerOK(v[0], token) {
+			m.requests.WithLabelValues("grpc", "unauthorized").Inc()
+			return status.Error(codes.Unauthenticated, "missing or wrong bearer token")
+		}
+		return handler(srv, ss)
+	}
 }
 
 // tokenInterceptor requires "authorization: Bearer <token>" metadata, except
@@ -518,6 +541,7 @@ func (s *Server) Serve(ctx context.Context) error {
 	if s.grpcSrv != nil {
 		s.health.SetServingStatus("", healthpb.HealthCheckResponse_SERVING)
 		s.health.SetServingStatus("envoy.service.ratelimit.v3.RateLimitService", healthpb.HealthCheckResponse_SERVING)
+		s.health.SetServingStatus("envoy.service.rate_limit_quota.v3.RateLimitQuotaService", healthpb.HealthCheckResponse_SERVING)
 		s.setHealth()
 		go func() {
 			if err := s.grpcSrv.Serve(s.grpcLn); err != nil && !errors.Is(err, grpc.ErrServerStopped) {
@@ -575,6 +599,7 @@ func (s *Server) shutdown() {
 	}
 	if s.grpcSrv != nil {
 		s.health.Shutdown()
+		s.rlqs.Close() // its streams would hold GracefulStop until the timeout
 		wg.Go(func() {
 			done := make(chan struct{})
 			go func() { s.grpcSrv.GracefulStop(); close(done) }()

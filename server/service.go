@@ -210,6 +210,8 @@ type Options struct {
 	// PerSecondTimeout is the per-call timeout of PerSecondBackend; Timeout
 	// when 0.
 	PerSecondTimeout time.Duration
+	// Quota configures Envoy's rate limit quota service (RLQS, rlqs.go).
+	Quota QuotaOptions
 }
 
 // Service decides rate limit requests against a configuration on a backend.
@@ -270,6 +272,9 @@ func NewService(b backend.Backend, opts Options) (*Service, error) {
 	}
 	if opts.PerSecondTimeout < 0 {
 		return nil, fmt.Errorf("server: per-second store timeout %v is negative", opts.PerSecondTimeout)
+	}
+	if opts.Quota.TTL < 0 || opts.Quota.TTL > MaxQuotaTTL {
+		return nil, fmt.Errorf("server: Quota.TTL must be between 0 (the default, %v) and %v, got %v", DefaultQuotaTTL, MaxQuotaTTL, opts.Quota.TTL)
 	}
 	if opts.PerSecondTimeout == 0 {
 		opts.PerSecondTimeout = opts.Timeout

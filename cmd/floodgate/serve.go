@@ -85,6 +85,7 @@ func runServe(args []string, stdout, stderr io.Writer) int {
 		tlsClientSAN  = fs.String("tls-client-san", "", "with --tls-client-ca, admit only client certificates carrying this subject alternative `name` (DNS name, IP, URI or e-mail)")
 		maxBody       = fs.Int64("max-body-bytes", server.DefaultMaxBodyBytes, "largest HTTP body or gRPC message")
 		maxDesc       = fs.Int("max-descriptors", server.DefaultMaxDescriptors, "most descriptors in one request")
+		quotaTTL      = fs.Duration("quota-ttl", server.DefaultQuotaTTL, "time to live of the assignments of Envoy's rate limit quota service (RLQS, on the gRPC port), rounded up to whole seconds; each bucket's is at least 1.5 times its data plane's reporting interval. A data plane that goes quiet gives its share back when it passes")
 		localCache    = fs.Int("local-cache-bytes", 0, "size in `bytes` of the local over-limit cache: keys the store denied are answered OVER_LIMIT in process, without a store call, until their limit admits again (at least 512 KiB is used); 0 for none")
 		reloadEvery   = fs.Duration("reload-interval", time.Second, "how often to look for configuration changes; 0 only on SIGHUP")
 		shutdownAfter = fs.Duration("shutdown-timeout", 10*time.Second, "how long to drain in-flight requests on exit")
@@ -301,6 +302,7 @@ func runServe(args []string, stdout, stderr io.Writer) int {
 
 			PerSecondBackend: psBackend,
 			PerSecondTimeout: *psTimeout,
+			Quota:            server.QuotaOptions{TTL: *quotaTTL},
 		},
 		Token:           token,
 		TLSCertFile:     *tlsCert,

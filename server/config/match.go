@@ -1,5 +1,10 @@
 package config
 
+import (
+	"slices"
+	"strings"
+)
+
 // node is one descriptor of the tree.
 type node struct {
 	key, value string
@@ -144,4 +149,44 @@ func globMatch(pattern, s string) bool {
 		p++
 	}
 	return p == len(pattern)
+}
+
+// MatchSet returns the limit for a descriptor given as an unordered set of
+// key/value pairs, such as an Envoy RLQS BucketId (whose keys have no order),
+// and its entries in the order Match took them (for Limit.StateKey); nil when
+// no limit applies. It orders the set by the descriptor tree and leaves the
+// matching to Match: at each level, the first entry, by key, for which the
+// level has a descriptor (an exact value, a pattern or a default) comes next.
+// Every entry must be used, as Match demands of a request's entries: a set
+// the tree cannot take whole matches nothing.
+func (d *Domain) MatchSet(set []Entry) (*Limit, []Entry) {
+	if d == nil || len(set) == 0 {
+		return nil, nil
+	}
+	left := slices.Clone(set)
+	slices.SortFunc(left, func(a, b Entry) int {
+		if c := strings.Compare(a.Key, b.Key); c != 0 {
+			return c
+		}
+		return strings.Compare(a.Value, b.Value)
+	})
+	ordered := make([]Entry, 0, len(left))
+	lvl := d.root
+	for len(left) > 0 {
+		if lvl.empty() {
+			return nil, nil
+		}
+		i := slices.IndexFunc(left, func(e Entry) bool { return lvl.lookup(e) != nil })
+		if i < 0 {
+			return nil, nil
+		}
+		ordered = append(ordered, left[i])
+		lvl = lvl.lookup(left[i]).children
+		left = slices.Delete(left, i, i+1)
+	}
+	l := d.Match(ordered)
+	if l == nil {
+		return nil, nil
+	}
+	return l, ordered
 }

@@ -202,3 +202,40 @@ func TestUnits(t *testing.T) {
 		t.Errorf("String: %v %v", UnitWeek, Unit(42))
 	}
 }
+
+// TestMatchSet: an unordered set finds the limit Match finds for the same
+// entries in the tree's order, whatever order the set comes in.
+func TestMatchSet(t *testing.T) {
+	d := mustParse(t, "testdata/messaging.yaml")
+	for _, tc := range []struct {
+		set  []Entry
+		want string // Path, "" for none
+	}{
+		{e("to_number", "2061111111", "message_type", "marketing"), "messaging|message_type_marketing|to_number"},
+		{e("message_type", "marketing", "to_number", "2061111111"), "messaging|message_type_marketing|to_number"},
+		{e("user", "bob", "tenant", "acme"), "messaging|tenant_acme|user"},
+		{e("user", "batch-job", "tenant", "acme"), "messaging|tenant_acme|user_batch-job"},
+		{e("method", "POST", "api", "v1"), "messaging|api|method_POST"},
+		{e("api", "v1"), "messaging|api"},
+		{e("remote_address", "198.51.100.7"), "messaging|remote_address_198.51.100.7"},
+		{e("to_number", "1"), "messaging|to_number"},
+		{e("user", "bob", "tenant", "other"), ""}, // no such tenant
+		{e("user", "bob"), ""},                // not at the first level
+		{e("api", "v1", "method", "GET"), ""}, // no backing up
+		{e("to_number", "1", "x", "y"), ""},   // an entry left over
+		{e("message_type", "marketing"), ""},  // the first level has no limit
+		{nil, ""},
+	} {
+		l, ordered := d.MatchSet(tc.set)
+		got := ""
+		if l != nil {
+			got = l.Path
+			if m := d.Match(ordered); m != l {
+				t.Errorf("MatchSet(%v): Match(%v) = %v, not the same limit", tc.set, ordered, m)
+			}
+		}
+		if got != tc.want {
+			t.Errorf("MatchSet(%v) = %q, want %q", tc.set, got, tc.want)
+		}
+	}
+}

@@ -1,0 +1,606 @@
+package server
+
+import (
+	"context"
+	"math"
+	"net"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	rlqs "github.com/envoyproxy/go-control-plane/envoy/service/rate_limit_quota/v3"
+	typev3 "github.com/envoyproxy/go-control-plane/envoy/type/v3"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/durationpb"
+
+	"github.com/floodgate-dev/floodgate/backend"
+	"github.com/floodgate-dev/floodgate/clock"
+	"github.com/floodgate-dev/floodgate/internal/backendtest"
+	"github.com/floodgate-dev/floodgate/internal/testenv"
+)
+
+const quotaYAML = `domain: quota
+descriptors:
+  - key: tenant
+    rate_limit: {unit: second, requests_per_unit: 1000}
+  - key: tenant
+    value: acme
+    descriptors:
+      - key: path
+        rate_limit: {unit: minute, requests_per_unit: 60}
+  - key: tenant
+    value: free
+    rate_limit: {unlimited: true}
+  - key: tenant
+    value: blocked
+    rate_limit: {unit: second, requests_per_unit: 0}
+  - key: tenant
+    value: trial
+    shadow_mode: true
+    rate_limit: {unit: second, requests_per_unit: 1}
+  - key: tenant
+    value: tiny
+    rate_limit: {unit: second, requests_per_unit: 1}
+`
+
+// newQuotaService returns a Service on b with quotaYAML and assignments of
+// ttl (at least).
+func newQuotaService(t testing.TB, b backend.Backend, ttl time.Duration) *Service {
+	t.Helper()
+	// A store timeout far above a loaded machine's worst: a bucket not sized
+	// in time gets no action, which the tests would take for a failure.
+	s, err := NewService(b, Options{Timeout: 2 * time.Second, Quota: QuotaOptions{TTL: ttl, SweepInterval: 100 * time.Millisecond}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.SetConfig(mustConfig(t, quotaYAML), "v1"); err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+// startRLQS serves s's quota service on a free local port and returns a
+// client of it: go-control-plane's generated client, as a data plane uses.
+func startRLQS(t testing.TB, s *Service) rlqs.RateLimitQuotaServiceClient {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatalf("cannot listen for the RLQS server: %v", err)
+	}
+	g := grpc.NewServer()
+	rlqs.RegisterRateLimitQuotaServiceServer(g, NewRLQS(s))
+	go g.Serve(ln)
+	t.Cleanup(g.Stop)
+	cc, err := grpc.NewClient(ln.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cc.Close() })
+	return rlqs.NewRateLimitQuotaServiceClient(cc)
+}
+
+type quotaClient = grpc.BidiStreamingClient[rlqs.RateLimitQuotaUsageReports, rlqs.RateLimitQuotaResponse]
+
+func openQuota(t testing.TB, c rlqs.RateLimitQuotaServiceClient) (quotaClient, context.CancelFunc) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	st, err := c.StreamRateLimitQuotas(ctx)
+	if err != nil {
+		cancel()
+		t.Fatal(err)
+	}
+	t.Cleanup(cancel)
+	return st, cancel
+}
+
+func bucket(kv ...string) *rlqs.BucketId {
+	m := map[string]string{}
+	for i := 0; i+1 < len(kv); i += 2 {
+		m[kv[i]] = kv[i+1]
+	}
+	return &rlqs.BucketId{Bucket: m}
+}
+
+func usage(id *rlqs.BucketId, allowed, denied uint64, elapsed time.Duration) *rlqs.RateLimitQuotaUsageReports_BucketQuotaUsage {
+	return &rlqs.RateLimitQuotaUsageReports_BucketQuotaUsage{
+		BucketId: id, NumRequestsAllowed: allowed, NumRequestsDenied: denied, TimeElapsed: durationpb.New(elapsed),
+	}
+}
+
+// exchange sends one report and returns the answer, failing the test after
+// 5 s without one.
+func exchange(t testing.TB, st quotaClient, domain string, us ...*rlqs.RateLimitQuotaUsageReports_BucketQuotaUsage) (*rlqs.RateLimitQuotaResponse, error) {
+	t.Helper()
+	if err := st.Send(&rlqs.RateLimitQuotaUsageReports{Domain: domain, BucketQuotaUsages: us}); err != nil {
+		return nil, err
+	}
+	type res struct {
+		r   *rlqs.RateLimitQuotaResponse
+		err error
+	}
+	c := make(chan res, 1)
+	go func() { r, err := st.Recv(); c <- res{r, err} }()
+	select {
+	case r := <-c:
+		return r.r, r.err
+	case <-time.After(5 * time.Second):
+		t.Fatal("no answer to a usage report within 5 s")
+		return nil, nil
+	}
+}
+
+// rate is the requests per second a strategy admits at most: a token
+// bucket's tokens_per_fill / fill_interval; -1 for allow all, 0 for deny all.
+func rate(s *typev3.RateLimitStrategy) float64 {
+	switch {
+	case s.GetTokenBucket() != nil:
+		tb := s.GetTokenBucket()
+		return float64(tb.GetTokensPerFill().GetValue()) / tb.GetFillInterval().AsDuration().Seconds()
+	case s.GetBlanketRule() == typev3.RateLimitStrategy_DENY_ALL:
+		return 0
+	}
+	return -1
+}
+
+// TestRLQSAssignments: one data plane's buckets get the strategy of the
+// limit their pairs match, in any key order; unmatched buckets are
+// abandoned. Every answer passes go-control-plane's validation.
+func TestRLQSAssignments(t *testing.T) {
+	s := newQuotaService(t, backend.NewMemory(), 2*time.Second)
+	st, _ := openQuota(t, startRLQS(t, s))
+	type want struct {
+		abandon bool
+		rate    float64 // per second; -1 allow all
+		fill    time.Duration
+		tokens  uint32
+		held    uint32 // max_tokens; 0: tokens
+	}
+	cases := []struct {
+		id   *rlqs.BucketId
+		want want
+	}{
+		// Alone: the whole budget, 97% of 1000/s (the rest is the newcomers' reserve).
+		{bucket("tenant", "x"), want{rate: 970, fill: time.Second, tokens: 970}},
+		// Two levels, the bucket's keys in either order; a minute's limit fills per minute.
+		{bucket("path", "/a", "tenant", "acme"), want{rate: 58.0 / 60, fill: time.Minute, tokens: 58}},
+		{bucket("tenant", "free"), want{rate: -1}},
+		{bucket("tenant", "trial"), want{rate: -1}}, // shadow mode
+		{bucket("tenant", "blocked"), want{rate: 0}},
+		// A share under one request per unit: counted per 60 units, one token at a time.
+		{bucket("tenant", "tiny"), want{rate: 58.0 / 60, fill: time.Minute, tokens: 58, held: 1}},
+		{bucket("tenant", "acme"), want{abandon: true}}, // the first level has no limit
+		{bucket("user", "bob"), want{abandon: true}},
+		{bucket("tenant", "x", "user", "bob"), want{abandon: true}}, // deeper than the configuration
+	}
+	var us []*rlqs.RateLimitQuotaUsageReports_BucketQuotaUsage
+	for _, c := range cases {
+		us = append(us, usage(c.id, 300, 200, time.Second))
+	}
+	resp, err := exchange(t, st, "quota", us...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := resp.ValidateAll(); err != nil {
+		t.Fatalf("the answer fails go-control-plane's validation: %v", err)
+	}
+	if len(resp.BucketAction) != len(cases) {
+		t.Fatalf("%d actions for %d buckets", len(resp.BucketAction), len(cases))
+	}
+	for i, c := range cases {
+		a := resp.BucketAction[i]
+		if got := quotaBucketKey(a.GetBucketId()); got != quotaBucketKey(c.id) {
+			t.Errorf("action %d is for %s, want %s (the report's order)", i, got, quotaBucketKey(c.id))
+			continue
+		}
+		if c.want.abandon {
+			if a.GetAbandonAction() == nil {
+				t.Errorf("%v: %v, want abandon_action", c.id.Bucket, a)
+			}
+			continue
+		}
+		qa := a.GetQuotaAssignmentAction()
+		if qa == nil {
+			t.Errorf("%v: %v, want an assignment", c.id.Bucket, a)
+			continue
+		}
+		if got := qa.GetAssignmentTimeToLive().AsDuration(); got != 2*time.Second {
+			t.Errorf("%v: time to live %v, want 2s", c.id.Bucket, got)
+		}
+		if got := rate(qa.GetRateLimitStrategy()); got != c.want.rate {
+			t.Errorf("%v: %v/s, want %v/s (%v)", c.id.Bucket, got, c.want.rate, qa.GetRateLimitStrategy())
+		}
+		if tb := qa.GetRateLimitStrategy().GetTokenBucket(); tb != nil {
+			held := c.want.held
+			if held == 0 {
+				held = c.want.tokens
+			}
+			if tb.GetFillInterval().AsDuration() != c.want.fill || tb.GetTokensPerFill().GetValue() != c.want.tokens || tb.GetMaxTokens() != held {
+				t.Errorf("%v: token bucket %v, want %d tokens per %v, %d held", c.id.Bucket, tb, c.want.tokens, c.want.fill, held)
+			}
+		}
+	}
+
+	// The domain comes in the first report only; the same assignment again
+	// is a refresh, with a time to live from the reporting interval.
+	resp, err = exchange(t, st, "", usage(bucket("tenant", "x"), 400, 0, 3*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	qa := resp.GetBucketAction()[0].GetQuotaAssignmentAction()
+	if got := rate(qa.GetRateLimitStrategy()); got != 970 {
+		t.Errorf("second report: %v/s, want 970/s", got)
+	}
+	if got := qa.GetAssignmentTimeToLive().AsDuration(); got != 5*time.Second {
+		t.Errorf("second report, 3 s after the first: time to live %v, want 5s (1.5 intervals, whole seconds)", got)
+	}
+}
+
+// TestRLQSBadInput: malformed streams end with a status naming the problem.
+func TestRLQSBadInput(t *testing.T) {
+	c := startRLQS(t, newQuotaService(t, backend.NewMemory(), time.Second))
+	for _, tc := range []struct {
+		name    string
+		reports []*rlqs.RateLimitQuotaUsageReports
+		code    codes.Code
+		msg     string
+	}{
+		{"no domain", []*rlqs.RateLimitQuotaUsageReports{{BucketQuotaUsages: []*rlqs.RateLimitQuotaUsageReports_BucketQuotaUsage{usage(bucket("tenant", "x"), 1, 0, 0)}}},
+			codes.InvalidArgument, "domain is empty"},
+		{"unknown domain", []*rlqs.RateLimitQuotaUsageReports{{Domain: "nope"}},
+			codes.NotFound, `domain "nope" is not configured`},
+		{"another domain", []*rlqs.RateLimitQuotaUsageReports{{Domain: "quota"}, {Domain: "other"}},
+			codes.InvalidArgument, `"other" differs from the stream's, "quota"`},
+		{"empty bucket", []*rlqs.RateLimitQuotaUsageReports{{Domain: "quota", BucketQuotaUsages: []*rlqs.RateLimitQuotaUsageReports_BucketQuotaUsage{usage(bucket("tenant", "x"), 1, 0, 0), {}}}},
+			codes.InvalidArgument, "bucket_quota_usages[1].bucket_id is empty"},
+		{"empty key", []*rlqs.RateLimitQuotaUsageReports{{Domain: "quota", BucketQuotaUsages: []*rlqs.RateLimitQuotaUsageReports_BucketQuotaUsage{usage(bucket("", "x"), 1, 0, 0)}}},
+			codes.InvalidArgument, "bucket_quota_usages[0].bucket_id has an empty key"},
+		{"empty value", []*rlqs.RateLimitQuotaUsageReports{{Domain: "quota", BucketQuotaUsages: []*rlqs.RateLimitQuotaUsageReports_BucketQuotaUsage{usage(bucket("tenant", ""), 1, 0, 0)}}},
+			codes.InvalidArgument, `bucket_quota_usages[0].bucket_id: the value of "tenant" is empty`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			st, _ := openQuota(t, c)
+			for _, r := range tc.reports {
+				if err := st.Send(r); err != nil {
+					break // the server ended the stream: Recv tells why
+				}
+			}
+			for {
+				_, err := st.Recv()
+				if err == nil {
+					continue // an answer to a valid report before the bad one
+				}
+				s, _ := status.FromError(err)
+				if s.Code() != tc.code || !strings.Contains(s.Message(), tc.msg) {
+					t.Fatalf("got %v %q, want %v containing %q", s.Code(), s.Message(), tc.code, tc.msg)
+				}
+				return
+			}
+		})
+	}
+}
+
+// TestRLQSNoConfig: before any configuration, a stream is Unavailable.
+func TestRLQSNoConfig(t *testing.T) {
+	s, err := NewService(backend.NewMemory(), Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	st, _ := openQuota(t, startRLQS(t, s))
+	_, err = exchange(t, st, "quota", usage(bucket("tenant", "x"), 1, 0, 0))
+	if status.Code(err) != codes.Unavailable {
+		t.Fatalf("got %v, want Unavailable", err)
+	}
+}
+
+// TestRLQSAbandonQuiet: a bucket its data plane stops reporting, on an open
+// stream, is abandoned when twice its assignment's time to live has passed,
+// on the store's clock.
+func TestRLQSAbandonQuiet(t *testing.T) {
+	clk := clock.NewFake(time.Unix(1_800_000_000, 0))
+	start := clk.Now()
+	st, _ := openQuota(t, startRLQS(t, newQuotaService(t, backend.NewMemory(backend.WithClock(clk)), time.Second)))
+	resp, err := exchange(t, st, "quota", usage(bucket("tenant", "x"), 5, 0, 0))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if resp.GetBucketAction()[0].GetQuotaAssignmentAction() == nil {
+		t.Fatalf("no assignment: %v", resp)
+	}
+	got := make(chan *rlqs.RateLimitQuotaResponse, 1)
+	go func() {
+		r, _ := st.Recv() // nil when the stream ends: a failure below
+		got <- r
+	}()
+	clk.Set(start.Add(1900 * time.Millisecond))
+	select {
+	case r := <-got:
+		t.Fatalf("1.9 s after the report of a bucket whose assignment lasts 1 s: %v, want nothing before 2 s", r)
+	case <-time.After(500 * time.Millisecond): // five sweeps
+	}
+	clk.Set(start.Add(2 * time.Second))
+	select {
+	case r := <-got:
+		if len(r.GetBucketAction()) != 1 || r.GetBucketAction()[0].GetAbandonAction() == nil {
+			t.Fatalf("got %v, want abandon_action", r)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("not abandoned 2 s after its last report (twice its time to live)")
+	}
+}
+
+// TestRLQSStoreDown: a bucket whose share the store cannot size gets no
+// action in the answer; the stream goes on, and the other buckets are
+// answered.
+func TestRLQSStoreDown(t *testing.T) {
+	r := testenv.NewRedis(t)
+	b, c, err := OpenStore("redis://"+r.Addr, backendtest.UniquePrefix(), time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	s, err := NewService(b, Options{Timeout: 200 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.SetConfig(mustConfig(t, quotaYAML), "v1"); err != nil {
+		t.Fatal(err)
+	}
+	st, _ := openQuota(t, startRLQS(t, s))
+	resp, err := exchange(t, st, "quota", usage(bucket("tenant", "x"), 5, 0, time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := rate(resp.GetBucketAction()[0].GetQuotaAssignmentAction().GetRateLimitStrategy()); got != 970 {
+		t.Fatalf("with Redis up: %v/s, want 970/s", got)
+	}
+	if err := r.Stop(); err != nil {
+		t.Fatal(err)
+	}
+	resp, err = exchange(t, st, "", usage(bucket("tenant", "x"), 5, 0, time.Second), usage(bucket("user", "bob"), 1, 0, 0))
+	if err != nil {
+		t.Fatalf("with Redis stopped: %v, want the stream to go on", err)
+	}
+	if len(resp.GetBucketAction()) != 1 || quotaBucketKey(resp.GetBucketAction()[0].GetBucketId()) != "user=bob|" || resp.GetBucketAction()[0].GetAbandonAction() == nil {
+		t.Fatalf("with Redis stopped: %v, want only the unmatched bucket's abandon_action", resp)
+	}
+}
+
+// TestRLQSServer: Server serves RLQS beside RLS on its gRPC port, behind
+// the bearer token, reports it in the health service, and ends its streams
+// on shutdown instead of waiting for them.
+func TestRLQSServer(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "quota.yaml")
+	writeConfig(t, path, quotaYAML)
+	srv, err := New(Config{ConfigPath: path, Backend: backend.NewMemory(), GRPCAddr: "127.0.0.1:0", Token: "tok", ShutdownTimeout: 10 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, stop := context.WithCancel(context.Background())
+	defer stop()
+	done := make(chan error, 1)
+	go func() { done <- srv.Serve(ctx) }()
+	cc, err := grpc.NewClient(srv.GRPCAddr(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cc.Close()
+	c := rlqs.NewRateLimitQuotaServiceClient(cc)
+
+	hc, err := healthpb.NewHealthClient(cc).Check(ctx, &healthpb.HealthCheckRequest{Service: "envoy.service.rate_limit_quota.v3.RateLimitQuotaService"})
+	if err != nil || hc.GetStatus() != healthpb.HealthCheckResponse_SERVING {
+		t.Fatalf("health of the quota service: %v %v", hc, err)
+	}
+
+	st, err := c.StreamRateLimitQuotas(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := exchange(t, st, "quota", usage(bucket("tenant", "x"), 1, 0, 0)); status.Code(err) != codes.Unauthenticated {
+		t.Fatalf("without the token: %v, want Unauthenticated", err)
+	}
+
+	st, err = c.StreamRateLimitQuotas(metadata.AppendToOutgoingContext(context.Background(), "authorization", "Bearer tok"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp, err := exchange(t, st, "quota", usage(bucket("tenant", "x"), 1, 0, 0))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := rate(resp.GetBucketAction()[0].GetQuotaAssignmentAction().GetRateLimitStrategy()); got != 970 {
+		t.Fatalf("with the token: %v/s, want 970/s (%v)", got, resp)
+	}
+	if _, err := exchange(t, st, "", usage(bucket("user", "bob"), 1, 0, time.Second)); err != nil {
+		t.Fatal(err)
+	}
+	m := srv.Metrics()
+	for _, c := range []struct {
+		name   string
+		labels []string
+		want   float64
+	}{
+		{"floodgate_rlqs_streams", nil, 1},
+		{"floodgate_rlqs_actions_total", []string{"domain", "quota", "action", "assign"}, 1},
+		{"floodgate_rlqs_actions_total", []string{"domain", "quota", "action", "abandon"}, 1},
+		{"floodgate_requests_total", []string{"api", "rlqs", "code", "OK"}, 2},
+		{"floodgate_requests_total", []string{"api", "grpc", "code", "unauthorized"}, 1},
+	} {
+		if got := metricValue(t, m, c.name, c.labels...); got != c.want {
+			t.Errorf("%s%v = %v, want %v", c.name, c.labels, got, c.want)
+		}
+	}
+
+	start := time.Now()
+	stop()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("the server's shutdown waits for the open quota stream")
+	}
+	if _, err := st.Recv(); status.Code(err) != codes.Unavailable {
+		t.Errorf("the open stream at shutdown: %v, want Unavailable", err)
+	}
+	t.Logf("shutdown with an open quota stream took %v", time.Since(start).Round(time.Millisecond))
+}
+
+// FuzzRLQSReport: any usage report, first or later on its stream, is
+// answered or refused with a status, never a panic, and every answer sent
+// (one with actions) passes go-control-plane's validation.
+func FuzzRLQSReport(f *testing.F) {
+	for _, m := range []*rlqs.RateLimitQuotaUsageReports{
+		{Domain: "quota", BucketQuotaUsages: []*rlqs.RateLimitQuotaUsageReports_BucketQuotaUsage{usage(bucket("tenant", "x"), 5, 3, time.Second)}},
+		{Domain: "quota", BucketQuotaUsages: []*rlqs.RateLimitQuotaUsageReports_BucketQuotaUsage{usage(bucket("tenant", "acme", "path", "/a"), math.MaxUint64, math.MaxUint64, -time.Hour)}},
+		{Domain: "quota", BucketQuotaUsages: []*rlqs.RateLimitQuotaUsageReports_BucketQuotaUsage{{BucketId: bucket("tenant", "tiny"), TimeElapsed: &durationpb.Duration{Seconds: math.MaxInt64}}}},
+		{Domain: "nope"},
+		{},
+	} {
+		data, err := proto.Marshal(m)
+		if err != nil {
+			f.Fatal(err)
+		}
+		f.Add(data, true)
+	}
+	q := NewRLQS(newQuotaService(f, backend.NewMemory(), time.Second))
+	f.Fuzz(func(t *testing.T, data []byte, first bool) {
+		m := new(rlqs.RateLimitQuotaUsageReports)
+		if proto.Unmarshal(data, m) != nil {
+			return
+		}
+		st := &quotaStream{member: "fuzz", buckets: map[string]*quotaBucket{}}
+		if !first {
+			st.domain = "quota"
+		}
+		resp, err := q.report(context.Background(), st, m)
+		if err != nil {
+			if c := status.Code(err); c != codes.InvalidArgument && c != codes.NotFound && c != codes.ResourceExhausted {
+				t.Fatalf("error %v", err)
+			}
+			return
+		}
+		if len(resp.GetBucketAction()) == 0 {
+			return // not sent
+		}
+		if err := resp.ValidateAll(); err != nil {
+			t.Fatalf("the answer fails validation: %v (%v)", err, resp)
+		}
+	})
+}
+
+// TestRLQSReload: each report is matched against the configuration of the
+// moment: a changed limit changes the share, a removed domain abandons the
+// stream's buckets.
+func TestRLQSReload(t *testing.T) {
+	s := newQuotaService(t, backend.NewMemory(), time.Second)
+	st, _ := openQuota(t, startRLQS(t, s))
+	resp, err := exchange(t, st, "quota", usage(bucket("tenant", "x"), 5, 0, time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := rate(resp.GetBucketAction()[0].GetQuotaAssignmentAction().GetRateLimitStrategy()); got != 970 {
+		t.Fatalf("%v/s, want 970/s", got)
+	}
+	if err := s.SetConfig(mustConfig(t, strings.Replace(quotaYAML, "requests_per_unit: 1000", "requests_per_unit: 2000", 1)), "v2"); err != nil {
+		t.Fatal(err)
+	}
+	resp, err = exchange(t, st, "", usage(bucket("tenant", "x"), 5, 0, time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := rate(resp.GetBucketAction()[0].GetQuotaAssignmentAction().GetRateLimitStrategy()); got != 1940 {
+		t.Fatalf("after the limit doubled: %v/s, want 1940/s", got)
+	}
+	if err := s.SetConfig(mustConfig(t, "domain: other\ndescriptors:\n  - key: k\n    rate_limit: {unit: second, requests_per_unit: 1}\n"), "v3"); err != nil {
+		t.Fatal(err)
+	}
+	resp, err = exchange(t, st, "", usage(bucket("tenant", "x"), 5, 0, time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if resp.GetBucketAction()[0].GetAbandonAction() == nil {
+		t.Fatalf("after the domain was removed: %v, want abandon_action", resp)
+	}
+}
+
+// TestRLQSManyBuckets: a report of many buckets, sized concurrently on
+// Redis, is answered in the report's order, every bucket with its share.
+func TestRLQSManyBuckets(t *testing.T) {
+	st, _ := openQuota(t, startRLQS(t, newQuotaService(t, backendtest.Redis(t, nil), time.Second)))
+	var us []*rlqs.RateLimitQuotaUsageReports_BucketQuotaUsage
+	for i := range 300 {
+		us = append(us, usage(bucket("tenant", "t"+strconv.Itoa(i)), 10, 0, time.Second))
+	}
+	us = append(us, usage(bucket("user", "bob"), 1, 0, time.Second))
+	resp, err := exchange(t, st, "quota", us...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(resp.GetBucketAction()) != len(us) {
+		t.Fatalf("%d actions for %d buckets", len(resp.GetBucketAction()), len(us))
+	}
+	for i, a := range resp.GetBucketAction() {
+		if got, want := quotaBucketKey(a.GetBucketId()), quotaBucketKey(us[i].GetBucketId()); got != want {
+			t.Fatalf("action %d is for %s, want %s", i, got, want)
+		}
+		if i == len(us)-1 {
+			if a.GetAbandonAction() == nil {
+				t.Errorf("the unmatched bucket: %v, want abandon_action", a)
+			}
+			continue
+		}
+		if got := rate(a.GetQuotaAssignmentAction().GetRateLimitStrategy()); got != 970 {
+			t.Errorf("bucket %d: %v/s, want 970/s", i, got)
+		}
+	}
+}
+
+// TestTokenBucket: a share becomes a token bucket that admits at most the
+// share, in whole seconds.
+func TestTokenBucket(t *testing.T) {
+	for _, c := range []struct {
+		grant        int64
+		unit         time.Duration
+		tokens, held uint32
+		fill         time.Duration
+		deny         bool
+	}{
+		{121_250, time.Second, 121, 121, time.Second, false},
+		{58_000, time.Minute, 58, 58, time.Minute, false},
+		{970, time.Second, 58, 1, time.Minute, false},                        // 0.97/s: 58 a minute, one at a time
+		{10, time.Second, 1, 1, 100 * time.Second, false},                    // 0.01/s: under one a minute
+		{17, time.Second, 1, 1, time.Minute, false},                          // 1.02 a minute
+		{15, time.Second, 1, 1, 67 * time.Second, false},                     // 0.9 a minute: one per ceil(1000/15) s
+		{1_000, 365 * 24 * time.Hour, 1, 1, 365 * 24 * time.Hour, false},     // one a year
+		{500, 365 * 24 * time.Hour, 30, 1, 60 * 365 * 24 * time.Hour, false}, // half a year: 30 per 60 years
+		{1, 365 * 24 * time.Hour, 0, 0, 0, true},                             // one per 1000 years: nothing
+		{0, time.Second, 0, 0, 0, true},
+	} {
+		s := tokenBucket(c.grant, c.unit)
+		if c.deny {
+			if s.GetBlanketRule() != typev3.RateLimitStrategy_DENY_ALL {
+				t.Errorf("grant %d: %v, want DENY_ALL", c.grant, s)
+			}
+			continue
+		}
+		tb := s.GetTokenBucket()
+		if tb.GetTokensPerFill().GetValue() != c.tokens || tb.GetMaxTokens() != c.held || tb.GetFillInterval().AsDuration() != c.fill {
+			t.Errorf("grant %d per %v: %v, want %d per %v, %d held", c.grant, c.unit, tb, c.tokens, c.fill, c.held)
+		}
+		if got, share := rate(s), float64(c.grant)/quotaScale/c.unit.Seconds(); got > share {
+			t.Errorf("grant %d per %v: %v/s, over the share %v/s", c.grant, c.unit, got, share)
+		}
+		if tb.GetFillInterval().AsDuration()%time.Second != 0 {
+			t.Errorf("grant %d per %v: fill interval %v is not whole seconds", c.grant, c.unit, tb.GetFillInterval().AsDuration())
+		}
+	}
+}
