@@ -36,6 +36,28 @@ func floodgateMemory(alg string) memoryCase {
 	}}
 }
 
+// floodgateMemoryLeased is floodgateMemory through quota leases
+// (ratelimit.NewLeased): the decisions come from a lease held in process.
+func floodgateMemoryLeased(alg string) memoryCase {
+	return memoryCase{lib: "floodgate-memory-leased", alg: alg, make: func([]string) (decide, func(), error) {
+		m := backend.NewMemory()
+		p := params{rate: memoryRate, per: time.Second}
+		lim, err := ratelimit.New(m, floodgateRules(alg, p)...)
+		if err != nil {
+			return nil, nil, err
+		}
+		l, err := ratelimit.NewLeased(lim)
+		if err != nil {
+			return nil, nil, err
+		}
+		ctx := context.Background()
+		return func(key string) (bool, error) {
+			r, err := l.Allow(ctx, key)
+			return r.Allowed, err
+		}, func() { _ = l.Close(ctx); m.Close() }, nil
+	}}
+}
+
 // xrate is golang.org/x/time/rate: one Limiter for the hot key; for many keys
 // one Limiter per key in a sync.Map, the usual way to key it.
 func xrate(keys []string) (decide, func(), error) {
@@ -69,6 +91,7 @@ var memoryCases = []memoryCase{
 	{lib: "xrate", alg: "tokenbucket", make: xrate},
 	floodgateMemory("gcra"),
 	floodgateMemory("tokenbucket"),
+	floodgateMemoryLeased("gcra"),
 	{lib: "sethvargo", alg: "tokenbucket", make: sethvargo},
 }
 
