@@ -114,34 +114,7 @@ func TestHammerTwoProcesses(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			cmd := exec.Command(os.Args[0], "-test.run=^$")
-			cmd.Env = append(os.Environ(), hammerEnv+"="+strings.Join([]string{sharedRedisAddr(t), prefix, name, "hot"}, " "))
-			stdin, _ := cmd.StdinPipe()
-			stdout, _ := cmd.StdoutPipe()
-			cmd.Stderr = os.Stderr
-			if err := cmd.Start(); err != nil {
-				t.Fatal(err)
-			}
-			var ready string
-			if _, err := fmt.Fscanln(stdout, &ready); err != nil || ready != "ready" {
-				t.Fatalf("child did not start: %q %v", ready, err)
-			}
-			fmt.Fprintln(stdin, "go")
-			mine, err := hammer(lim, "hot")
-			if err != nil {
-				t.Fatal(err)
-			}
-			var line string
-			if _, err := fmt.Fscanln(stdout, &line); err != nil {
-				t.Fatalf("child: %v", err)
-			}
-			if err := cmd.Wait(); err != nil {
-				t.Fatalf("child: %v", err)
-			}
-			theirs, err := strconv.ParseInt(line, 10, 64)
-			if err != nil {
-				t.Fatalf("child said %q", line)
-			}
+			mine, theirs := hammerBeside(t, lim, sharedRedisAddr(t), prefix, name, "hot")
 			if mine+theirs != 50 {
 				t.Errorf("admitted %d here + %d in the other process = %d, want exactly 50", mine, theirs, mine+theirs)
 			}
@@ -178,6 +151,43 @@ func TestHammerGoroutinesMemory(t *testing.T) {
 // hammerLeaseK is the largest lease of TestHammerTwoProcessesLeased.
 const hammerLeaseK = 5
 
+// hammerBeside starts this test binary as the other process, with fields
+// (address, prefix, rule, key and an optional "leased") in hammerEnv, and
+// hammers "hot" through lim while the child does the same; it returns what
+// each process admitted.
+func hammerBeside(t *testing.T, lim allower, fields ...string) (mine, theirs int64) {
+	t.Helper()
+	cmd := exec.Command(os.Args[0], "-test.run=^$")
+	cmd.Env = append(os.Environ(), hammerEnv+"="+strings.Join(fields, " "))
+	stdin, _ := cmd.StdinPipe()
+	stdout, _ := cmd.StdoutPipe()
+	cmd.Stderr = os.Stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	var ready string
+	if _, err := fmt.Fscanln(stdout, &ready); err != nil || ready != "ready" {
+		t.Fatalf("child did not start: %q %v", ready, err)
+	}
+	fmt.Fprintln(stdin, "go")
+	mine, err := hammer(lim, "hot")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var line string
+	if _, err := fmt.Fscanln(stdout, &line); err != nil {
+		t.Fatalf("child: %v", err)
+	}
+	if err := cmd.Wait(); err != nil {
+		t.Fatalf("child: %v", err)
+	}
+	theirs, err = strconv.ParseInt(line, 10, 64)
+	if err != nil {
+		t.Fatalf("child said %q", line)
+	}
+	return mine, theirs
+}
+
 func hammerLeased(lim *ratelimit.Limiter) (*ratelimit.Leased, error) {
 	return ratelimit.NewLeased(lim, ratelimit.LeaseSize(1, hammerLeaseK), ratelimit.LeaseFraction(1))
 }
@@ -203,34 +213,7 @@ func TestHammerTwoProcessesLeased(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			cmd := exec.Command(os.Args[0], "-test.run=^$")
-			cmd.Env = append(os.Environ(), hammerEnv+"="+strings.Join([]string{sharedRedisAddr(t), prefix, name, "hot", "leased"}, " "))
-			stdin, _ := cmd.StdinPipe()
-			stdout, _ := cmd.StdoutPipe()
-			cmd.Stderr = os.Stderr
-			if err := cmd.Start(); err != nil {
-				t.Fatal(err)
-			}
-			var ready string
-			if _, err := fmt.Fscanln(stdout, &ready); err != nil || ready != "ready" {
-				t.Fatalf("child did not start: %q %v", ready, err)
-			}
-			fmt.Fprintln(stdin, "go")
-			mine, err := hammer(lim, "hot")
-			if err != nil {
-				t.Fatal(err)
-			}
-			var line string
-			if _, err := fmt.Fscanln(stdout, &line); err != nil {
-				t.Fatalf("child: %v", err)
-			}
-			if err := cmd.Wait(); err != nil {
-				t.Fatalf("child: %v", err)
-			}
-			theirs, err := strconv.ParseInt(line, 10, 64)
-			if err != nil {
-				t.Fatalf("child said %q", line)
-			}
+			mine, theirs := hammerBeside(t, lim, sharedRedisAddr(t), prefix, name, "hot", "leased")
 			total := mine + theirs
 			if total > 50 || total < 50-2*hammerLeaseK-1 {
 				t.Errorf("admitted %d here + %d in the other process = %d, want between %d and 50", mine, theirs, total, 50-2*hammerLeaseK-1)

@@ -300,13 +300,7 @@ func (l *Leased) Allow(ctx context.Context, key string) (Result, error) {
 //
 // Errors: as Limiter.AllowN; a store error of the give-back is returned too.
 func (l *Leased) AllowN(ctx context.Context, key string, n int64) (Result, error) {
-	if err := backend.CheckKey(key); err != nil {
-		return Result{}, err
-	}
-	if n < 0 {
-		return Result{}, fmt.Errorf("%w, got %d", ErrNegativeN, n)
-	}
-	if err := ctx.Err(); err != nil {
+	if err := checkCall(ctx, key, n); err != nil {
 		return Result{}, err
 	}
 	for {

@@ -276,6 +276,18 @@ func (l *Limiter) Rules() int { return len(l.specs) }
 // Backend returns the backend l keeps its state on: the one given to New.
 func (l *Limiter) Backend() backend.Backend { return l.b }
 
+// checkCall checks a decision's input, as Limiter.AllowN and Leased.AllowN
+// do before anything else: the key, n >= 0, and ctx not ended.
+func checkCall(ctx context.Context, key string, n int64) error {
+	if err := backend.CheckKey(key); err != nil {
+		return err
+	}
+	if n < 0 {
+		return fmt.Errorf("%w, got %d", ErrNegativeN, n)
+	}
+	return ctx.Err()
+}
+
 // Allow is shorthand for AllowN(ctx, key, 1).
 func (l *Limiter) Allow(ctx context.Context, key string) (Result, error) {
 	return l.AllowN(ctx, key, 1)
@@ -289,13 +301,7 @@ func (l *Limiter) Allow(ctx context.Context, key string) (Result, error) {
 // Errors: backend.ErrEmptyKey, backend.ErrKeyTooLong, ErrNegativeN, the
 // context's error, and store errors (wrapped; on Redis bounded by ctx).
 func (l *Limiter) AllowN(ctx context.Context, key string, n int64) (Result, error) {
-	if err := backend.CheckKey(key); err != nil {
-		return Result{}, err
-	}
-	if n < 0 {
-		return Result{}, fmt.Errorf("%w, got %d", ErrNegativeN, n)
-	}
-	if err := ctx.Err(); err != nil {
+	if err := checkCall(ctx, key, n); err != nil {
 		return Result{}, err
 	}
 	var vs [8]verdict
