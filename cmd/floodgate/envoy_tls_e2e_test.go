@@ -26,20 +26,7 @@ import (
 func TestEnvoyCompatGRPCServerTLS(t *testing.T) {
 	r := testenv.NewRedis(t)
 	dir := t.TempDir()
-	mustCA := func(name string) *testenv.CA {
-		ca, err := testenv.NewCA(dir, name)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return ca
-	}
-	mustIssue := func(ca *testenv.CA, name string, o testenv.CertOptions) testenv.KeyPair {
-		kp, err := ca.Issue(name, o)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return kp
-	}
+	mustCA, mustIssue := certMakers(t, dir)
 	serverCA, newCA, clientCA := mustCA("server-ca"), mustCA("new-server-ca"), mustCA("client-ca")
 	srv := mustIssue(serverCA, "ratelimit", testenv.Localhost())
 	rotated := mustIssue(newCA, "ratelimit-new", testenv.Localhost())

@@ -16,15 +16,9 @@ import (
 	"github.com/floodgate-dev/floodgate/internal/testenv"
 )
 
-// TestServeTLS runs `floodgate serve` with TLS everywhere: to a TLS-only
-// redis-server that requires client certificates (--redis-tls-ca,
-// --redis-tls-cert, --redis-tls-key), and mutual TLS on its own APIs
-// (--tls-cert, --tls-key, --tls-client-ca, --tls-client-san). An Envoy with
-// the right certificate gets decisions; one without, or with another SAN,
-// is refused; a wrong Redis CA stops the start with an error naming it.
-func TestServeTLS(t *testing.T) {
-	r := testenv.NewRedis(t, testenv.WithTLS(nil, true))
-	dir := t.TempDir()
+// certMakers returns makers of CAs in dir and of key pairs they issue,
+// failing t on an error.
+func certMakers(t *testing.T, dir string) (func(name string) *testenv.CA, func(ca *testenv.CA, name string, o testenv.CertOptions) testenv.KeyPair) {
 	mustCA := func(name string) *testenv.CA {
 		ca, err := testenv.NewCA(dir, name)
 		if err != nil {
@@ -39,6 +33,19 @@ func TestServeTLS(t *testing.T) {
 		}
 		return kp
 	}
+	return mustCA, mustIssue
+}
+
+// TestServeTLS runs `floodgate serve` with TLS everywhere: to a TLS-only
+// redis-server that requires client certificates (--redis-tls-ca,
+// --redis-tls-cert, --redis-tls-key), and mutual TLS on its own APIs
+// (--tls-cert, --tls-key, --tls-client-ca, --tls-client-san). An Envoy with
+// the right certificate gets decisions; one without, or with another SAN,
+// is refused; a wrong Redis CA stops the start with an error naming it.
+func TestServeTLS(t *testing.T) {
+	r := testenv.NewRedis(t, testenv.WithTLS(nil, true))
+	dir := t.TempDir()
+	mustCA, mustIssue := certMakers(t, dir)
 	serverCA, clientCA := mustCA("server-ca"), mustCA("client-ca")
 	srvCert := mustIssue(serverCA, "floodgate", testenv.Localhost())
 	envoy := mustIssue(clientCA, "envoy", testenv.CertOptions{Client: true, DNSNames: []string{"envoy.local"}})
