@@ -31,19 +31,16 @@ func received(s *subscription, within time.Duration) bool {
 	}
 }
 
-// A release hands the lock to the longest live waiter that listens and
-// notifies only that one; the waiter confirms with pgConfirm. A waiter
-// that gives up after the hand-off passes the lock on to the next (its
-// undo is a release matched on its call id). Waiting here has no back-off:
-// only a notification can arrive on a subscription.
-func TestReleaseHandsOffToHeadWaiter(t *testing.T) {
+// pgDriver returns a mutex driver on the shared PostgreSQL (migrated), with
+// a Listener, on a lock name of its own made from prefix, and its pool;
+// both close with t.
+func pgDriver(t *testing.T, ctx context.Context, prefix string) (*sql.DB, *dbDriver) {
+	t.Helper()
 	db, err := sql.Open("pgx", testenv.SharedPostgres(t).DSN)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer db.Close()
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-	defer cancel()
+	t.Cleanup(func() { db.Close() })
 	if err := Migrate(ctx, db, Postgres); err != nil {
 		t.Fatal(err)
 	}
@@ -51,17 +48,28 @@ func TestReleaseHandsOffToHeadWaiter(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer ln.Close()
+	t.Cleanup(func() { ln.Close() })
 	o, _ := lock.BuildOptions(nil)
-	name := fmt.Sprintf("notify-%d", time.Now().UnixNano())
-	d := &dbDriver{db: db, dialect: Postgres, name: name, o: o, ln: ln, channel: channelName(name)}
+	name := fmt.Sprintf("%s-%d", prefix, time.Now().UnixNano())
+	return db, &dbDriver{db: db, dialect: Postgres, name: name, o: o, ln: ln, channel: channelName(name)}
+}
+
+// A release hands the lock to the longest live waiter that listens and
+// notifies only that one; the waiter confirms with pgConfirm. A waiter
+// that gives up after the hand-off passes the lock on to the next (its
+// undo is a release matched on its call id). Waiting here has no back-off:
+// only a notification can arrive on a subscription.
+func TestReleaseHandsOffToHeadWaiter(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	db, d := pgDriver(t, ctx, "notify")
 
 	held, _, err := d.try(ctx, "holder", time.Minute, "", "c-holder")
 	if err != nil {
 		t.Fatal(err)
 	}
 	// Waiter ids are their calls' ids, as in dbDriver.Acquire.
-	s1, s2 := ln.subscribe(d.channel, "w1"), ln.subscribe(d.channel, "w2")
+	s1, s2 := d.ln.subscribe(d.channel, "w1"), d.ln.subscribe(d.channel, "w2")
 	defer s1.close()
 	defer s2.close()
 	for _, s := range []*subscription{s1, s2} {
@@ -108,7 +116,7 @@ func TestReleaseHandsOffToHeadWaiter(t *testing.T) {
 	// benchmark: a later release handed the lock to the stale entry and the
 	// lock sat for the grace); the confirmation removes it.
 	if _, err := db.ExecContext(ctx, `INSERT INTO floodgate_lock_waiters (name, waiter, expires_at, owner, ttl_us)
-VALUES ($1, 'w2', clock_timestamp() + interval '1 minute', 'o-w2', 60000000)`, name); err != nil {
+VALUES ($1, 'w2', clock_timestamp() + interval '1 minute', 'o-w2', 60000000)`, d.name); err != nil {
 		t.Fatal(err)
 	}
 	g, ok, err := d.confirm(ctx, "o-w2", "w2", time.Minute)
@@ -119,7 +127,7 @@ VALUES ($1, 'w2', clock_timestamp() + interval '1 minute', 'o-w2', 60000000)`, n
 		t.Fatalf("token %d after %d", g.Token, held.Token)
 	}
 	var n int
-	if err := db.QueryRowContext(ctx, "SELECT count(*) FROM floodgate_lock_waiters WHERE name = $1", name).Scan(&n); err != nil {
+	if err := db.QueryRowContext(ctx, "SELECT count(*) FROM floodgate_lock_waiters WHERE name = $1", d.name).Scan(&n); err != nil {
 		t.Fatal(err)
 	}
 	if n != 0 {
@@ -141,24 +149,9 @@ VALUES ($1, 'w2', clock_timestamp() + interval '1 minute', 'o-w2', 60000000)`, n
 // is handed the lock never confirms: the lock is free again after the
 // hand-off's grace, not the waiter's TTL.
 func TestHandOffToDeadWaiterEndsAfterGrace(t *testing.T) {
-	db, err := sql.Open("pgx", testenv.SharedPostgres(t).DSN)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer db.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	if err := Migrate(ctx, db, Postgres); err != nil {
-		t.Fatal(err)
-	}
-	ln, err := NewListener(db, waitPgx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	o, _ := lock.BuildOptions(nil)
-	name := fmt.Sprintf("dead-waiter-%d", time.Now().UnixNano())
-	d := &dbDriver{db: db, dialect: Postgres, name: name, o: o, ln: ln, channel: channelName(name)}
+	_, d := pgDriver(t, ctx, "dead-waiter")
 	if _, _, err := d.try(ctx, "holder", time.Minute, "", "c-holder"); err != nil {
 		t.Fatal(err)
 	}
