@@ -566,8 +566,12 @@ func TestRunIntsGoRedis(t *testing.T) {
 			t.Errorf("%s: a reply of 4 elements where 3 are wanted: %v", name, err)
 		}
 	}
-	if h.noscript.Load() == 0 || h.evals.Load() == 0 {
-		t.Errorf("no NOSCRIPT recovery was exercised (%d NOSCRIPT, %d EVAL)", h.noscript.Load(), h.evals.Load())
+	// The scripts were flushed before each of the two backends on c: each
+	// ran EVAL, which runScript sends only after NOSCRIPT. (The NOSCRIPT
+	// replies themselves may complete after the pipeline hook has returned,
+	// so the hook's count of them is not asserted.)
+	if h.evals.Load() < 2 {
+		t.Errorf("NOSCRIPT recovery was not exercised on both backends (%d NOSCRIPT seen, %d EVAL)", h.noscript.Load(), h.evals.Load())
 	}
 	if h.maxBatch.Load() < 2 {
 		t.Error("no pipelining")
