@@ -88,7 +88,9 @@ func TestServePerSecondUsage(t *testing.T) {
 // keys are in that Redis, the others in --redis's; its password comes from
 // --redis-persecond-password-file.
 func TestServePerSecondRedis(t *testing.T) {
-	r, ps := testenv.NewRedis(t), testenv.NewRedis(t)
+	// The per-second Redis logs its connections (verbose), for the
+	// failure message below.
+	r, ps := testenv.NewRedis(t), testenv.NewRedis(t, testenv.WithArgs("--loglevel", "verbose"))
 	const pass = "per-second-s3cret"
 	if _, err := ps.Do(t.Context(), "CONFIG", "SET", "requirepass", pass); err != nil {
 		t.Fatal(err)
@@ -120,7 +122,7 @@ descriptors:
 		t.Fatal(err)
 	}
 	if len(keys) == 0 || slices.ContainsFunc(keys, func(k string) bool { return !strings.Contains(k, "|per_second|") }) {
-		t.Errorf("per-second Redis keys %q: want per_second's only", keys)
+		t.Errorf("per-second Redis keys %q: want per_second's only; its log:\n%s", keys, ps.LogTail())
 	}
 	if logs := s.Logs(); strings.Contains(logs, pass) {
 		t.Errorf("the per-second password is in the log:\n%s", logs)

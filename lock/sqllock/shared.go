@@ -306,10 +306,15 @@ func (s *shared) attempt(ctx context.Context, repeat bool, waiter string, decide
 			if _, err := s.db.ExecContext(ctx, s.q.create, s.kind, s.name); err != nil {
 				return err
 			}
-			if tx, err = s.begin(ctx); err != nil {
-				return err
+			// A new variable for the second transaction: the deferred
+			// rollback above holds tx, which must not become nil when
+			// begin fails.
+			second, berr := s.begin(ctx)
+			if berr != nil {
+				return berr
 			}
-			defer func() { _ = tx.Rollback() }()
+			tx = second
+			defer func() { _ = second.Rollback() }()
 			st, err = s.load(ctx, tx, waiter)
 		}
 		if err != nil {
