@@ -53,7 +53,13 @@ type Leased struct {
 	hold     int64 // LeaseTarget in µs: a drain rule's pad (see Limiter.grant)
 
 	keys sync.Map // key → *keyLease
+	// hot is the lease of the key decided last: a run of decisions of one
+	// key (a hot key, what leases are for) finds it without hashing.
+	hot atomic.Pointer[keyLease]
 
+	// Counters of decisions are kept per key, under its mu (no shared
+	// cache line written per decision), and added here when Flush forgets
+	// the key; Stats sums both.
 	stats struct{ decisions, fromLease, grants, granted, denied, giveBacks atomic.Int64 }
 }
 
@@ -71,7 +77,7 @@ type LeaseStats struct {
 // leases took and did not use: given back where the rules allowed, held, or
 // dropped.
 func (l *Leased) Stats() LeaseStats {
-	return LeaseStats{
+	st := LeaseStats{
 		Decisions: l.stats.decisions.Load(),
 		FromLease: l.stats.fromLease.Load(),
 		Grants:    l.stats.grants.Load(),
@@ -79,6 +85,17 @@ func (l *Leased) Stats() LeaseStats {
 		Denied:    l.stats.denied.Load(),
 		GiveBacks: l.stats.giveBacks.Load(),
 	}
+	l.keys.Range(func(_, v any) bool {
+		k := v.(*keyLease)
+		k.mu.Lock()
+		if !k.gone { // else its counts are in l.stats already
+			st.Decisions += k.decisions
+			st.FromLease += k.fromLease
+		}
+		k.mu.Unlock()
+		return true
+	})
+	return st
 }
 
 // LeaseOption configures NewLeased.
@@ -219,6 +236,7 @@ func (l *Leased) Limiter() *Limiter { return l.lim }
 // rate. Its fields are guarded by mu, which a decision holds across the
 // store call of a new lease, so that a key takes one lease at a time.
 type keyLease struct {
+	key   string
 	mu    sync.Mutex
 	g     grant
 	spent int64     // units of g used or skipped (past their place): the next is spent+1
@@ -232,26 +250,56 @@ type keyLease struct {
 	deniedAt   int64     // the store's time of the denial, µs
 	deniedSent time.Time // local time the denied call was sent
 	gone       bool      // removed from Leased.keys by Flush
+	// decisions and fromLease count as LeaseStats's fields do, for this key
+	// since it entered Leased.keys
+	decisions, fromLease int64
 }
 
-// now returns the store's time of k's lease: the injected clock's, the
-// memory backend's, or for Redis's own TIME the grant's time plus the local
-// time since the grant was asked for, which is never earlier than Redis's.
-func (l *Leased) now(k *keyLease) int64 { return k.g.now + l.since(k.g.now, k.sent) }
+// now returns the store's time of k's lease now: l.at(k, l.instant()).
+func (l *Leased) now(k *keyLease) int64 { return l.at(k, l.instant()) }
+
+// An instant is the time of a decision, read before the key's lock is
+// taken (as Limiter and x/time/rate read theirs), so that no clock is read
+// while others wait for the lock: the store's µs for the memory backend or
+// an injected clock, else the local time.
+type instant struct {
+	us    int64
+	local time.Time
+}
+
+func (l *Leased) instant() instant {
+	if m := l.lim.mem; m != nil {
+		return instant{us: m.NowMicros()}
+	}
+	if c := l.lim.b.Clock(); c != nil {
+		return instant{us: backend.Micros(c.Now())}
+	}
+	return instant{local: time.Now()}
+}
+
+// at returns the store's time of k's lease at t: the instant's own µs, or
+// for Redis's own TIME the grant's time plus the local time from when the
+// grant was asked for to t, which is never earlier than Redis's. It is
+// never before the grant: t may have been read before a grant that another
+// decision made while this one waited for the lock.
+func (l *Leased) at(k *keyLease, t instant) int64 {
+	if t.local.IsZero() {
+		return max(t.us, k.g.now)
+	}
+	return k.g.now + max(int64((t.local.Sub(k.sent)+time.Microsecond-1)/time.Microsecond), 0)
+}
 
 // since returns the store's µs since its time t, which a call sent at
 // local time sent returned: for Redis's own TIME measured locally from
 // sent, which is never less than Redis's.
 func (l *Leased) since(t int64, sent time.Time) int64 {
-	switch b := l.lim.b.(type) {
-	case *backend.Memory:
-		return b.NowMicros() - t
-	default:
-		if c := b.Clock(); c != nil {
-			return backend.Micros(c.Now()) - t
-		}
-		return int64((time.Since(sent) + time.Microsecond - 1) / time.Microsecond)
+	if m := l.lim.mem; m != nil {
+		return m.NowMicros() - t
 	}
+	if c := l.lim.b.Clock(); c != nil {
+		return backend.Micros(c.Now()) - t
+	}
+	return int64((time.Since(sent) + time.Microsecond - 1) / time.Microsecond)
 }
 
 // validUnit reports whether unit j (1-based) of k's lease may be admitted
@@ -303,18 +351,20 @@ func (l *Leased) AllowN(ctx context.Context, key string, n int64) (Result, error
 	if err := checkCall(ctx, key, n); err != nil {
 		return Result{}, err
 	}
+	t := l.instant()
 	for {
 		k := l.entry(key)
 		k.mu.Lock()
 		if k.gone { // Flush removed it between entry and Lock
 			k.mu.Unlock()
+			l.hot.CompareAndSwap(k, nil)
 			continue
 		}
-		r, err := l.decide(ctx, key, k, n)
-		k.mu.Unlock()
+		r, err := l.decide(ctx, key, k, n, t)
 		if err == nil && n > 0 {
-			l.stats.decisions.Add(1)
+			k.decisions++
 		}
+		k.mu.Unlock()
 		return r, err
 	}
 }
@@ -331,19 +381,25 @@ func (l *Leased) WaitN(ctx context.Context, key string, n int64) error {
 	return waitN(ctx, n, func() (Result, error) { return l.AllowN(ctx, key, n) })
 }
 
+// entry returns key's lease, made if need be: the hot one when it is key's.
 func (l *Leased) entry(key string) *keyLease {
-	if k, ok := l.keys.Load(key); ok {
-		return k.(*keyLease)
+	if k := l.hot.Load(); k != nil && k.key == key {
+		return k
 	}
-	k, _ := l.keys.LoadOrStore(key, &keyLease{})
-	return k.(*keyLease)
+	v, ok := l.keys.Load(key)
+	if !ok {
+		v, _ = l.keys.LoadOrStore(key, &keyLease{key: key})
+	}
+	k := v.(*keyLease)
+	l.hot.Store(k)
+	return k
 }
 
-// decide is AllowN for a key's lease k, whose mu is held.
-func (l *Leased) decide(ctx context.Context, key string, k *keyLease, n int64) (Result, error) {
+// decide is AllowN at t for a key's lease k, whose mu is held.
+func (l *Leased) decide(ctx context.Context, key string, k *keyLease, n int64, t instant) (Result, error) {
 	var now, avail int64 // avail: the lease's units from the first valid one
 	if k.g.units > 0 {
-		now = l.now(k)
+		now = l.at(k, t)
 		if l.ends && now-k.g.now >= l.life {
 			l.observe(k, now)
 			if err := l.giveBack(ctx, key, k); err != nil {
@@ -352,12 +408,16 @@ func (l *Leased) decide(ctx context.Context, key string, k *keyLease, n int64) (
 		} else {
 			// Validity is monotone in the unit: a drain rule's later units
 			// have later places, windows and buckets end for all at once.
+			// The next unit is valid in the common case: no search then.
 			left := k.g.units - k.spent
-			skip := int64(sort.Search(int(left), func(i int) bool {
-				return l.validUnit(k, k.spent+1+int64(i), now)
-			}))
-			k.spent += skip // never admitted: a give-back still returns them
-			avail = left - skip
+			if left > 0 && !l.validUnit(k, k.spent+1, now) {
+				skip := 1 + int64(sort.Search(int(left-1), func(i int) bool {
+					return l.validUnit(k, k.spent+2+int64(i), now)
+				}))
+				k.spent += skip // never admitted: a give-back still returns them
+				left -= skip
+			}
+			avail = left
 		}
 	}
 	if n == 0 {
@@ -372,7 +432,7 @@ func (l *Leased) decide(ctx context.Context, key string, k *keyLease, n int64) (
 		if wait := k.denied.RetryAfter - time.Duration(l.since(k.deniedAt, k.deniedSent))*time.Microsecond; wait > 0 {
 			r := k.denied
 			r.RetryAfter = wait
-			l.stats.fromLease.Add(1)
+			k.fromLease++
 			return r, nil
 		}
 		k.deniedN = 0
@@ -380,7 +440,7 @@ func (l *Leased) decide(ctx context.Context, key string, k *keyLease, n int64) (
 	if avail >= n {
 		k.spent += n
 		k.used += n
-		l.stats.fromLease.Add(1)
+		k.fromLease++
 		return l.fromLease(k, now), nil
 	}
 	if k.g.units > 0 && avail == 0 {
@@ -534,6 +594,9 @@ func (l *Leased) flush(ctx context.Context, all bool) error {
 		if k.g.units == 0 {
 			l.keys.CompareAndDelete(key, k)
 			k.gone = true
+			l.stats.decisions.Add(k.decisions)
+			l.stats.fromLease.Add(k.fromLease)
+			l.hot.CompareAndSwap(k, nil)
 		}
 		k.mu.Unlock()
 		return true
