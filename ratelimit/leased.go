@@ -9,6 +9,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+	"weak"
 
 	"github.com/floodgate-dev/floodgate/backend"
 )
@@ -59,8 +60,10 @@ type Leased struct {
 
 	// Counters of decisions are kept per key, under its mu (no shared
 	// cache line written per decision), and added here when Flush forgets
-	// the key; Stats sums both.
-	stats struct{ decisions, fromLease, grants, granted, denied, giveBacks atomic.Int64 }
+	// the key; Stats sums both. statsMu orders the two: Flush holds it
+	// shared while it moves counts here, Stats exclusively.
+	statsMu sync.RWMutex
+	stats   struct{ decisions, fromLease, grants, granted, denied, giveBacks, flushErrors atomic.Int64 }
 }
 
 // LeaseStats counts what a Leased did since NewLeased.
@@ -71,12 +74,17 @@ type LeaseStats struct {
 	Granted   int64 // units the leases took from the store
 	Denied    int64 // store calls that denied (nothing taken)
 	GiveBacks int64 // store calls that gave units back
+	// FlushErrors counts the background flushes (see LeaseFlushEvery) that
+	// returned an error; their units are given back by a later flush.
+	FlushErrors int64
 }
 
 // Stats returns l's counters. Granted minus the units admitted is what the
 // leases took and did not use: given back where the rules allowed, held, or
 // dropped.
 func (l *Leased) Stats() LeaseStats {
+	l.statsMu.Lock()
+	defer l.statsMu.Unlock()
 	st := LeaseStats{
 		Decisions: l.stats.decisions.Load(),
 		FromLease: l.stats.fromLease.Load(),
@@ -84,6 +92,8 @@ func (l *Leased) Stats() LeaseStats {
 		Granted:   l.stats.granted.Load(),
 		Denied:    l.stats.denied.Load(),
 		GiveBacks: l.stats.giveBacks.Load(),
+
+		FlushErrors: l.stats.flushErrors.Load(),
 	}
 	l.keys.Range(func(_, v any) bool {
 		k := v.(*keyLease)
@@ -104,6 +114,7 @@ type LeaseOption func(*leaseConfig)
 type leaseConfig struct {
 	target   time.Duration
 	life     time.Duration
+	flush    time.Duration // < 0: no background flush; 0: life
 	min, max int64
 	fraction float64
 	err      error
@@ -149,6 +160,28 @@ func LeaseLifetime(d time.Duration) LeaseOption {
 			c.err = fmt.Errorf("ratelimit: LeaseLifetime must be > 0 and at most MaxPeriod, got %v", d)
 		}
 		c.life = d
+	}
+}
+
+// LeaseFlushEvery sets how often a background goroutine calls Flush, so
+// that keys gone quiet give back what their leases hold and the Leased
+// forgets them (default: every LeaseLifetime, at least every second: a
+// flush visits every key). d < 0 turns it off: the
+// caller then calls Flush (or Close) itself. d must be at most MaxPeriod.
+//
+// The goroutine holds the Leased weakly: it stops by itself once the
+// Leased is no longer referenced (and collected), so a Leased needs no
+// Close to end it. Each flush is bounded by a timeout of d; its errors are
+// counted in LeaseStats.FlushErrors.
+func LeaseFlushEvery(d time.Duration) LeaseOption {
+	return func(c *leaseConfig) {
+		if d > MaxPeriod {
+			c.err = fmt.Errorf("ratelimit: LeaseFlushEvery must be at most MaxPeriod, got %v", d)
+		}
+		if d == 0 {
+			d = -1
+		}
+		c.flush = d
 	}
 }
 
@@ -217,7 +250,7 @@ func NewLeased(lim *Limiter, opts ...LeaseOption) (*Leased, error) {
 		}
 	}
 	most := min(cfg.max, max(int64(cfg.fraction*float64(smallest)), 1))
-	return &Leased{
+	l := &Leased{
 		lim:      lim,
 		cfg:      cfg,
 		most:     most,
@@ -226,7 +259,37 @@ func NewLeased(lim *Limiter, opts ...LeaseOption) (*Leased, error) {
 		pace:     pace,
 		smallest: smallest,
 		hold:     int64(cfg.target / time.Microsecond),
-	}, nil
+	}
+	if cfg.flush == 0 {
+		cfg.flush = max(cfg.life, time.Second)
+	}
+	if cfg.flush > 0 {
+		go flushEvery(weak.Make(l), cfg.flush)
+	}
+	return l, nil
+}
+
+// flushers counts the running background flush goroutines, for tests.
+var flushers atomic.Int64
+
+// flushEvery calls Flush on the Leased wp points to every d, each bounded
+// by d, until the Leased has been collected.
+func flushEvery(wp weak.Pointer[Leased], d time.Duration) {
+	flushers.Add(1)
+	defer flushers.Add(-1)
+	t := time.NewTicker(d)
+	defer t.Stop()
+	for range t.C {
+		l := wp.Value()
+		if l == nil {
+			return
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), d)
+		if err := l.Flush(ctx); err != nil {
+			l.stats.flushErrors.Add(1)
+		}
+		cancel()
+	}
 }
 
 // Limiter returns the Limiter l decides for.
@@ -569,9 +632,9 @@ func (l *Leased) Release(ctx context.Context, key string) error {
 // Flush ends every lease past its lifetime (LeaseLifetime) or its last
 // deadline, giving back its unspent units as Release does, and forgets keys
 // without a lease (a Leased keeps about 200 bytes per key it decided until
-// then). Call it now and then (a ticker of the lifetime, say) so that quiet
-// keys return what they hold; AllowN does the same for a key it decides. It
-// returns the store errors of the give-backs, joined.
+// then), so that quiet keys return what they hold; AllowN does the same for
+// a key it decides. A background goroutine calls it (see LeaseFlushEvery).
+// It returns the store errors of the give-backs, joined.
 func (l *Leased) Flush(ctx context.Context) error { return l.flush(ctx, false) }
 
 // Close ends every lease, giving back its unspent units as Release does.
@@ -580,6 +643,8 @@ func (l *Leased) Close(ctx context.Context) error { return l.flush(ctx, true) }
 
 func (l *Leased) flush(ctx context.Context, all bool) error {
 	var errs []error
+	l.statsMu.RLock()
+	defer l.statsMu.RUnlock()
 	l.keys.Range(func(kv, v any) bool {
 		key, k := kv.(string), v.(*keyLease)
 		k.mu.Lock()
