@@ -20,7 +20,9 @@ import (
 // call per decision, until they are spent, their deadline passes or the
 // lease's lifetime ends; unspent units are given back where the rules allow
 // (see Release). Create it with NewLeased; it is safe for concurrent use.
-// Allow and AllowN are what most callers want.
+// Allow and AllowN are what most callers want. A decision from a lease takes
+// no lock: one clock read and one compare-and-swap, about what one call of
+// golang.org/x/time/rate costs, and less under contention.
 //
 // Leasing never admits more than the rules allow across all processes: a
 // unit is admitted only while the store would still count it (a FixedWindow
@@ -101,6 +103,11 @@ func (l *Leased) Stats() LeaseStats {
 		if !k.gone { // else its counts are in l.stats already
 			st.Decisions += k.decisions
 			st.FromLease += k.fromLease
+			if f := k.fast.Load(); f != nil {
+				c := int64(f.word.Load() >> fastUnitBits & fastCount)
+				st.Decisions += c
+				st.FromLease += c
+			}
 		}
 		k.mu.Unlock()
 		return true
@@ -299,7 +306,10 @@ func (l *Leased) Limiter() *Limiter { return l.lim }
 // rate. Its fields are guarded by mu, which a decision holds across the
 // store call of a new lease, so that a key takes one lease at a time.
 type keyLease struct {
-	key   string
+	key string
+	// fast is the lease as decisions take units from it without mu (see
+	// fastLease), nil when it has none to give; set and frozen under mu.
+	fast  atomic.Pointer[fastLease]
 	mu    sync.Mutex
 	g     grant
 	spent int64     // units of g used or skipped (past their place): the next is spent+1
@@ -345,11 +355,14 @@ func (l *Leased) instant() instant {
 // grant was asked for to t, which is never earlier than Redis's. It is
 // never before the grant: t may have been read before a grant that another
 // decision made while this one waited for the lock.
-func (l *Leased) at(k *keyLease, t instant) int64 {
+func (l *Leased) at(k *keyLease, t instant) int64 { return atGrant(&k.g, k.sent, t) }
+
+// atGrant is at for grant g asked for at local time sent.
+func atGrant(g *grant, sent time.Time, t instant) int64 {
 	if t.local.IsZero() {
-		return max(t.us, k.g.now)
+		return max(t.us, g.now)
 	}
-	return k.g.now + max(int64((t.local.Sub(k.sent)+time.Microsecond-1)/time.Microsecond), 0)
+	return g.now + max(int64((t.local.Sub(sent)+time.Microsecond-1)/time.Microsecond), 0)
 }
 
 // since returns the store's µs since its time t, which a call sent at
@@ -365,13 +378,12 @@ func (l *Leased) since(t int64, sent time.Time) int64 {
 	return int64((time.Since(sent) + time.Microsecond - 1) / time.Microsecond)
 }
 
-// validUnit reports whether unit j (1-based) of k's lease may be admitted
+// validUnit reports whether unit j (1-based) of lease g may be admitted
 // at now: within the FixedWindow's window and the SlidingWindow's bucket
 // the grant counted it in, and for a drain rule no later than its place in
 // the bucket, the time the grant's level minus the units from j on would
 // have drained to nothing.
-func (l *Leased) validUnit(k *keyLease, j, now int64) bool {
-	g := &k.g
+func (l *Leased) validUnit(g *grant, j, now int64) bool {
 	for i := range l.lim.specs {
 		s := &l.lim.specs[i]
 		switch s.kind {
@@ -417,16 +429,23 @@ func (l *Leased) AllowN(ctx context.Context, key string, n int64) (Result, error
 	t := l.instant()
 	for {
 		k := l.entry(key)
+		if n > 0 {
+			if r, ok := l.fromFast(k, n, t); ok {
+				return r, nil
+			}
+		}
 		k.mu.Lock()
 		if k.gone { // Flush removed it between entry and Lock
 			k.mu.Unlock()
 			l.hot.CompareAndSwap(k, nil)
 			continue
 		}
+		l.absorb(k)
 		r, err := l.decide(ctx, key, k, n, t)
 		if err == nil && n > 0 {
 			k.decisions++
 		}
+		l.publish(k)
 		k.mu.Unlock()
 		return r, err
 	}
@@ -458,6 +477,87 @@ func (l *Leased) entry(key string) *keyLease {
 	return k
 }
 
+// A fastLease is a key's lease as published for decisions that take units
+// from it without the key's lock: each takes its units with one
+// compare-and-swap of word, which counts the units taken since publication
+// and the decisions that took them. A decision that finds no fastLease, a
+// frozen one, too few units left, its next unit past its place or the
+// lease past its lifetime takes the lock, where absorb freezes the
+// fastLease (no unit is taken from it after that) and adds what was taken
+// from it to the key's lease. Only leases of at most fastMaxUnits units are
+// published, so that both counts fit in word.
+type fastLease struct {
+	g    *grant    // a copy of the key's grant, never changed
+	sent time.Time // of the grant
+	base int64     // units of g spent when published
+	word atomic.Uint64
+}
+
+const (
+	fastUnitBits = 40
+	fastUnits    = 1<<fastUnitBits - 1 // word's units taken
+	fastOne      = 1 << fastUnitBits   // one decision, in word's count
+	fastCount    = 1<<23 - 1           // word's count, after the shift
+	fastFrozen   = 1 << 63
+	fastMaxUnits = 1 << 22 // the count never exceeds the units taken
+)
+
+// fromFast decides n units at t from k's fastLease, without k's lock;
+// false when it cannot (the caller then decides under the lock).
+func (l *Leased) fromFast(k *keyLease, n int64, t instant) (Result, bool) {
+	f := k.fast.Load()
+	if f == nil {
+		return Result{}, false
+	}
+	g := f.g
+	now := atGrant(g, f.sent, t)
+	if l.ends && now-g.now >= l.life {
+		return Result{}, false
+	}
+	for {
+		w := f.word.Load()
+		if w&fastFrozen != 0 {
+			return Result{}, false
+		}
+		spent := f.base + int64(w&fastUnits)
+		if g.units-spent < n || !l.validUnit(g, spent+1, now) {
+			return Result{}, false
+		}
+		if f.word.CompareAndSwap(w, w+fastOne+uint64(n)) {
+			return fromLease(g, spent+n, now), true
+		}
+	}
+}
+
+// absorb freezes k's fastLease, if any, and adds the units and decisions
+// taken from it to k. k.mu is held.
+func (l *Leased) absorb(k *keyLease) {
+	f := k.fast.Load()
+	if f == nil {
+		return
+	}
+	k.fast.Store(nil)
+	w := f.word.Load()
+	for !f.word.CompareAndSwap(w, w|fastFrozen) {
+		w = f.word.Load()
+	}
+	taken, count := int64(w&fastUnits), int64(w>>fastUnitBits&fastCount)
+	k.spent += taken
+	k.used += taken
+	k.decisions += count
+	k.fromLease += count
+}
+
+// publish makes k's lease, if it has units left, a fastLease. k.mu is held
+// and k has no fastLease.
+func (l *Leased) publish(k *keyLease) {
+	if k.gone || k.g.units == 0 || k.spent >= k.g.units || k.g.units > fastMaxUnits {
+		return
+	}
+	g := k.g
+	k.fast.Store(&fastLease{g: &g, sent: k.sent, base: k.spent})
+}
+
 // decide is AllowN at t for a key's lease k, whose mu is held.
 func (l *Leased) decide(ctx context.Context, key string, k *keyLease, n int64, t instant) (Result, error) {
 	var now, avail int64 // avail: the lease's units from the first valid one
@@ -473,9 +573,9 @@ func (l *Leased) decide(ctx context.Context, key string, k *keyLease, n int64, t
 			// have later places, windows and buckets end for all at once.
 			// The next unit is valid in the common case: no search then.
 			left := k.g.units - k.spent
-			if left > 0 && !l.validUnit(k, k.spent+1, now) {
+			if left > 0 && !l.validUnit(&k.g, k.spent+1, now) {
 				skip := 1 + int64(sort.Search(int(left-1), func(i int) bool {
-					return l.validUnit(k, k.spent+2+int64(i), now)
+					return l.validUnit(&k.g, k.spent+2+int64(i), now)
 				}))
 				k.spent += skip // never admitted: a give-back still returns them
 				left -= skip
@@ -504,7 +604,7 @@ func (l *Leased) decide(ctx context.Context, key string, k *keyLease, n int64, t
 		k.spent += n
 		k.used += n
 		k.fromLease++
-		return l.fromLease(k, now), nil
+		return fromLease(&k.g, k.spent, now), nil
 	}
 	if k.g.units > 0 && avail == 0 {
 		// Spent, or past its deadline: give back what the store still
@@ -558,11 +658,12 @@ func (l *Leased) decide(ctx context.Context, key string, k *keyLease, n int64, t
 	return r, err
 }
 
-// fromLease is the Result of a decision from k's lease at now.
-func (l *Leased) fromLease(k *keyLease, now int64) Result {
-	r := k.g.res
-	r.Remaining += k.g.units - k.spent
-	r.ResetAfter = max(r.ResetAfter-time.Duration(now-k.g.now)*time.Microsecond, 0)
+// fromLease is the Result of a decision at now from lease g, of which
+// spent units are spent.
+func fromLease(g *grant, spent, now int64) Result {
+	r := g.res
+	r.Remaining += g.units - spent
+	r.ResetAfter = max(r.ResetAfter-time.Duration(now-g.now)*time.Microsecond, 0)
 	r.Delay = 0
 	return r
 }
@@ -623,6 +724,7 @@ func (l *Leased) Release(ctx context.Context, key string) error {
 	k := v.(*keyLease)
 	k.mu.Lock()
 	defer k.mu.Unlock()
+	l.absorb(k)
 	if k.g.units == 0 {
 		return nil
 	}
@@ -650,7 +752,8 @@ func (l *Leased) flush(ctx context.Context, all bool) error {
 		k.mu.Lock()
 		if k.g.units > 0 {
 			now := l.now(k)
-			if all || l.ends && now-k.g.now >= l.life || !l.validUnit(k, k.g.units, now) {
+			if all || l.ends && now-k.g.now >= l.life || !l.validUnit(&k.g, k.g.units, now) {
+				l.absorb(k)
 				if err := l.giveBack(ctx, key, k); err != nil {
 					errs = append(errs, err)
 				}

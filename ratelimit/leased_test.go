@@ -7,6 +7,7 @@ import (
 	"math/rand/v2"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -511,5 +512,97 @@ func TestLeasedWait(t *testing.T) {
 	}
 	if err := l.WaitN(ctx, "k", 3); err == nil || !strings.Contains(err.Error(), "can ever admit") {
 		t.Errorf("WaitN of more than the burst: got %v", err)
+	}
+}
+
+// TestLeasedConcurrentAccounting: goroutines deciding one key from its
+// lease (without the key's lock), while others Release and Flush it, in two
+// processes on one store: once every lease is closed, the store's count is
+// exactly the units admitted — no unit was both admitted and given back,
+// none admitted twice, none lost — and the counters add up.
+func TestLeasedConcurrentAccounting(t *testing.T) {
+	for _, bk := range []string{"memory", "redis"} {
+		t.Run(bk, func(t *testing.T) {
+			if bk == "redis" && testing.Short() {
+				testenv.SharedRedis(t) // skips under -short, naming what is missing
+			}
+			const limit = 100000
+			ctx := context.Background()
+			ls := processes(t, bk, nil, 2, []ratelimit.Rule{ratelimit.FixedWindow{Limit: limit, Window: time.Hour}},
+				ratelimit.LeaseSize(1, 64), ratelimit.LeaseTarget(time.Hour), ratelimit.LeaseFlushEvery(-1))
+			var admitted, calls atomic.Int64
+			var wg sync.WaitGroup
+			stop := make(chan struct{})
+			for _, l := range ls {
+				for range 4 {
+					wg.Add(1)
+					go func() {
+						defer wg.Done()
+						for calls.Load() < limit+2000 {
+							n := 1 + calls.Add(1)%3
+							r, err := l.AllowN(ctx, "k", n)
+							if err != nil {
+								t.Error(err)
+								return
+							}
+							if r.Allowed {
+								admitted.Add(n)
+							}
+						}
+					}()
+				}
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					for i := 0; ; i++ {
+						select {
+						case <-stop:
+							return
+						default:
+						}
+						var err error
+						if i%2 == 0 {
+							err = l.Release(ctx, "k")
+						} else {
+							err = l.Close(ctx)
+						}
+						if err != nil {
+							t.Error(err)
+							return
+						}
+						time.Sleep(50 * time.Microsecond)
+					}
+				}()
+			}
+			for calls.Load() < limit+2000 && !t.Failed() {
+				time.Sleep(time.Millisecond)
+			}
+			close(stop)
+			wg.Wait()
+			var decisions int64
+			for _, l := range ls {
+				if err := l.Close(ctx); err != nil {
+					t.Fatal(err)
+				}
+				st := l.Stats()
+				decisions += st.Decisions
+				if st.FromLease+st.Grants+st.Denied != st.Decisions {
+					t.Errorf("stats %+v: from lease + grants + denied != decisions", st)
+				}
+			}
+			r, err := ls[0].Limiter().AllowN(ctx, "k", 0)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := limit - r.Remaining; got != admitted.Load() {
+				t.Errorf("the store counts %d units, %d were admitted", got, admitted.Load())
+			}
+			if admitted.Load() > limit {
+				t.Errorf("admitted %d > limit %d", admitted.Load(), limit)
+			}
+			if decisions != calls.Load() {
+				t.Errorf("%d decisions counted, %d made", decisions, calls.Load())
+			}
+		})
 	}
 }
