@@ -109,18 +109,29 @@ descriptors:
 `)
 	s := startServer(t, cfg, "--redis", "redis://"+r.Addr, "--redis-persecond", "redis://"+ps.Addr,
 		"--redis-persecond-password-file", passFile, "--redis-persecond-timeout", "2s", "--timeout", "2s")
-	code, body := s.post("/v1/check", "", `{"domain":"ps","descriptors":[{"per_second":"a"},{"per_minute":"a"}]}`)
-	if code != http.StatusOK || !strings.Contains(body, `"allowed":true`) {
-		t.Fatalf("/v1/check: %d %s", code, body)
-	}
-	checkKeysIn(t, "main", r, "|per_minute|")
 	// The per-second Redis needs the password: the test's client gives it.
 	c := redis.NewClient(&redis.Options{Addr: ps.Addr, Password: pass})
 	defer c.Close()
-	keys, err := c.Keys(t.Context(), "*").Result()
-	if err != nil {
-		t.Fatal(err)
+	// A second check only if the first met a store error (answered OK
+	// under the allow failure mode, nothing counted in that store): a
+	// loaded CI machine once dropped the first connection.
+	var keys []string
+	made := 0
+	for made < 2 && len(keys) == 0 {
+		made++
+		code, body := s.post("/v1/check", "", `{"domain":"ps","descriptors":[{"per_second":"a"},{"per_minute":"a"}]}`)
+		if code != http.StatusOK || !strings.Contains(body, `"allowed":true`) {
+			t.Fatalf("/v1/check: %d %s", code, body)
+		}
+		var err error
+		if keys, err = c.Keys(t.Context(), "*").Result(); err != nil {
+			t.Fatal(err)
+		}
+		if len(keys) == 0 {
+			t.Logf("check %d counted nothing in the per-second Redis; server log:\n%s\nits log:\n%s", made, s.Logs(), ps.LogTail())
+		}
 	}
+	checkKeysIn(t, "main", r, "|per_minute|")
 	if len(keys) == 0 || slices.ContainsFunc(keys, func(k string) bool { return !strings.Contains(k, "|per_second|") }) {
 		t.Errorf("per-second Redis keys %q: want per_second's only; its log:\n%s", keys, ps.LogTail())
 	}
@@ -142,7 +153,7 @@ descriptors:
 		if err := json.Unmarshal([]byte(body), &got); err != nil || code != http.StatusOK || !got.Allowed || len(got.Decisions) != 2 {
 			t.Fatalf("/v1/check %d with the per-second Redis stopped: %d %s", i, code, body)
 		}
-		if want := int64(3 - i); got.Decisions[1].Remaining != want {
+		if want := int64(5 - made - 1 - i); got.Decisions[1].Remaining != want {
 			t.Errorf("/v1/check %d: per_minute remaining %d, want %d (still counted)", i, got.Decisions[1].Remaining, want)
 		}
 	}
