@@ -229,7 +229,9 @@ func runRule(ctx context.Context, tr *Traffic, keys []string, r Rule, in info, p
 	allow := lim.Allow
 	var leased []*ratelimit.Leased
 	if procs > 0 {
-		var opts []ratelimit.LeaseOption
+		// Flushed below, on the simulated clock: no background flush on
+		// the real one, so that a run is the same every time.
+		opts := []ratelimit.LeaseOption{ratelimit.LeaseFlushEvery(-1)}
 		if leaseTarget > 0 {
 			opts = append(opts, ratelimit.LeaseTarget(leaseTarget))
 		}
