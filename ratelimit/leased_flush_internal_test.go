@@ -13,27 +13,7 @@ import (
 // TestLeasedFlushesInBackground: a key gone quiet gives back its lease's
 // unspent units without anyone calling Flush, and is forgotten.
 func TestLeasedFlushesInBackground(t *testing.T) {
-	ctx := context.Background()
-	m := backend.NewMemory()
-	defer m.Close()
-	lim, err := New(m, FixedWindow{Limit: 1000, Window: time.Hour})
-	if err != nil {
-		t.Fatal(err)
-	}
-	l, err := NewLeased(lim, LeaseSize(10, 10), LeaseTarget(10*time.Millisecond), LeaseFlushEvery(20*time.Millisecond))
-	if err != nil {
-		t.Fatal(err)
-	}
-	peek := func() int64 {
-		r, err := lim.AllowN(ctx, "k", 0)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return r.Remaining
-	}
-	if r, err := l.Allow(ctx, "k"); err != nil || !r.Allowed {
-		t.Fatalf("Allow: %+v %v", r, err)
-	}
+	l, peek := quietLease(t, LeaseTarget(10*time.Millisecond), LeaseFlushEvery(20*time.Millisecond))
 	if got := peek(); got != 990 && got != 999 { // 999 if flushed already
 		t.Fatalf("after the grant %d left, want 990", got)
 	}
@@ -95,27 +75,8 @@ func TestLeasedFlusherStops(t *testing.T) {
 // an error.
 func TestLeasedNoBackgroundFlush(t *testing.T) {
 	ctx := context.Background()
-	m := backend.NewMemory()
-	defer m.Close()
-	lim, err := New(m, FixedWindow{Limit: 1000, Window: time.Hour})
-	if err != nil {
-		t.Fatal(err)
-	}
-	l, err := NewLeased(lim, LeaseSize(10, 10), LeaseTarget(time.Millisecond), LeaseFlushEvery(-1))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := l.Allow(ctx, "k"); err != nil {
-		t.Fatal(err)
-	}
+	l, peek := quietLease(t, LeaseTarget(time.Millisecond), LeaseFlushEvery(-1))
 	time.Sleep(50 * time.Millisecond) // 25 lifetimes
-	peek := func() int64 {
-		r, err := lim.AllowN(ctx, "k", 0)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return r.Remaining
-	}
 	if got := peek(); got != 990 {
 		t.Errorf("no flusher: %d left, want 990 (the lease still held)", got)
 	}
@@ -125,7 +86,35 @@ func TestLeasedNoBackgroundFlush(t *testing.T) {
 	if got := peek(); got != 999 {
 		t.Errorf("after Flush: %d left, want 999", got)
 	}
-	if _, err := NewLeased(lim, LeaseFlushEvery(MaxPeriod+time.Second)); err == nil {
+	if _, err := NewLeased(l.Limiter(), LeaseFlushEvery(MaxPeriod+time.Second)); err == nil {
 		t.Error("LeaseFlushEvery above MaxPeriod: no error")
+	}
+}
+
+// quietLease returns a Leased of 10-unit leases of a FixedWindow of 1000 an
+// hour on the memory backend, with opts, whose key "k" has taken one lease
+// and admitted one unit, and a peek at what the store has left of "k".
+func quietLease(t *testing.T, opts ...LeaseOption) (*Leased, func() int64) {
+	t.Helper()
+	ctx := context.Background()
+	m := backend.NewMemory()
+	t.Cleanup(func() { m.Close() })
+	lim, err := New(m, FixedWindow{Limit: 1000, Window: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	l, err := NewLeased(lim, append([]LeaseOption{LeaseSize(10, 10)}, opts...)...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r, err := l.Allow(ctx, "k"); err != nil || !r.Allowed {
+		t.Fatalf("Allow: %+v %v", r, err)
+	}
+	return l, func() int64 {
+		r, err := lim.AllowN(ctx, "k", 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return r.Remaining
 	}
 }
