@@ -421,21 +421,35 @@ func (q *RLQS) strategy(ctx context.Context, member string, l *config.Limit, ent
 }
 
 // tokenBucket is the strategy that admits grant thousandths of a request per
-// unit at most, with whole-second fill intervals: the unit's whole tokens per
-// unit, holding one fill. A share under one request per unit is counted in
-// tokens per 60 units, held one at a time (max_tokens 1), so that it keeps
-// two digits and a change of it changes tokens_per_fill, which Envoy compares
-// (it does not compare a fill interval's seconds); under one request per 60
-// units, it is one token per as many whole seconds as keep it within the
-// share (none at all under one a century).
+// unit at most, in any window of one unit, with whole-second fill intervals.
+//
+// Envoy's filter refills its token bucket continuously, at tokens_per_fill
+// per fill_interval, up to max_tokens, and starts a new bucket full. So in
+// any window of one unit, a data plane admits at most max_tokens plus one
+// unit's fill: that sum, not the fill alone, is what must fit in the share,
+// or a fleet of full buckets admits up to twice the limit in a unit. A share
+// of W ≥ 2 whole requests per unit is max_tokens B = ⌈W/100⌉ (1% of it,
+// at least one) and tokens_per_fill W − B per unit: B + (W − B) = W. The
+// burst a data plane absorbs is B, and its steady rate is 99% of its share.
+//
+// A share under two requests per unit cannot keep that bound: a bucket
+// holds a token at least. It is counted in tokens per 60 units, held one at
+// a time (max_tokens 1), so that it keeps two digits and a change of it
+// changes tokens_per_fill, which Envoy compares (it does not compare a fill
+// interval's seconds); a unit's window may see one request more than the
+// share. Under one request per 60 units, it is one token per as many whole
+// seconds as keep it within the share (none at all under one a century).
 func tokenBucket(grant int64, unit time.Duration) *typev3.RateLimitStrategy {
 	if grant <= 0 {
 		return blanket(typev3.RateLimitStrategy_DENY_ALL)
 	}
-	fill, tokens := unit, grant/quotaScale
-	held := tokens
+	whole := grant / quotaScale
+	var fill time.Duration
+	var tokens, held int64
 	switch {
-	case tokens > 0:
+	case whole >= 2:
+		held = (whole + 99) / 100
+		fill, tokens = unit, whole-held
 	case grant*60/quotaScale > 0:
 		fill, tokens, held = 60*unit, grant*60/quotaScale, 1
 	default:

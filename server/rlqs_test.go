@@ -167,10 +167,11 @@ func TestRLQSAssignments(t *testing.T) {
 		id   *rlqs.BucketId
 		want want
 	}{
-		// Alone: the whole budget, 97% of 1000/s (the rest is the newcomers' reserve).
-		{bucket("tenant", "x"), want{rate: 970, fill: time.Second, tokens: 970}},
+		// Alone: the whole budget, 97% of 1000/s (the rest is the newcomers'
+		// reserve): 1% of it held, the rest filled per second.
+		{bucket("tenant", "x"), want{rate: 960, fill: time.Second, tokens: 960, held: 10}},
 		// Two levels, the bucket's keys in either order; a minute's limit fills per minute.
-		{bucket("path", "/a", "tenant", "acme"), want{rate: 58.0 / 60, fill: time.Minute, tokens: 58}},
+		{bucket("path", "/a", "tenant", "acme"), want{rate: 57.0 / 60, fill: time.Minute, tokens: 57, held: 1}},
 		{bucket("tenant", "free"), want{rate: -1}},
 		{bucket("tenant", "trial"), want{rate: -1}}, // shadow mode
 		{bucket("tenant", "blocked"), want{rate: 0}},
@@ -235,8 +236,8 @@ func TestRLQSAssignments(t *testing.T) {
 		t.Fatal(err)
 	}
 	qa := resp.GetBucketAction()[0].GetQuotaAssignmentAction()
-	if got := rate(qa.GetRateLimitStrategy()); got != 970 {
-		t.Errorf("second report: %v/s, want 970/s", got)
+	if got := rate(qa.GetRateLimitStrategy()); got != 960 {
+		t.Errorf("second report: %v/s, want 960/s", got)
 	}
 	if got := qa.GetAssignmentTimeToLive().AsDuration(); got != 5*time.Second {
 		t.Errorf("second report, 3 s after the first: time to live %v, want 5s (1.5 intervals, whole seconds)", got)
@@ -358,8 +359,8 @@ func TestRLQSStoreDown(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got := rate(resp.GetBucketAction()[0].GetQuotaAssignmentAction().GetRateLimitStrategy()); got != 970 {
-		t.Fatalf("with Redis up: %v/s, want 970/s", got)
+	if got := rate(resp.GetBucketAction()[0].GetQuotaAssignmentAction().GetRateLimitStrategy()); got != 960 {
+		t.Fatalf("with Redis up: %v/s, want 960/s", got)
 	}
 	if err := r.Stop(); err != nil {
 		t.Fatal(err)
@@ -415,8 +416,8 @@ func TestRLQSServer(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got := rate(resp.GetBucketAction()[0].GetQuotaAssignmentAction().GetRateLimitStrategy()); got != 970 {
-		t.Fatalf("with the token: %v/s, want 970/s (%v)", got, resp)
+	if got := rate(resp.GetBucketAction()[0].GetQuotaAssignmentAction().GetRateLimitStrategy()); got != 960 {
+		t.Fatalf("with the token: %v/s, want 960/s (%v)", got, resp)
 	}
 	if _, err := exchange(t, st, "", usage(bucket("user", "bob"), 1, 0, time.Second)); err != nil {
 		t.Fatal(err)
@@ -507,8 +508,8 @@ func TestRLQSReload(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got := rate(resp.GetBucketAction()[0].GetQuotaAssignmentAction().GetRateLimitStrategy()); got != 970 {
-		t.Fatalf("%v/s, want 970/s", got)
+	if got := rate(resp.GetBucketAction()[0].GetQuotaAssignmentAction().GetRateLimitStrategy()); got != 960 {
+		t.Fatalf("%v/s, want 960/s", got)
 	}
 	if err := s.SetConfig(mustConfig(t, strings.Replace(quotaYAML, "requests_per_unit: 1000", "requests_per_unit: 2000", 1)), "v2"); err != nil {
 		t.Fatal(err)
@@ -517,8 +518,8 @@ func TestRLQSReload(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got := rate(resp.GetBucketAction()[0].GetQuotaAssignmentAction().GetRateLimitStrategy()); got != 1940 {
-		t.Fatalf("after the limit doubled: %v/s, want 1940/s", got)
+	if got := rate(resp.GetBucketAction()[0].GetQuotaAssignmentAction().GetRateLimitStrategy()); got != 1920 {
+		t.Fatalf("after the limit doubled: %v/s, want 1920/s (1940/s less the 20 held)", got)
 	}
 	if err := s.SetConfig(mustConfig(t, "domain: other\ndescriptors:\n  - key: k\n    rate_limit: {unit: second, requests_per_unit: 1}\n"), "v3"); err != nil {
 		t.Fatal(err)
@@ -558,14 +559,16 @@ func TestRLQSManyBuckets(t *testing.T) {
 			}
 			continue
 		}
-		if got := rate(a.GetQuotaAssignmentAction().GetRateLimitStrategy()); got != 970 {
-			t.Errorf("bucket %d: %v/s, want 970/s", i, got)
+		if got := rate(a.GetQuotaAssignmentAction().GetRateLimitStrategy()); got != 960 {
+			t.Errorf("bucket %d: %v/s, want 960/s", i, got)
 		}
 	}
 }
 
 // TestTokenBucket: a share becomes a token bucket that admits at most the
-// share, in whole seconds.
+// share in any window of one unit — max_tokens plus one unit's fill, since
+// Envoy starts a bucket full — in whole seconds; under two requests a unit,
+// at most one more.
 func TestTokenBucket(t *testing.T) {
 	for _, c := range []struct {
 		grant        int64
@@ -574,15 +577,19 @@ func TestTokenBucket(t *testing.T) {
 		fill         time.Duration
 		deny         bool
 	}{
-		{121_250, time.Second, 121, 121, time.Second, false},
-		{58_000, time.Minute, 58, 58, time.Minute, false},
-		{970, time.Second, 58, 1, time.Minute, false},                        // 0.97/s: 58 a minute, one at a time
-		{10, time.Second, 1, 1, 100 * time.Second, false},                    // 0.01/s: under one a minute
-		{17, time.Second, 1, 1, time.Minute, false},                          // 1.02 a minute
-		{15, time.Second, 1, 1, 67 * time.Second, false},                     // 0.9 a minute: one per ceil(1000/15) s
-		{1_000, 365 * 24 * time.Hour, 1, 1, 365 * 24 * time.Hour, false},     // one a year
-		{500, 365 * 24 * time.Hour, 30, 1, 60 * 365 * 24 * time.Hour, false}, // half a year: 30 per 60 years
-		{1, 365 * 24 * time.Hour, 0, 0, 0, true},                             // one per 1000 years: nothing
+		{121_250, time.Second, 119, 2, time.Second, false},                     // 121/s: 2 held, 119 a second
+		{970_000, time.Second, 960, 10, time.Second, false},                    // 1% held
+		{100_999, time.Second, 99, 1, time.Second, false},                      // 100/s: 1 held
+		{58_000, time.Minute, 57, 1, time.Minute, false},                       // 58 a minute
+		{2_000, time.Second, 1, 1, time.Second, false},                         // 2/s: the least held in the unit's window
+		{1_500, time.Second, 90, 1, time.Minute, false},                        // 1.5/s: 90 a minute, one at a time
+		{970, time.Second, 58, 1, time.Minute, false},                          // 0.97/s: 58 a minute, one at a time
+		{10, time.Second, 1, 1, 100 * time.Second, false},                      // 0.01/s: under one a minute
+		{17, time.Second, 1, 1, time.Minute, false},                            // 1.02 a minute
+		{15, time.Second, 1, 1, 67 * time.Second, false},                       // 0.9 a minute: one per ceil(1000/15) s
+		{1_000, 365 * 24 * time.Hour, 60, 1, 60 * 365 * 24 * time.Hour, false}, // one a year: 60 per 60 years
+		{500, 365 * 24 * time.Hour, 30, 1, 60 * 365 * 24 * time.Hour, false},   // half a year: 30 per 60 years
+		{1, 365 * 24 * time.Hour, 0, 0, 0, true},                               // one per 1000 years: nothing
 		{0, time.Second, 0, 0, 0, true},
 	} {
 		s := tokenBucket(c.grant, c.unit)
@@ -592,12 +599,25 @@ func TestTokenBucket(t *testing.T) {
 			}
 			continue
 		}
+		if err := s.ValidateAll(); err != nil {
+			t.Errorf("grant %d per %v: %v fails validation: %v", c.grant, c.unit, s, err)
+		}
 		tb := s.GetTokenBucket()
 		if tb.GetTokensPerFill().GetValue() != c.tokens || tb.GetMaxTokens() != c.held || tb.GetFillInterval().AsDuration() != c.fill {
 			t.Errorf("grant %d per %v: %v, want %d per %v, %d held", c.grant, c.unit, tb, c.tokens, c.fill, c.held)
 		}
-		if got, share := rate(s), float64(c.grant)/quotaScale/c.unit.Seconds(); got > share {
-			t.Errorf("grant %d per %v: %v/s, over the share %v/s", c.grant, c.unit, got, share)
+		share := float64(c.grant) / quotaScale // per unit
+		if got := rate(s) * c.unit.Seconds(); got > share {
+			t.Errorf("grant %d per %v: %v per unit, over the share %v", c.grant, c.unit, got, share)
+		}
+		// What one unit's window admits at most: a full bucket and a unit's fill.
+		window := float64(tb.GetMaxTokens()) + rate(s)*c.unit.Seconds()
+		bound := share
+		if c.grant < 2*quotaScale {
+			bound++ // a bucket holds a token at least
+		}
+		if window > bound {
+			t.Errorf("grant %d per %v: a unit's window admits %v, over %v (the share %v)", c.grant, c.unit, window, bound, share)
 		}
 		if tb.GetFillInterval().AsDuration()%time.Second != 0 {
 			t.Errorf("grant %d per %v: fill interval %v is not whole seconds", c.grant, c.unit, tb.GetFillInterval().AsDuration())
