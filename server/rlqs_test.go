@@ -12,6 +12,7 @@ import (
 
 	rlqs "github.com/envoyproxy/go-control-plane/envoy/service/rate_limit_quota/v3"
 	typev3 "github.com/envoyproxy/go-control-plane/envoy/type/v3"
+	"github.com/redis/go-redis/v9"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
@@ -337,40 +338,152 @@ func TestRLQSAbandonQuiet(t *testing.T) {
 	}
 }
 
-// TestRLQSStoreDown: a bucket whose share the store cannot size gets no
-// action in the answer; the stream goes on, and the other buckets are
-// answered.
+// TestRLQSStoreDown: with the store stopped, RLQS's store calls go through
+// the store's circuit breakers and count in its error metrics, as RLS's do,
+// and each bucket is answered by the failure mode (failAction): a bucket
+// whose assignment is live gets no action (Envoy keeps it); a new bucket, or
+// one whose assignment has expired, gets the failure mode's blanket rule
+// (none under FailError). The stream goes on, and gets its shares back once
+// the store is.
 func TestRLQSStoreDown(t *testing.T) {
-	r := testenv.NewRedis(t)
-	b, c, err := OpenStore("redis://"+r.Addr, backendtest.UniquePrefix(), time.Second)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-	s, err := NewService(b, Options{Timeout: 200 * time.Millisecond})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := s.SetConfig(mustConfig(t, quotaYAML), "v1"); err != nil {
-		t.Fatal(err)
-	}
-	st, _ := openQuota(t, startRLQS(t, s))
-	resp, err := exchange(t, st, "quota", usage(bucket("tenant", "x"), 5, 0, time.Second))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if got := rate(resp.GetBucketAction()[0].GetQuotaAssignmentAction().GetRateLimitStrategy()); got != 960 {
-		t.Fatalf("with Redis up: %v/s, want 960/s", got)
-	}
-	if err := r.Stop(); err != nil {
-		t.Fatal(err)
-	}
-	resp, err = exchange(t, st, "", usage(bucket("tenant", "x"), 5, 0, time.Second), usage(bucket("user", "bob"), 1, 0, 0))
-	if err != nil {
-		t.Fatalf("with Redis stopped: %v, want the stream to go on", err)
-	}
-	if len(resp.GetBucketAction()) != 1 || quotaBucketKey(resp.GetBucketAction()[0].GetBucketId()) != "user=bob|" || resp.GetBucketAction()[0].GetAbandonAction() == nil {
-		t.Fatalf("with Redis stopped: %v, want only the unmatched bucket's abandon_action", resp)
+	for _, c := range []struct {
+		mode  FailureMode
+		want  typev3.RateLimitStrategy_BlanketRule
+		blank bool // no action: Envoy's own behaviours decide
+	}{
+		{FailOpen, typev3.RateLimitStrategy_ALLOW_ALL, false},
+		{FailClosed, typev3.RateLimitStrategy_DENY_ALL, false},
+		{FailError, 0, true},
+	} {
+		t.Run(c.mode.String(), func(t *testing.T) {
+			t.Parallel()
+			r := testenv.NewRedis(t)
+			clk := clock.NewFake(time.Unix(1_800_000_000, 0))
+			start := clk.Now()
+			gc := redis.NewClient(&redis.Options{Addr: r.Addr, ContextTimeoutEnabled: true})
+			t.Cleanup(func() { gc.Close() })
+			b, err := backend.NewRedisE(gc, backend.WithPrefix(backendtest.UniquePrefix()), backend.WithClock(clk))
+			if err != nil {
+				t.Fatal(err)
+			}
+			m := NewMetrics()
+			s, err := NewService(b, Options{
+				Timeout: 200 * time.Millisecond, FailureMode: c.mode, Metrics: m,
+				// Two failures open the breaker; its cooldown outlasts the
+				// outage's reports on a loaded machine.
+				Breaker: BreakerOptions{Failures: 2, Cooldown: 2 * time.Second},
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := s.SetConfig(mustConfig(t, quotaYAML), "v1"); err != nil {
+				t.Fatal(err)
+			}
+			st, _ := openQuota(t, startRLQS(t, s))
+			x, y, bob := bucket("tenant", "x"), bucket("tenant", "y"), bucket("user", "bob")
+			resp, err := exchange(t, st, "quota", usage(x, 5, 0, time.Second))
+			if err != nil {
+				t.Fatal(err)
+			}
+			qa := resp.GetBucketAction()[0].GetQuotaAssignmentAction()
+			if got := rate(qa.GetRateLimitStrategy()); got != 960 {
+				t.Fatalf("with Redis up: %v/s, want 960/s", got)
+			}
+			ttl := qa.GetAssignmentTimeToLive().AsDuration()
+
+			if err := r.Stop(); err != nil {
+				t.Fatal(err)
+			}
+			// actions returns resp's actions by bucket key.
+			actions := func(resp *rlqs.RateLimitQuotaResponse) map[string]*rlqs.RateLimitQuotaResponse_BucketAction {
+				out := map[string]*rlqs.RateLimitQuotaResponse_BucketAction{}
+				for _, a := range resp.GetBucketAction() {
+					out[quotaBucketKey(a.GetBucketId())] = a
+				}
+				return out
+			}
+			// checkBlanket checks the failure mode's answer for id in got.
+			checkBlanket := func(when string, got map[string]*rlqs.RateLimitQuotaResponse_BucketAction, id *rlqs.BucketId) {
+				t.Helper()
+				a := got[quotaBucketKey(id)]
+				if c.blank {
+					if a != nil {
+						t.Errorf("%s: %v, want no action", when, a)
+					}
+					return
+				}
+				qa := a.GetQuotaAssignmentAction()
+				if qa.GetRateLimitStrategy().GetBlanketRule() != c.want || qa.GetRateLimitStrategy().GetTokenBucket() != nil {
+					t.Errorf("%s: %v, want blanket_rule %v", when, a, c.want)
+				} else if qa.GetAssignmentTimeToLive().AsDuration() != ttl {
+					t.Errorf("%s: time to live %v, want %v", when, qa.GetAssignmentTimeToLive().AsDuration(), ttl)
+				}
+			}
+			// x's assignment is live: no action; y, new: the failure mode's;
+			// bob, unmatched, is abandoned (no store call).
+			resp, err = exchange(t, st, "", usage(x, 5, 0, time.Second), usage(y, 1, 0, 0), usage(bob, 1, 0, 0))
+			if err != nil {
+				t.Fatalf("with Redis stopped: %v, want the stream to go on", err)
+			}
+			got := actions(resp)
+			if a := got[quotaBucketKey(x)]; a != nil {
+				t.Errorf("with Redis stopped, a live assignment: %v, want no action (Envoy keeps it)", a)
+			}
+			checkBlanket("with Redis stopped, a new bucket", got, y)
+			if got[quotaBucketKey(bob)].GetAbandonAction() == nil {
+				t.Errorf("with Redis stopped, the unmatched bucket: %v, want abandon_action", got[quotaBucketKey(bob)])
+			}
+			// Once x's assignment has expired: the failure mode's, the call
+			// refused by the open breaker.
+			clk.Set(start.Add(ttl))
+			resp, err = exchange(t, st, "", usage(x, 5, 0, time.Second), usage(bob, 1, 0, 0))
+			if err != nil {
+				t.Fatal(err)
+			}
+			checkBlanket("with Redis stopped, an expired assignment", actions(resp), x)
+
+			failed := metricValue(t, m, "floodgate_backend_errors_total", "reason", "error", "store", "main") +
+				metricValue(t, m, "floodgate_backend_errors_total", "reason", "timeout", "store", "main")
+			if failed != 2 {
+				t.Errorf("store errors and timeouts counted: %v, want 2 (x and y)", failed)
+			}
+			if got := metricValue(t, m, "floodgate_backend_errors_total", "reason", "breaker_open", "store", "main"); got != 1 {
+				t.Errorf("calls the open breaker refused: %v, want 1", got)
+			}
+			if got := metricValue(t, m, "floodgate_breaker_open", "store", "main"); got != 1 {
+				t.Errorf("floodgate_breaker_open = %v, want 1", got)
+			}
+			if got := metricValue(t, m, "floodgate_failure_mode_total", "mode", c.mode.String()); got != 3 {
+				t.Errorf("buckets answered by the failure mode: %v, want 3", got)
+			}
+			unsized := 1.0 // x while live
+			if c.blank {
+				unsized = 3
+			}
+			if got := metricValue(t, m, "floodgate_rlqs_actions_total", "domain", "quota", "action", "unsized"); got != unsized {
+				t.Errorf("buckets without an action: %v, want %v", got, unsized)
+			}
+
+			// Back: once the breaker lets a probe through, x has its share again.
+			if err := r.Restart(); err != nil {
+				t.Fatal(err)
+			}
+			deadline := time.Now().Add(20 * time.Second)
+			for {
+				clk.Set(clk.Now().Add(time.Second))
+				resp, err := exchange(t, st, "", usage(x, 5, 0, time.Second), usage(bob, 1, 0, 0))
+				if err != nil {
+					t.Fatal(err)
+				}
+				if got := rate(actions(resp)[quotaBucketKey(x)].GetQuotaAssignmentAction().GetRateLimitStrategy()); got == 960 {
+					break
+				}
+				if time.Now().After(deadline) {
+					t.Fatalf("Redis restarted 20 s ago: %v, want x's share, 960/s", resp)
+				}
+				time.Sleep(100 * time.Millisecond)
+			}
+		})
 	}
 }
 
