@@ -476,6 +476,9 @@ func (q *RLQS) strategy(ctx context.Context, member string, l *config.Limit, ent
 // of W ≥ 2 whole requests per unit is max_tokens B = ⌈W/100⌉ (1% of it,
 // at least one) and tokens_per_fill W − B per unit: B + (W − B) = W. The
 // burst a data plane absorbs is B, and its steady rate is 99% of its share.
+// (A new strategy starts a new bucket, full: a data plane that had not
+// drained its old one may admit up to B more in the unit the change falls
+// in.)
 //
 // A share under two requests per unit cannot keep that bound: a bucket
 // holds a token at least. It is counted in tokens per 60 units, held one at
