@@ -107,9 +107,10 @@ type quotaStream struct {
 
 // quotaBucket is a bucket a stream reported and was assigned a share of.
 type quotaBucket struct {
-	id   *rlqs.BucketId
-	last time.Time     // of the last report
-	ttl  time.Duration // of the last assignment
+	id      *rlqs.BucketId
+	last    time.Time     // of the last report
+	ttl     time.Duration // of the last assignment
+	expires time.Time     // of the last assignment sent; zero before any
 }
 
 // StreamRateLimitQuotas answers each usage report with an action for every
@@ -126,9 +127,8 @@ type quotaBucket struct {
 // BucketId; NotFound for a domain the configuration lacks; Unavailable
 // before any configuration is loaded and at shutdown (Close);
 // ResourceExhausted beyond maxQuotaBuckets buckets on one stream. A bucket
-// whose share the store could not size (an error or timeout) gets no action
-// in that answer: its data plane keeps its assignment until the next
-// report, or until it expires.
+// whose share the store could not size (an error, a timeout or an open
+// circuit breaker) is answered by the failure mode (failAction).
 func (q *RLQS) StreamRateLimitQuotas(stream grpc.BidiStreamingServer[rlqs.RateLimitQuotaUsageReports, rlqs.RateLimitQuotaResponse]) error {
 	ctx := stream.Context()
 	if m := q.s.opts.Metrics; m != nil {
@@ -269,15 +269,23 @@ func (q *RLQS) report(ctx context.Context, st *quotaStream, m *rlqs.RateLimitQuo
 			resp.BucketAction = append(resp.BucketAction, abandonAction(id))
 			continue
 		case w.err != nil:
-			if m := q.s.opts.Metrics; m != nil {
-				m.rlqsActions.WithLabelValues(st.domain, "unsized").Inc()
+			var gone *callerGoneError
+			if errors.As(w.err, &gone) {
+				continue // the stream is ending: nothing to answer
 			}
-			q.s.failLog.warn("rlqs|"+errorKind(w.err), "RLQS: the store could not size a share; the bucket gets no assignment in this answer",
-				"domain", st.domain, "limit", w.l.Path, "error", w.err)
-			continue
+			// Counted and logged as every store failure: the store's
+			// floodgate_backend_errors_total, floodgate_failure_mode_total.
+			q.s.storeFailed(ctx, st.domain, w.err)
+			w.strategy = q.failAction(st.buckets[quotaBucketKey(id)], now)
+			if w.strategy == nil {
+				if m := q.s.opts.Metrics; m != nil {
+					m.rlqsActions.WithLabelValues(st.domain, "unsized").Inc()
+				}
+				continue
+			}
 		}
 		if b := st.buckets[quotaBucketKey(id)]; b != nil {
-			b.ttl = w.ttl
+			b.ttl, b.expires = w.ttl, now.Add(w.ttl)
 		}
 		resp.BucketAction = append(resp.BucketAction, &rlqs.RateLimitQuotaResponse_BucketAction{
 			BucketId: id,
@@ -290,6 +298,39 @@ func (q *RLQS) report(ctx context.Context, st *quotaStream, m *rlqs.RateLimitQuo
 		})
 	}
 	return resp, nil
+}
+
+// failAction is the answer, by the failure mode, for bucket b when the
+// store could not size its share at now: nil for no action, or the strategy
+// of an assignment.
+//
+//   - While the last assignment b was sent is live, none: Envoy keeps it,
+//     token bucket and all, until it expires. That share was sized with the
+//     whole fleet and is still counted in the store until then, so the
+//     fleet stays within the limit, and a store outage shorter than the
+//     time to live changes nothing Envoy enforces. Sending a blanket rule
+//     instead would replace every data plane's bucket on a blip (and a
+//     token bucket again, full, when the store is back); sending the same
+//     assignment again would extend a share past the time the store counts
+//     it, and the other data planes could be granted it too.
+//   - Once it has expired, or before any (the bucket's first report): under
+//     FailOpen, blanket_rule ALLOW_ALL; under FailClosed, DENY_ALL (the
+//     unlimited and shadow-mode limits, allowed all, never ask the store);
+//     under FailError, none, so that Envoy's own expired_assignment_behavior and
+//     no_assignment_behavior decide, as RLS's FailError leaves the answer to
+//     Envoy's failure_mode_deny. A blanket assignment lasts the usual time to
+//     live; the first report the store answers again replaces it.
+func (q *RLQS) failAction(b *quotaBucket, now time.Time) *typev3.RateLimitStrategy {
+	if b != nil && now.Before(b.expires) {
+		return nil
+	}
+	switch q.s.opts.FailureMode {
+	case FailOpen:
+		return blanket(typev3.RateLimitStrategy_ALLOW_ALL)
+	case FailClosed:
+		return blanket(typev3.RateLimitStrategy_DENY_ALL)
+	}
+	return nil
 }
 
 // reportElapsed is the time_elapsed of u, within [0, MaxQuotaTTL].
@@ -393,7 +434,9 @@ func quotaBucketKey(id *rlqs.BucketId) string {
 // strategy records the demand u reports for a bucket matched to l (first:
 // the bucket's first report on this stream) and returns the data plane's
 // share of l as a token bucket. Unlimited and
-// shadow-mode limits allow all; a share of nothing denies all.
+// shadow-mode limits allow all; a share of nothing denies all. The store
+// call goes through Service.callStore: the store's timeout and circuit
+// breakers; its errors are callStore's.
 func (q *RLQS) strategy(ctx context.Context, member string, l *config.Limit, entries []config.Entry, u *rlqs.RateLimitQuotaUsageReports_BucketQuotaUsage, ttl time.Duration, first bool) (*typev3.RateLimitStrategy, error) {
 	if l.Unlimited || l.ShadowMode {
 		return blanket(typev3.RateLimitStrategy_ALLOW_ALL), nil
@@ -410,10 +453,12 @@ func (q *RLQS) strategy(ctx context.Context, member string, l *config.Limit, ent
 	requests := float64(u.GetNumRequestsAllowed()) + float64(u.GetNumRequestsDenied())
 	demand := int64(min(requests*quotaScale/max(elapsed, time.Second).Seconds(), maxQuotaDemand))
 	limit := int64(l.RequestsPerUnit) * quotaScale
-	store := q.s.storeOf(l)
-	cctx, cancel := context.WithTimeout(ctx, store.timeout)
-	defer cancel()
-	g, err := quotaShare(cctx, store.b, stateKey(l, entries), member, demand, limit, ttl.Microseconds(), first, q.policy)
+	store, key := q.s.storeOf(l), stateKey(l, entries)
+	var g quotaGrant
+	err := q.s.callStore(ctx, store, []int{store.breakers.of(key)}, func(ctx context.Context) (err error) {
+		g, err = quotaShare(ctx, store.b, key, member, demand, limit, ttl.Microseconds(), first, q.policy)
+		return err
+	})
 	if err != nil {
 		return nil, err
 	}
@@ -421,21 +466,38 @@ func (q *RLQS) strategy(ctx context.Context, member string, l *config.Limit, ent
 }
 
 // tokenBucket is the strategy that admits grant thousandths of a request per
-// unit at most, with whole-second fill intervals: the unit's whole tokens per
-// unit, holding one fill. A share under one request per unit is counted in
-// tokens per 60 units, held one at a time (max_tokens 1), so that it keeps
-// two digits and a change of it changes tokens_per_fill, which Envoy compares
-// (it does not compare a fill interval's seconds); under one request per 60
-// units, it is one token per as many whole seconds as keep it within the
-// share (none at all under one a century).
+// unit at most, in any window of one unit, with whole-second fill intervals.
+//
+// Envoy's filter refills its token bucket continuously, at tokens_per_fill
+// per fill_interval, up to max_tokens, and starts a new bucket full. So in
+// any window of one unit, a data plane admits at most max_tokens plus one
+// unit's fill: that sum, not the fill alone, is what must fit in the share,
+// or a fleet of full buckets admits up to twice the limit in a unit. A share
+// of W ≥ 2 whole requests per unit is max_tokens B = ⌈W/100⌉ (1% of it,
+// at least one) and tokens_per_fill W − B per unit: B + (W − B) = W. The
+// burst a data plane absorbs is B, and its steady rate is 99% of its share.
+// (A new strategy starts a new bucket, full: a data plane that had not
+// drained its old one may admit up to B more in the unit the change falls
+// in.)
+//
+// A share under two requests per unit cannot keep that bound: a bucket
+// holds a token at least. It is counted in tokens per 60 units, held one at
+// a time (max_tokens 1), so that it keeps two digits and a change of it
+// changes tokens_per_fill, which Envoy compares (it does not compare a fill
+// interval's seconds); a unit's window may see one request more than the
+// share. Under one request per 60 units, it is one token per as many whole
+// seconds as keep it within the share (none at all under one a century).
 func tokenBucket(grant int64, unit time.Duration) *typev3.RateLimitStrategy {
 	if grant <= 0 {
 		return blanket(typev3.RateLimitStrategy_DENY_ALL)
 	}
-	fill, tokens := unit, grant/quotaScale
-	held := tokens
+	whole := grant / quotaScale
+	var fill time.Duration
+	var tokens, held int64
 	switch {
-	case tokens > 0:
+	case whole >= 2:
+		held = (whole + 99) / 100
+		fill, tokens = unit, whole-held
 	case grant*60/quotaScale > 0:
 		fill, tokens, held = 60*unit, grant*60/quotaScale, 1
 	default:

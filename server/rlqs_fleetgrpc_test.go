@@ -28,7 +28,10 @@ const (
 )
 
 // fleetPlane is one data plane: Envoy's rate_limit_quota filter, as far as
-// the server can tell.
+// the server can tell. It counts as admitted what its assignment's rate
+// allows, not what Envoy's token bucket would admit request by request:
+// TestRLQSFleet checks the assignments (their rates, their sum, how fast
+// they move); TestRLQSFleetAdmits (envoyPlane) checks the requests admitted.
 type fleetPlane struct {
 	name    string
 	st      quotaClient

@@ -12,6 +12,7 @@ import (
 
 	rlqs "github.com/envoyproxy/go-control-plane/envoy/service/rate_limit_quota/v3"
 	typev3 "github.com/envoyproxy/go-control-plane/envoy/type/v3"
+	"github.com/redis/go-redis/v9"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
@@ -167,10 +168,11 @@ func TestRLQSAssignments(t *testing.T) {
 		id   *rlqs.BucketId
 		want want
 	}{
-		// Alone: the whole budget, 97% of 1000/s (the rest is the newcomers' reserve).
-		{bucket("tenant", "x"), want{rate: 970, fill: time.Second, tokens: 970}},
+		// Alone: the whole budget, 97% of 1000/s (the rest is the newcomers'
+		// reserve): 1% of it held, the rest filled per second.
+		{bucket("tenant", "x"), want{rate: 960, fill: time.Second, tokens: 960, held: 10}},
 		// Two levels, the bucket's keys in either order; a minute's limit fills per minute.
-		{bucket("path", "/a", "tenant", "acme"), want{rate: 58.0 / 60, fill: time.Minute, tokens: 58}},
+		{bucket("path", "/a", "tenant", "acme"), want{rate: 57.0 / 60, fill: time.Minute, tokens: 57, held: 1}},
 		{bucket("tenant", "free"), want{rate: -1}},
 		{bucket("tenant", "trial"), want{rate: -1}}, // shadow mode
 		{bucket("tenant", "blocked"), want{rate: 0}},
@@ -235,8 +237,8 @@ func TestRLQSAssignments(t *testing.T) {
 		t.Fatal(err)
 	}
 	qa := resp.GetBucketAction()[0].GetQuotaAssignmentAction()
-	if got := rate(qa.GetRateLimitStrategy()); got != 970 {
-		t.Errorf("second report: %v/s, want 970/s", got)
+	if got := rate(qa.GetRateLimitStrategy()); got != 960 {
+		t.Errorf("second report: %v/s, want 960/s", got)
 	}
 	if got := qa.GetAssignmentTimeToLive().AsDuration(); got != 5*time.Second {
 		t.Errorf("second report, 3 s after the first: time to live %v, want 5s (1.5 intervals, whole seconds)", got)
@@ -336,40 +338,152 @@ func TestRLQSAbandonQuiet(t *testing.T) {
 	}
 }
 
-// TestRLQSStoreDown: a bucket whose share the store cannot size gets no
-// action in the answer; the stream goes on, and the other buckets are
-// answered.
+// TestRLQSStoreDown: with the store stopped, RLQS's store calls go through
+// the store's circuit breakers and count in its error metrics, as RLS's do,
+// and each bucket is answered by the failure mode (failAction): a bucket
+// whose assignment is live gets no action (Envoy keeps it); a new bucket, or
+// one whose assignment has expired, gets the failure mode's blanket rule
+// (none under FailError). The stream goes on, and gets its shares back once
+// the store is.
 func TestRLQSStoreDown(t *testing.T) {
-	r := testenv.NewRedis(t)
-	b, c, err := OpenStore("redis://"+r.Addr, backendtest.UniquePrefix(), time.Second)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-	s, err := NewService(b, Options{Timeout: 200 * time.Millisecond})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := s.SetConfig(mustConfig(t, quotaYAML), "v1"); err != nil {
-		t.Fatal(err)
-	}
-	st, _ := openQuota(t, startRLQS(t, s))
-	resp, err := exchange(t, st, "quota", usage(bucket("tenant", "x"), 5, 0, time.Second))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if got := rate(resp.GetBucketAction()[0].GetQuotaAssignmentAction().GetRateLimitStrategy()); got != 970 {
-		t.Fatalf("with Redis up: %v/s, want 970/s", got)
-	}
-	if err := r.Stop(); err != nil {
-		t.Fatal(err)
-	}
-	resp, err = exchange(t, st, "", usage(bucket("tenant", "x"), 5, 0, time.Second), usage(bucket("user", "bob"), 1, 0, 0))
-	if err != nil {
-		t.Fatalf("with Redis stopped: %v, want the stream to go on", err)
-	}
-	if len(resp.GetBucketAction()) != 1 || quotaBucketKey(resp.GetBucketAction()[0].GetBucketId()) != "user=bob|" || resp.GetBucketAction()[0].GetAbandonAction() == nil {
-		t.Fatalf("with Redis stopped: %v, want only the unmatched bucket's abandon_action", resp)
+	for _, c := range []struct {
+		mode  FailureMode
+		want  typev3.RateLimitStrategy_BlanketRule
+		blank bool // no action: Envoy's own behaviours decide
+	}{
+		{FailOpen, typev3.RateLimitStrategy_ALLOW_ALL, false},
+		{FailClosed, typev3.RateLimitStrategy_DENY_ALL, false},
+		{FailError, 0, true},
+	} {
+		t.Run(c.mode.String(), func(t *testing.T) {
+			t.Parallel()
+			r := testenv.NewRedis(t)
+			clk := clock.NewFake(time.Unix(1_800_000_000, 0))
+			start := clk.Now()
+			gc := redis.NewClient(&redis.Options{Addr: r.Addr, ContextTimeoutEnabled: true})
+			t.Cleanup(func() { gc.Close() })
+			b, err := backend.NewRedisE(gc, backend.WithPrefix(backendtest.UniquePrefix()), backend.WithClock(clk))
+			if err != nil {
+				t.Fatal(err)
+			}
+			m := NewMetrics()
+			s, err := NewService(b, Options{
+				Timeout: 200 * time.Millisecond, FailureMode: c.mode, Metrics: m,
+				// Two failures open the breaker; its cooldown outlasts the
+				// outage's reports on a loaded machine.
+				Breaker: BreakerOptions{Failures: 2, Cooldown: 2 * time.Second},
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := s.SetConfig(mustConfig(t, quotaYAML), "v1"); err != nil {
+				t.Fatal(err)
+			}
+			st, _ := openQuota(t, startRLQS(t, s))
+			x, y, bob := bucket("tenant", "x"), bucket("tenant", "y"), bucket("user", "bob")
+			resp, err := exchange(t, st, "quota", usage(x, 5, 0, time.Second))
+			if err != nil {
+				t.Fatal(err)
+			}
+			qa := resp.GetBucketAction()[0].GetQuotaAssignmentAction()
+			if got := rate(qa.GetRateLimitStrategy()); got != 960 {
+				t.Fatalf("with Redis up: %v/s, want 960/s", got)
+			}
+			ttl := qa.GetAssignmentTimeToLive().AsDuration()
+
+			if err := r.Stop(); err != nil {
+				t.Fatal(err)
+			}
+			// actions returns resp's actions by bucket key.
+			actions := func(resp *rlqs.RateLimitQuotaResponse) map[string]*rlqs.RateLimitQuotaResponse_BucketAction {
+				out := map[string]*rlqs.RateLimitQuotaResponse_BucketAction{}
+				for _, a := range resp.GetBucketAction() {
+					out[quotaBucketKey(a.GetBucketId())] = a
+				}
+				return out
+			}
+			// checkBlanket checks the failure mode's answer for id in got.
+			checkBlanket := func(when string, got map[string]*rlqs.RateLimitQuotaResponse_BucketAction, id *rlqs.BucketId) {
+				t.Helper()
+				a := got[quotaBucketKey(id)]
+				if c.blank {
+					if a != nil {
+						t.Errorf("%s: %v, want no action", when, a)
+					}
+					return
+				}
+				qa := a.GetQuotaAssignmentAction()
+				if qa.GetRateLimitStrategy().GetBlanketRule() != c.want || qa.GetRateLimitStrategy().GetTokenBucket() != nil {
+					t.Errorf("%s: %v, want blanket_rule %v", when, a, c.want)
+				} else if qa.GetAssignmentTimeToLive().AsDuration() != ttl {
+					t.Errorf("%s: time to live %v, want %v", when, qa.GetAssignmentTimeToLive().AsDuration(), ttl)
+				}
+			}
+			// x's assignment is live: no action; y, new: the failure mode's;
+			// bob, unmatched, is abandoned (no store call).
+			resp, err = exchange(t, st, "", usage(x, 5, 0, time.Second), usage(y, 1, 0, 0), usage(bob, 1, 0, 0))
+			if err != nil {
+				t.Fatalf("with Redis stopped: %v, want the stream to go on", err)
+			}
+			got := actions(resp)
+			if a := got[quotaBucketKey(x)]; a != nil {
+				t.Errorf("with Redis stopped, a live assignment: %v, want no action (Envoy keeps it)", a)
+			}
+			checkBlanket("with Redis stopped, a new bucket", got, y)
+			if got[quotaBucketKey(bob)].GetAbandonAction() == nil {
+				t.Errorf("with Redis stopped, the unmatched bucket: %v, want abandon_action", got[quotaBucketKey(bob)])
+			}
+			// Once x's assignment has expired: the failure mode's, the call
+			// refused by the open breaker.
+			clk.Set(start.Add(ttl))
+			resp, err = exchange(t, st, "", usage(x, 5, 0, time.Second), usage(bob, 1, 0, 0))
+			if err != nil {
+				t.Fatal(err)
+			}
+			checkBlanket("with Redis stopped, an expired assignment", actions(resp), x)
+
+			failed := metricValue(t, m, "floodgate_backend_errors_total", "reason", "error", "store", "main") +
+				metricValue(t, m, "floodgate_backend_errors_total", "reason", "timeout", "store", "main")
+			if failed != 2 {
+				t.Errorf("store errors and timeouts counted: %v, want 2 (x and y)", failed)
+			}
+			if got := metricValue(t, m, "floodgate_backend_errors_total", "reason", "breaker_open", "store", "main"); got != 1 {
+				t.Errorf("calls the open breaker refused: %v, want 1", got)
+			}
+			if got := metricValue(t, m, "floodgate_breaker_open", "store", "main"); got != 1 {
+				t.Errorf("floodgate_breaker_open = %v, want 1", got)
+			}
+			if got := metricValue(t, m, "floodgate_failure_mode_total", "mode", c.mode.String()); got != 3 {
+				t.Errorf("buckets answered by the failure mode: %v, want 3", got)
+			}
+			unsized := 1.0 // x while live
+			if c.blank {
+				unsized = 3
+			}
+			if got := metricValue(t, m, "floodgate_rlqs_actions_total", "domain", "quota", "action", "unsized"); got != unsized {
+				t.Errorf("buckets without an action: %v, want %v", got, unsized)
+			}
+
+			// Back: once the breaker lets a probe through, x has its share again.
+			if err := r.Restart(); err != nil {
+				t.Fatal(err)
+			}
+			deadline := time.Now().Add(20 * time.Second)
+			for {
+				clk.Set(clk.Now().Add(time.Second))
+				resp, err := exchange(t, st, "", usage(x, 5, 0, time.Second), usage(bob, 1, 0, 0))
+				if err != nil {
+					t.Fatal(err)
+				}
+				if got := rate(actions(resp)[quotaBucketKey(x)].GetQuotaAssignmentAction().GetRateLimitStrategy()); got == 960 {
+					break
+				}
+				if time.Now().After(deadline) {
+					t.Fatalf("Redis restarted 20 s ago: %v, want x's share, 960/s", resp)
+				}
+				time.Sleep(100 * time.Millisecond)
+			}
+		})
 	}
 }
 
@@ -415,8 +529,8 @@ func TestRLQSServer(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got := rate(resp.GetBucketAction()[0].GetQuotaAssignmentAction().GetRateLimitStrategy()); got != 970 {
-		t.Fatalf("with the token: %v/s, want 970/s (%v)", got, resp)
+	if got := rate(resp.GetBucketAction()[0].GetQuotaAssignmentAction().GetRateLimitStrategy()); got != 960 {
+		t.Fatalf("with the token: %v/s, want 960/s (%v)", got, resp)
 	}
 	if _, err := exchange(t, st, "", usage(bucket("user", "bob"), 1, 0, time.Second)); err != nil {
 		t.Fatal(err)
@@ -507,8 +621,8 @@ func TestRLQSReload(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got := rate(resp.GetBucketAction()[0].GetQuotaAssignmentAction().GetRateLimitStrategy()); got != 970 {
-		t.Fatalf("%v/s, want 970/s", got)
+	if got := rate(resp.GetBucketAction()[0].GetQuotaAssignmentAction().GetRateLimitStrategy()); got != 960 {
+		t.Fatalf("%v/s, want 960/s", got)
 	}
 	if err := s.SetConfig(mustConfig(t, strings.Replace(quotaYAML, "requests_per_unit: 1000", "requests_per_unit: 2000", 1)), "v2"); err != nil {
 		t.Fatal(err)
@@ -517,8 +631,8 @@ func TestRLQSReload(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got := rate(resp.GetBucketAction()[0].GetQuotaAssignmentAction().GetRateLimitStrategy()); got != 1940 {
-		t.Fatalf("after the limit doubled: %v/s, want 1940/s", got)
+	if got := rate(resp.GetBucketAction()[0].GetQuotaAssignmentAction().GetRateLimitStrategy()); got != 1920 {
+		t.Fatalf("after the limit doubled: %v/s, want 1920/s (1940/s less the 20 held)", got)
 	}
 	if err := s.SetConfig(mustConfig(t, "domain: other\ndescriptors:\n  - key: k\n    rate_limit: {unit: second, requests_per_unit: 1}\n"), "v3"); err != nil {
 		t.Fatal(err)
@@ -558,14 +672,16 @@ func TestRLQSManyBuckets(t *testing.T) {
 			}
 			continue
 		}
-		if got := rate(a.GetQuotaAssignmentAction().GetRateLimitStrategy()); got != 970 {
-			t.Errorf("bucket %d: %v/s, want 970/s", i, got)
+		if got := rate(a.GetQuotaAssignmentAction().GetRateLimitStrategy()); got != 960 {
+			t.Errorf("bucket %d: %v/s, want 960/s", i, got)
 		}
 	}
 }
 
 // TestTokenBucket: a share becomes a token bucket that admits at most the
-// share, in whole seconds.
+// share in any window of one unit — max_tokens plus one unit's fill, since
+// Envoy starts a bucket full — in whole seconds; under two requests a unit,
+// at most one more.
 func TestTokenBucket(t *testing.T) {
 	for _, c := range []struct {
 		grant        int64
@@ -574,15 +690,19 @@ func TestTokenBucket(t *testing.T) {
 		fill         time.Duration
 		deny         bool
 	}{
-		{121_250, time.Second, 121, 121, time.Second, false},
-		{58_000, time.Minute, 58, 58, time.Minute, false},
-		{970, time.Second, 58, 1, time.Minute, false},                        // 0.97/s: 58 a minute, one at a time
-		{10, time.Second, 1, 1, 100 * time.Second, false},                    // 0.01/s: under one a minute
-		{17, time.Second, 1, 1, time.Minute, false},                          // 1.02 a minute
-		{15, time.Second, 1, 1, 67 * time.Second, false},                     // 0.9 a minute: one per ceil(1000/15) s
-		{1_000, 365 * 24 * time.Hour, 1, 1, 365 * 24 * time.Hour, false},     // one a year
-		{500, 365 * 24 * time.Hour, 30, 1, 60 * 365 * 24 * time.Hour, false}, // half a year: 30 per 60 years
-		{1, 365 * 24 * time.Hour, 0, 0, 0, true},                             // one per 1000 years: nothing
+		{121_250, time.Second, 119, 2, time.Second, false},                     // 121/s: 2 held, 119 a second
+		{970_000, time.Second, 960, 10, time.Second, false},                    // 1% held
+		{100_999, time.Second, 99, 1, time.Second, false},                      // 100/s: 1 held
+		{58_000, time.Minute, 57, 1, time.Minute, false},                       // 58 a minute
+		{2_000, time.Second, 1, 1, time.Second, false},                         // 2/s: the least held in the unit's window
+		{1_500, time.Second, 90, 1, time.Minute, false},                        // 1.5/s: 90 a minute, one at a time
+		{970, time.Second, 58, 1, time.Minute, false},                          // 0.97/s: 58 a minute, one at a time
+		{10, time.Second, 1, 1, 100 * time.Second, false},                      // 0.01/s: under one a minute
+		{17, time.Second, 1, 1, time.Minute, false},                            // 1.02 a minute
+		{15, time.Second, 1, 1, 67 * time.Second, false},                       // 0.9 a minute: one per ceil(1000/15) s
+		{1_000, 365 * 24 * time.Hour, 60, 1, 60 * 365 * 24 * time.Hour, false}, // one a year: 60 per 60 years
+		{500, 365 * 24 * time.Hour, 30, 1, 60 * 365 * 24 * time.Hour, false},   // half a year: 30 per 60 years
+		{1, 365 * 24 * time.Hour, 0, 0, 0, true},                               // one per 1000 years: nothing
 		{0, time.Second, 0, 0, 0, true},
 	} {
 		s := tokenBucket(c.grant, c.unit)
@@ -592,12 +712,25 @@ func TestTokenBucket(t *testing.T) {
 			}
 			continue
 		}
+		if err := s.ValidateAll(); err != nil {
+			t.Errorf("grant %d per %v: %v fails validation: %v", c.grant, c.unit, s, err)
+		}
 		tb := s.GetTokenBucket()
 		if tb.GetTokensPerFill().GetValue() != c.tokens || tb.GetMaxTokens() != c.held || tb.GetFillInterval().AsDuration() != c.fill {
 			t.Errorf("grant %d per %v: %v, want %d per %v, %d held", c.grant, c.unit, tb, c.tokens, c.fill, c.held)
 		}
-		if got, share := rate(s), float64(c.grant)/quotaScale/c.unit.Seconds(); got > share {
-			t.Errorf("grant %d per %v: %v/s, over the share %v/s", c.grant, c.unit, got, share)
+		share := float64(c.grant) / quotaScale // per unit
+		if got := rate(s) * c.unit.Seconds(); got > share {
+			t.Errorf("grant %d per %v: %v per unit, over the share %v", c.grant, c.unit, got, share)
+		}
+		// What one unit's window admits at most: a full bucket and a unit's fill.
+		window := float64(tb.GetMaxTokens()) + rate(s)*c.unit.Seconds()
+		bound := share
+		if c.grant < 2*quotaScale {
+			bound++ // a bucket holds a token at least
+		}
+		if window > bound {
+			t.Errorf("grant %d per %v: a unit's window admits %v, over %v (the share %v)", c.grant, c.unit, window, bound, share)
 		}
 		if tb.GetFillInterval().AsDuration()%time.Second != 0 {
 			t.Errorf("grant %d per %v: fill interval %v is not whole seconds", c.grant, c.unit, tb.GetFillInterval().AsDuration())

@@ -756,9 +756,6 @@ func (s *Service) allowStore(ctx context.Context, st *store, reqs []ratelimit.Re
 	if !st.remote {
 		return allowAll(ctx, reqs, results)
 	}
-	if ctx.Err() != nil {
-		return false, ctx.Err() // over before the store was asked
-	}
 	var idxBuf [8]int
 	idx := idxBuf[:0]
 	for _, q := range reqs {
@@ -766,14 +763,41 @@ func (s *Service) allowStore(ctx context.Context, st *store, reqs []ratelimit.Re
 			idx = append(idx, j)
 		}
 	}
+	var ok bool
+	err := s.callStore(ctx, st, idx, func(ctx context.Context) (err error) {
+		ok, err = allowAll(ctx, reqs, results)
+		return err
+	})
+	return ok, err
+}
+
+// callStore runs call, one call to st touching the keys of the breakers
+// idx (st.breakers.of of each key), under st's timeout and circuit
+// breakers, as every store call of the service goes: refused at once with
+// errBreakerOpen while a breaker is open; timed in
+// floodgate_backend_duration_seconds; its outcome recorded by the
+// breakers. A call on a store that is not remote (the memory backend) is
+// run as it is.
+//
+// Errors are st's (storeError, for storeFailed): a deadline, the service's
+// or the caller's, is a *storeTimeoutError; a caller that cancels is a
+// *callerGoneError and counts neither as a failure nor as a success, nor
+// does a Redis Cluster reshaping itself (clusterStateError).
+func (s *Service) callStore(ctx context.Context, st *store, idx []int, call func(context.Context) error) error {
+	if !st.remote {
+		return call(ctx)
+	}
+	if ctx.Err() != nil {
+		return ctx.Err() // over before the store was asked
+	}
 	if !st.breakers.allow(idx) {
-		return false, st.wrap(errBreakerOpen)
+		return st.wrap(errBreakerOpen)
 	}
 	start := time.Now()
 	dl, hasDL := ctx.Deadline()
 	callerFirst := hasDL && dl.Before(start.Add(st.timeout))
 	cctx, cancel := context.WithTimeout(ctx, st.timeout)
-	ok, err := allowAll(cctx, reqs, results)
+	err := call(cctx)
 	cancel()
 	if m := s.opts.Metrics; m != nil {
 		m.backendDuration.Observe(time.Since(start).Seconds())
@@ -785,7 +809,7 @@ func (s *Service) allowStore(ctx context.Context, st *store, reqs []ratelimit.Re
 		switch cerr := ctx.Err(); {
 		case cerr != nil && !errors.Is(cerr, context.DeadlineExceeded):
 			st.breakers.release(idx)
-			return false, &callerGoneError{err: cerr}
+			return &callerGoneError{err: cerr}
 		case cerr != nil || errors.Is(err, context.DeadlineExceeded):
 			err = &storeTimeoutError{waited: time.Since(start), caller: callerFirst}
 		}
@@ -796,10 +820,10 @@ func (s *Service) allowStore(ctx context.Context, st *store, reqs []ratelimit.Re
 		// the breakers of healthy ranges for a cooldown after the Cluster is
 		// fine again. The call is still answered by the failure mode.
 		st.breakers.release(idx)
-		return ok, st.wrap(err)
+		return st.wrap(err)
 	}
 	st.breakers.record(idx, err)
-	return ok, st.wrap(err)
+	return st.wrap(err)
 }
 
 // clusterStateError reports a Redis Cluster's answer while it is reshaping

@@ -16,8 +16,9 @@ import (
 // TestRLQSTwoServers: two floodgate processes on one Redis share one
 // budget between the data planes of both. Each data plane (go-control-plane's
 // RLQS client, as Envoy's rate_limit_quota filter) reports to its own
-// server; the shares they are assigned never add up to more than the limit,
-// and settle at half of the budget (97% of the limit) each.
+// server; the shares they are assigned (what a token bucket admits in one
+// second at most: max_tokens plus a second's fill) never add up to more than
+// the limit, and settle at half of the budget (97% of the limit) each.
 func TestRLQSTwoServers(t *testing.T) {
 	r := testenv.SharedRedis(t)
 	args := []string{"--redis", redisURL(r), "--redis-prefix", uniquePrefix(t), "--quota-ttl", "5s"}
@@ -59,7 +60,10 @@ func TestRLQSTwoServers(t *testing.T) {
 		if tb == nil {
 			t.Fatalf("step %d: %v, want a token bucket", i, resp)
 		}
-		held[step.plane] = float64(tb.GetTokensPerFill().GetValue()) / tb.GetFillInterval().AsDuration().Seconds()
+		if tb.GetFillInterval().AsDuration() != time.Second {
+			t.Fatalf("step %d: %v, want a fill interval of 1s (the limit's unit)", i, tb)
+		}
+		held[step.plane] = float64(tb.GetMaxTokens() + tb.GetTokensPerFill().GetValue())
 		if held[step.plane] != step.want {
 			t.Errorf("step %d: data plane %d (server %d) got %v/s, want %v/s", i, step.plane, step.plane+1, held[step.plane], step.want)
 		}
