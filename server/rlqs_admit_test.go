@@ -7,14 +7,10 @@ import (
 
 	rlqs "github.com/envoyproxy/go-control-plane/envoy/service/rate_limit_quota/v3"
 	typev3 "github.com/envoyproxy/go-control-plane/envoy/type/v3"
-	"github.com/redis/go-redis/v9"
-	"github.com/redis/rueidis"
 	"google.golang.org/protobuf/proto"
 
 	"github.com/floodgate-dev/floodgate/backend"
-	"github.com/floodgate-dev/floodgate/backend/rueidisadapter"
 	"github.com/floodgate-dev/floodgate/clock"
-	"github.com/floodgate-dev/floodgate/internal/backendtest"
 	"github.com/floodgate-dev/floodgate/internal/testenv"
 )
 
@@ -155,22 +151,7 @@ func TestRLQSFleetAdmits(t *testing.T) {
 	r := testenv.NewRedis(t)
 	clk := clock.NewFake(time.Unix(1_800_000_000, 0))
 	start := clk.Now()
-	prefix := backendtest.UniquePrefix()
-	gc := redis.NewClient(&redis.Options{Addr: r.Addr, ContextTimeoutEnabled: true})
-	t.Cleanup(func() { gc.Close() })
-	b1, err := backend.NewRedisE(gc, backend.WithPrefix(prefix), backend.WithClock(clk))
-	if err != nil {
-		t.Fatal(err)
-	}
-	rc, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{r.Addr}, DisableCache: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(rc.Close)
-	b2, err := rueidisadapter.New(rc, backend.WithPrefix(prefix), backend.WithClock(clk))
-	if err != nil {
-		t.Fatal(err)
-	}
+	b1, b2 := twoClients(t, r.Addr, backend.WithClock(clk))
 	servers := []rlqs.RateLimitQuotaServiceClient{
 		startRLQS(t, newQuotaService(t, b1, time.Second)),
 		startRLQS(t, newQuotaService(t, b2, time.Second)),

@@ -104,25 +104,33 @@ func TestRLQSFleet(t *testing.T) {
 	})
 	t.Run("redis", func(t *testing.T) {
 		t.Parallel()
-		r := testenv.SharedRedis(t)
-		prefix := backendtest.UniquePrefix()
-		gc := redis.NewClient(&redis.Options{Addr: r.Addr, ContextTimeoutEnabled: true})
-		t.Cleanup(func() { gc.Close() })
-		b1, err := backend.NewRedisE(gc, backend.WithPrefix(prefix))
-		if err != nil {
-			t.Fatal(err)
-		}
-		rc, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{r.Addr}, DisableCache: true})
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(rc.Close)
-		b2, err := rueidisadapter.New(rc, backend.WithPrefix(prefix))
-		if err != nil {
-			t.Fatal(err)
-		}
+		b1, b2 := twoClients(t, testenv.SharedRedis(t).Addr)
 		runFleet(t, b1, b2)
 	})
+}
+
+// twoClients returns two backends on the Redis at addr, as two floodgate
+// servers would hold, one through go-redis and one through rueidis, with
+// one new key prefix and opts.
+func twoClients(t *testing.T, addr string, opts ...backend.Option) (backend.Backend, backend.Backend) {
+	t.Helper()
+	opts = append([]backend.Option{backend.WithPrefix(backendtest.UniquePrefix())}, opts...)
+	gc := redis.NewClient(&redis.Options{Addr: addr, ContextTimeoutEnabled: true})
+	t.Cleanup(func() { gc.Close() })
+	b1, err := backend.NewRedisE(gc, opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rc, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{addr}, DisableCache: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(rc.Close)
+	b2, err := rueidisadapter.New(rc, opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b1, b2
 }
 
 func runFleet(t *testing.T, b1, b2 backend.Backend) {
