@@ -67,12 +67,7 @@ func (s *spec) leasable() string {
 // refill of hold µs, and only when the bucket was below it.
 func (l *Limiter) grant(ctx context.Context, key string, least, most, hold int64) (grant, error) {
 	var vs [8]verdict
-	var verdicts []verdict
-	if len(l.specs) <= len(vs) {
-		verdicts = vs[:len(l.specs)]
-	} else {
-		verdicts = make([]verdict, len(l.specs))
-	}
+	verdicts := l.verdictsIn(&vs)
 	g := grant{id: grantIDs.Add(1), marks: make([]int64, len(l.specs))}
 	if l.mem != nil {
 		l.grantMemory(key, least, most, hold, verdicts, &g)

@@ -276,6 +276,15 @@ func (l *Limiter) Rules() int { return len(l.specs) }
 // Backend returns the backend l keeps its state on: the one given to New.
 func (l *Limiter) Backend() backend.Backend { return l.b }
 
+// verdictsIn returns a verdict per rule of l, in buf when they fit (a
+// caller's array on its stack: no allocation), else newly allocated.
+func (l *Limiter) verdictsIn(buf *[8]verdict) []verdict {
+	if len(l.specs) <= len(buf) {
+		return buf[:len(l.specs)]
+	}
+	return make([]verdict, len(l.specs))
+}
+
 // checkCall checks a decision's input, as Limiter.AllowN and Leased.AllowN
 // do before anything else: the key, n >= 0, and ctx not ended.
 func checkCall(ctx context.Context, key string, n int64) error {
@@ -305,12 +314,7 @@ func (l *Limiter) AllowN(ctx context.Context, key string, n int64) (Result, erro
 		return Result{}, err
 	}
 	var vs [8]verdict
-	var verdicts []verdict
-	if len(l.specs) <= len(vs) {
-		verdicts = vs[:len(l.specs)]
-	} else {
-		verdicts = make([]verdict, len(l.specs))
-	}
+	verdicts := l.verdictsIn(&vs)
 	if l.mem != nil {
 		l.allowMemory(key, n, verdicts)
 	} else if err := l.allowRedis(ctx, key, n, verdicts); err != nil {
