@@ -329,34 +329,18 @@ func TestEnvoyCompatEmptyConfigDirectory(t *testing.T) {
 		t.Fatal(err)
 	}
 	s := startEnvoyCompat(t, r, root, "HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED=true")
-	hc := healthpb.NewHealthClient(s.conn)
-	waitHealth := func(want healthpb.HealthCheckResponse_ServingStatus, wantHTTP int) {
-		t.Helper()
-		deadline := time.Now().Add(10 * time.Second)
-		for {
-			resp, err := hc.Check(context.Background(), &healthpb.HealthCheckRequest{Service: "ratelimit"})
-			code, _ := s.get("/healthcheck", "")
-			if err == nil && resp.GetStatus() == want && code == wantHTTP {
-				return
-			}
-			if time.Now().After(deadline) {
-				t.Fatalf("Health.Check(ratelimit) = %v, %v, /healthcheck %d; want %v, %d", resp, err, code, want, wantHTTP)
-			}
-			time.Sleep(50 * time.Millisecond)
-		}
-	}
-	waitHealth(healthpb.HealthCheckResponse_NOT_SERVING, http.StatusInternalServerError)
+	waitHealth(t, s, "config", healthpb.HealthCheckResponse_NOT_SERVING, http.StatusInternalServerError)
 	checkResponse(t, "no configuration files", s.mustRL(request("envoy-compat", entries("per_minute", "e"))), noLimit)
 
 	writeConfig(t, file, envoyTestConfig)
-	waitHealth(healthpb.HealthCheckResponse_SERVING, http.StatusOK)
+	waitHealth(t, s, "config", healthpb.HealthCheckResponse_SERVING, http.StatusOK)
 	avoidWindowEdge(time.Minute, 5*time.Second)
 	checkResponse(t, "a configuration file", s.mustRL(request("envoy-compat", entries("per_minute", "e"))), ok(3, minute, 2))
 
 	if err := os.Remove(file); err != nil {
 		t.Fatal(err)
 	}
-	waitHealth(healthpb.HealthCheckResponse_NOT_SERVING, http.StatusInternalServerError)
+	waitHealth(t, s, "config", healthpb.HealthCheckResponse_NOT_SERVING, http.StatusInternalServerError)
 	checkResponse(t, "the file removed", s.mustRL(request("envoy-compat", entries("per_minute", "e"))), noLimit)
 }
 
@@ -367,29 +351,33 @@ func TestEnvoyCompatEmptyConfigDirectory(t *testing.T) {
 func TestEnvoyCompatHealthFollowsRedis(t *testing.T) {
 	r := testenv.NewRedis(t)
 	s := startEnvoyCompat(t, r, envoyRuntime(t, envoyTestConfig), "REDIS_HEALTH_CHECK_ACTIVE_CONNECTION=true", "REDIS_TIMEOUT=300ms")
-	hc := healthpb.NewHealthClient(s.conn)
-	waitHealth := func(what string, want healthpb.HealthCheckResponse_ServingStatus, wantHTTP int) {
-		t.Helper()
-		deadline := time.Now().Add(10 * time.Second)
-		for {
-			resp, err := hc.Check(context.Background(), &healthpb.HealthCheckRequest{Service: "ratelimit"})
-			code, _ := s.get("/healthcheck", "")
-			if err == nil && resp.GetStatus() == want && code == wantHTTP {
-				return
-			}
-			if time.Now().After(deadline) {
-				t.Fatalf("%s: Health.Check(ratelimit) = %v, %v, /healthcheck %d; want %v, %d", what, resp, err, code, want, wantHTTP)
-			}
-			time.Sleep(50 * time.Millisecond)
-		}
-	}
-	waitHealth("Redis up", healthpb.HealthCheckResponse_SERVING, http.StatusOK)
+	waitHealth(t, s, "Redis up", healthpb.HealthCheckResponse_SERVING, http.StatusOK)
 	if err := r.Pause(); err != nil {
 		t.Fatal(err)
 	}
-	waitHealth("Redis paused", healthpb.HealthCheckResponse_NOT_SERVING, http.StatusInternalServerError)
+	waitHealth(t, s, "Redis paused", healthpb.HealthCheckResponse_NOT_SERVING, http.StatusInternalServerError)
 	if err := r.Resume(); err != nil {
 		t.Fatal(err)
 	}
-	waitHealth("Redis back", healthpb.HealthCheckResponse_SERVING, http.StatusOK)
+	waitHealth(t, s, "Redis back", healthpb.HealthCheckResponse_SERVING, http.StatusOK)
+}
+
+// waitHealth waits (up to 10 s) until s's gRPC health service answers want
+// for "ratelimit" and its /healthcheck wantHTTP; what names the step in the
+// failure.
+func waitHealth(t *testing.T, s *fgServer, what string, want healthpb.HealthCheckResponse_ServingStatus, wantHTTP int) {
+	t.Helper()
+	hc := healthpb.NewHealthClient(s.conn)
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		resp, err := hc.Check(context.Background(), &healthpb.HealthCheckRequest{Service: "ratelimit"})
+		code, _ := s.get("/healthcheck", "")
+		if err == nil && resp.GetStatus() == want && code == wantHTTP {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: Health.Check(ratelimit) = %v, %v, /healthcheck %d; want %v, %d", what, resp, err, code, want, wantHTTP)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
 }
