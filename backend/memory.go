@@ -84,7 +84,8 @@ func NewMemory(opts ...Option) *Memory {
 	return outer
 }
 
-// Clock returns the injected clock, or nil when Memory uses time.Now.
+// Clock returns the injected clock, or nil when Memory keeps its own time
+// (see NowMicros).
 func (m *Memory) Clock() clock.Clock { return m.clk }
 
 func (*Memory) sealed() {}
