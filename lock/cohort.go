@@ -4,15 +4,15 @@ import (
 	"context"
 	"sync"
 	"time"
-
-	"github.com/floodgate-dev/floodgate/backend"
 )
 
-// This file holds the local queue of the Redis mutex: Lock calls of one
-// process on one lock name (and one backend) wait for each other here, in
-// process, instead of each trying Redis and queueing there. While a call of
-// the process holds the lock or is trying to take it, another call waits
-// locally. When the holder unlocks and no other process waits in Redis, the
+// This file holds the local queue of a mutex, store-independent: the Redis
+// mutex (below) and the PostgreSQL mutex of lock/sqllock use it. Lock calls
+// of one process on one lock name (and one store) wait for each other here,
+// in process, instead of each trying the store and queueing there. The
+// rest of this comment tells the Redis story; lock/sqllock's is the same
+// with a statement for the script. While a call of the process holds the
+// lock or is trying to take it, another call waits locally. When the holder unlocks and no other process waits in Redis, the
 // release hands the lock to the next local caller in the same script
 // (handoff.lua): a hand-off inside a process costs one round trip, with no
 // failed attempt, no subscription and no wake-up message. When other
@@ -27,26 +27,43 @@ import (
 // lost its lease never keeps the process's callers waiting longer than an
 // ordinary waiter would.
 
-// cohortKey names the local queue of one lock name on one backend.
-type cohortKey struct {
-	r    *backend.Redis
-	name string
+// Cohort names the local queue of one lock name in one store. Drivers of
+// other packages (lock/sqllock) use it as the Redis mutex does; its methods
+// are safe for concurrent use.
+type Cohort struct {
+	store any // comparable: what identifies the store in the process
+	name  string
 }
+
+// NewCohort returns the local queue of lock name in store, which must be
+// comparable (a pointer to the client, or a struct of pointers): every
+// Cohort made with equal arguments is the same queue.
+func NewCohort(store any, name string) Cohort { return Cohort{store: store, name: name} }
 
 // cohort is the local queue of one lock name on one backend.
 type cohort struct {
-	trying  int                  // calls of this process making attempts in Redis
+	trying  int                  // calls of this process making attempts in the store
 	holders map[string]time.Time // owner -> local end of its lease
-	waiters []*localWaiter       // FIFO
+	waiters []*CohortWaiter      // FIFO
 }
 
-// localWaiter is a Lock call waiting in the local queue.
-type localWaiter struct {
+// CohortWaiter is a Lock call waiting in the local queue.
+type CohortWaiter struct {
 	owner string
+	call  string
 	ttl   time.Duration
 	turn  chan turn // buffered 1: the waiter's turn, once
 	state waiterState
 }
+
+// Owner is the waiter's owner id.
+func (w *CohortWaiter) Owner() string { return w.owner }
+
+// Call is the call id the waiter gave WaitTurn.
+func (w *CohortWaiter) Call() string { return w.call }
+
+// TTL is the lease the waiter asks for.
+func (w *CohortWaiter) TTL() time.Duration { return w.ttl }
 
 type waiterState int
 
@@ -57,13 +74,13 @@ const (
 )
 
 // turn is what a waiter's turn brings: a lock handed to it (token > 0), or
-// the right to make attempts in Redis.
+// the right to make attempts in the store.
 type turn struct{ token int64 }
 
 var cohorts = struct {
 	sync.Mutex
-	m map[cohortKey]*cohort
-}{m: map[cohortKey]*cohort{}}
+	m map[Cohort]*cohort
+}{m: map[Cohort]*cohort{}}
 
 // busy reports whether a call of the process is trying or holds a lease
 // that has not ended on the local clock; it forgets ended holders.
@@ -79,7 +96,7 @@ func (c *cohort) busy(now time.Time) bool {
 // handOn gives the next local waiter its turn to try when nobody of the
 // process is busy, and drops the queue's record when it is idle. Callers
 // hold cohorts.
-func (k cohortKey) handOn(c *cohort) {
+func (k Cohort) handOn(c *cohort) {
 	if c.busy(time.Now()) {
 		return
 	}
@@ -93,10 +110,10 @@ func (k cohortKey) handOn(c *cohort) {
 	delete(cohorts.m, k)
 }
 
-// enter reports whether the call may go to Redis at once (and counts it as
+// enter reports whether the call may go to the store at once (and counts it as
 // trying), or else queues it and returns its waiter and how long it waits at
-// most before going to Redis anyway.
-func (k cohortKey) enter(owner string, ttl, maxPoll time.Duration) (*localWaiter, time.Duration) {
+// most before going to the store anyway.
+func (k Cohort) enter(owner, call string, ttl, maxPoll time.Duration) (*CohortWaiter, time.Duration) {
 	cohorts.Lock()
 	defer cohorts.Unlock()
 	c := cohorts.m[k]
@@ -113,18 +130,19 @@ func (k cohortKey) enter(owner string, ttl, maxPoll time.Duration) (*localWaiter
 	for _, end := range c.holders {
 		wait = min(wait, end.Sub(now)+time.Millisecond)
 	}
-	w := &localWaiter{owner: owner, ttl: ttl, turn: make(chan turn, 1)}
+	w := &CohortWaiter{owner: owner, call: call, ttl: ttl, turn: make(chan turn, 1)}
 	c.waiters = append(c.waiters, w)
 	return w, wait
 }
 
-// waitTurn waits in the local queue until the call may go to Redis, or is
-// handed the lock (then it returns the token; the call counts as trying
-// either way, and ends with done). It returns ctx's error when ctx ends
-// first; the call then holds nothing and no turn: a lock handed to it
-// meanwhile is released by the hand-off's caller.
-func (k cohortKey) waitTurn(ctx context.Context, owner string, ttl, maxPoll time.Duration) (int64, error) {
-	w, wait := k.enter(owner, ttl, maxPoll)
+// WaitTurn waits in the local queue until the call may go to the store, or
+// is handed the lock (then it returns the token; the call counts as trying
+// either way, and ends with Done). call is the call's id, for a driver
+// whose hand-off writes it into the store (CohortWaiter.Call). It returns
+// ctx's error when ctx ends first; the call then holds nothing and no turn:
+// a lock handed to it meanwhile is released by the hand-off's caller.
+func (k Cohort) WaitTurn(ctx context.Context, owner, call string, ttl, maxPoll time.Duration) (int64, error) {
+	w, wait := k.enter(owner, call, ttl, maxPoll)
 	if w == nil {
 		return 0, nil
 	}
@@ -160,11 +178,11 @@ const (
 )
 
 // leave ends a wait without a turn: goOn when its timer fired (the waiter
-// goes to Redis), else its ctx ended. A turn that came meanwhile is taken
+// goes to the store), else its ctx ended. A turn that came meanwhile is taken
 // instead. A hand-off under way decides for the waiter: with goOn the
 // waiter waits for it; else the waiter is marked abandoned, and the
 // hand-off's caller releases what it hands.
-func (k cohortKey) leave(w *localWaiter, goOn bool) (int64, leaveOutcome) {
+func (k Cohort) leave(w *CohortWaiter, goOn bool) (int64, leaveOutcome) {
 	cohorts.Lock()
 	defer cohorts.Unlock()
 	select {
@@ -192,9 +210,9 @@ func (k cohortKey) leave(w *localWaiter, goOn bool) (int64, leaveOutcome) {
 	return 0, left
 }
 
-// done ends a trying call: holding until end when held, else passing the
+// Done ends a trying call: holding until end when held, else passing the
 // turn on.
-func (k cohortKey) done(owner string, held bool, end time.Time) {
+func (k Cohort) Done(owner string, held bool, end time.Time) {
 	cohorts.Lock()
 	defer cohorts.Unlock()
 	c := cohorts.m[k]
@@ -206,8 +224,8 @@ func (k cohortKey) done(owner string, held bool, end time.Time) {
 	k.handOn(c)
 }
 
-// extended moves owner's local lease end after a renewal.
-func (k cohortKey) extended(owner string, end time.Time) {
+// Extended moves owner's local lease end after a renewal.
+func (k Cohort) Extended(owner string, end time.Time) {
 	cohorts.Lock()
 	defer cohorts.Unlock()
 	if c := cohorts.m[k]; c != nil {
@@ -217,9 +235,9 @@ func (k cohortKey) extended(owner string, end time.Time) {
 	}
 }
 
-// released ends owner's holding in the process and gives the next local
+// Released ends owner's holding in the process and gives the next local
 // waiter its turn.
-func (k cohortKey) released(owner string) {
+func (k Cohort) Released(owner string) {
 	cohorts.Lock()
 	defer cohorts.Unlock()
 	c := cohorts.m[k]
@@ -233,13 +251,13 @@ func (k cohortKey) released(owner string) {
 	k.handOn(c)
 }
 
-// handing returns the local waiter to hand the lock to as owner releases
+// Handing returns the local waiter to hand the lock to as owner releases
 // it, if any: when owner holds it in this process, nobody else of the
 // process is busy and someone waits. owner's holding then ends here, the
 // waiter counts as trying, and the caller reports the hand-off's outcome
-// with handedTo. Otherwise it changes nothing: the caller releases and then
-// calls released.
-func (k cohortKey) handing(owner string) *localWaiter {
+// with HandedTo. Otherwise it changes nothing: the caller releases and then
+// calls Released.
+func (k Cohort) Handing(owner string) *CohortWaiter {
 	cohorts.Lock()
 	defer cohorts.Unlock()
 	c := cohorts.m[k]
@@ -262,10 +280,12 @@ func (k cohortKey) handing(owner string) *localWaiter {
 	return w
 }
 
-// handedTo reports the outcome of a hand-off to w: token > 0 when w now
+// HandedTo reports the outcome of a hand-off to w: token > 0 when w now
 // holds the lock, else w makes attempts of its own. It returns false when
-// w's call has returned meanwhile: the caller must then undo what w got.
-func (k cohortKey) handedTo(w *localWaiter, token int64) bool {
+// w's call has returned meanwhile: the caller must then undo what w got,
+// and end w's trying with Done (held when w got the lock, which the caller
+// then releases as w.Owner()).
+func (k Cohort) HandedTo(w *CohortWaiter, token int64) bool {
 	cohorts.Lock()
 	defer cohorts.Unlock()
 	if w.state == abandoned {

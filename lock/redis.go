@@ -130,9 +130,9 @@ var (
 type redisDriver struct {
 	r       *backend.Redis
 	o       Options
-	local   cohortKey // the process's local queue of the name (cohort.go)
-	tomb    string    // key prefix of tombstones: + call id
-	keys    []string  // lock, fence, queue, waiter deadlines
+	local   Cohort   // the process's local queue of the name (cohort.go)
+	tomb    string   // key prefix of tombstones: + call id
+	keys    []string // lock, fence, queue, waiter deadlines
 	channel string
 }
 
@@ -140,7 +140,7 @@ func newRedisDriver(r *backend.Redis, name string, o Options) *redisDriver {
 	return &redisDriver{
 		r:     r,
 		o:     o,
-		local: cohortKey{r: r, name: name},
+		local: NewCohort(r, name),
 		tomb:  r.Key(name, "lx:"),
 		keys: []string{
 			r.Key(name, "lk"),
@@ -206,7 +206,7 @@ func (d *redisDriver) Acquire(ctx context.Context, owner string, ttl time.Durati
 	}
 	// Lock calls of this process on this name take turns in process first;
 	// the turn may come with the lock, handed over by its release.
-	token, err := d.local.waitTurn(ctx, owner, ttl, d.o.MaxPoll)
+	token, err := d.local.WaitTurn(ctx, owner, "", ttl, d.o.MaxPoll)
 	if err != nil {
 		return Grant{}, err
 	}
@@ -214,7 +214,7 @@ func (d *redisDriver) Acquire(ctx context.Context, owner string, ttl time.Durati
 	if token == 0 {
 		g, err = d.acquire(ctx, owner, ttl, wait)
 	}
-	d.local.done(owner, err == nil, time.Now().Add(ttl))
+	d.local.Done(owner, err == nil, time.Now().Add(ttl))
 	return g, err
 }
 
@@ -286,21 +286,21 @@ func (d *redisDriver) Extend(ctx context.Context, owner string, ttl time.Duratio
 		return fmt.Errorf("lock: %w", err)
 	}
 	if n, _ := reply.(int64); n != 1 {
-		d.local.released(owner)
+		d.local.Released(owner)
 		return ErrNotHeld
 	}
-	d.local.extended(owner, time.Now().Add(ttl))
+	d.local.Extended(owner, time.Now().Add(ttl))
 	return nil
 }
 
 func (d *redisDriver) Release(ctx context.Context, owner string) error {
-	if w := d.local.handing(owner); w != nil {
+	if w := d.local.Handing(owner); w != nil {
 		return d.handoff(ctx, owner, w)
 	}
 	// Whatever the answer, this process's holding is over: the next local
 	// caller goes to Redis (where the lock is free, or held by another
 	// process, or still ours if the release failed: then it waits there).
-	defer d.local.released(owner)
+	defer d.local.Released(owner)
 	reply, err := d.r.Run(ctx, releaseScript, d.keys, []string{d.r.NowArg(), owner, d.channel, backend.NewCallID()})
 	if err != nil {
 		return fmt.Errorf("lock: %w", err)
@@ -317,7 +317,7 @@ func (d *redisDriver) Release(ctx context.Context, owner string) error {
 // attempt of its own (which, after a lost reply, finds the lock if the
 // hand-off ran: acquire.lua's resend path). When w's call has returned
 // meanwhile, what it got is given up here.
-func (d *redisDriver) handoff(ctx context.Context, owner string, w *localWaiter) error {
+func (d *redisDriver) handoff(ctx context.Context, owner string, w *CohortWaiter) error {
 	call := backend.NewCallID()
 	keys := d.callKeys(call)
 	reply, err := d.r.Run(ctx, handoffScript, keys, []string{
@@ -328,7 +328,7 @@ func (d *redisDriver) handoff(ctx context.Context, owner string, w *localWaiter)
 		v, err = backend.ReplyInts(reply, 2)
 	}
 	if err != nil {
-		if !d.local.handedTo(w, 0) {
+		if !d.local.HandedTo(w, 0) {
 			// w is gone and the hand-off may have run: undo it for w's call.
 			abandon(w.ttl, func(ctx context.Context) error {
 				_, err := d.r.Run(ctx, cancelScript, keys, []string{
@@ -336,13 +336,13 @@ func (d *redisDriver) handoff(ctx context.Context, owner string, w *localWaiter)
 				})
 				return err
 			})
-			d.local.done(w.owner, false, time.Time{})
+			d.local.Done(w.owner, false, time.Time{})
 		}
 		return fmt.Errorf("lock: %w", err)
 	}
-	if !d.local.handedTo(w, v[1]) {
+	if !d.local.HandedTo(w, v[1]) {
 		held := v[1] > 0
-		d.local.done(w.owner, held, time.Now().Add(w.ttl))
+		d.local.Done(w.owner, held, time.Now().Add(w.ttl))
 		if held {
 			// w's call returned without it: release it, handing it on.
 			go func() {

@@ -223,3 +223,62 @@ func TestListenerStops(t *testing.T) {
 		t.Fatalf("%d connections in use after Close", n)
 	}
 }
+
+// A local hand-off whose reply was lost (applied, but the releasing side
+// does not know it) leaves the waiter to its own attempts: the holding the
+// hand-off made carries the waiter's call id, so the attempt is a replay
+// of its call, with the same token and no second hold level.
+func TestLocalHandOffLostReply(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	db, d := pgDriver(t, ctx, "local-lost")
+	d.o.MaxPoll = time.Minute
+	d.useLocal = true
+	d.local = lock.NewCohort(localStore{db, d.ln}, d.name)
+
+	if _, err := d.Acquire(ctx, "holder", time.Minute, true); err != nil {
+		t.Fatal(err)
+	}
+	type result struct {
+		g   lock.Grant
+		err error
+	}
+	got := make(chan result, 1)
+	go func() {
+		g, err := d.Acquire(ctx, "waiter", time.Minute, true)
+		got <- result{g, err}
+	}()
+	var w *lock.CohortWaiter
+	for w == nil {
+		if ctx.Err() != nil {
+			t.Fatal("the waiter did not queue in the process")
+		}
+		time.Sleep(10 * time.Millisecond)
+		w = d.local.Handing("holder")
+	}
+	var holds, token sql.NullInt64
+	var notified int64
+	if err := db.QueryRowContext(ctx, pgReleaseLocal, d.name, "holder", d.channel, handOffGrace.Microseconds(),
+		w.Owner(), w.TTL().Microseconds(), w.Call()).Scan(&holds, &notified, &token); err != nil {
+		t.Fatal(err)
+	}
+	if !token.Valid || notified != 0 {
+		t.Fatalf("local hand-off: token %v, %d notified; want a token and no notification", token, notified)
+	}
+	if !d.local.HandedTo(w, 0) { // the reply "was lost"
+		t.Fatal("the waiter gave up")
+	}
+	r := <-got
+	if r.err != nil {
+		t.Fatal(r.err)
+	}
+	if r.g.Token != token.Int64 {
+		t.Fatalf("the waiter's attempt got token %d, want %d, the hand-off's (a replay)", r.g.Token, token.Int64)
+	}
+	if err := d.Release(ctx, "waiter"); err != nil {
+		t.Fatal(err)
+	}
+	if err := d.Release(ctx, "waiter"); !errors.Is(err, lock.ErrNotHeld) {
+		t.Fatalf("second release: %v, want ErrNotHeld (the replay added a level)", err)
+	}
+}

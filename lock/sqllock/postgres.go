@@ -156,7 +156,8 @@ SELECT (SELECT token FROM a),
 
 // pgRelease: $1 name, $2 owner, $3 channel, $4 hand-off grace µs.
 // Reply: the hold count left (NULL when not held; after a hand-off, the new
-// holder's 1); whether a waiter was notified.
+// holder's 1); whether a waiter was notified; the token of a local
+// receiver (always NULL here, see pgReleaseLocal).
 //
 // A level that is not the last only lowers the hold count. The last one
 // hands the lock to the longest live waiter (h) if that waiter listens (its
@@ -170,21 +171,56 @@ SELECT (SELECT token FROM a),
 // so it is delivered once the release is committed: its id followed by "!"
 // when the lock was handed to it. Without live waiters nothing is notified
 // (NOTIFY serializes committing transactions database-wide).
-var pgRelease = `WITH c AS (SELECT clock_timestamp() AS now),` + pgHandOff("l.call_id") + `
+var pgRelease = `WITH c AS (SELECT clock_timestamp() AS now),` + pgHead + pgHandOff("l.call_id") + `
 	WHERE l.name = $1 AND l.owner = $2 AND l.holds > 0 AND l.expires_at > c.now
-	RETURNING l.owner, l.holds
+	RETURNING l.owner, l.holds, l.token
 ),` + pgHandOffNotify
 
-// pgHandOff is the part of pgRelease and pgUndo that picks the head waiter
-// and sets the row; its WHERE and RETURNING follow. callKept is the call
-// id the row keeps when it is not handed on.
-func pgHandOff(callKept string) string {
-	return `
+// pgReleaseLocal is pgRelease with a waiter of the releasing process in
+// hand (see lock.Cohort): $5 its owner, $6 its ttl µs, $7 its call id.
+// When no live waiter stands in floodgate_lock_waiters (no other process
+// waits, as far as the queue tells), the last level hands the lock to that
+// waiter instead of freeing it: its owner, the next token, its call id and
+// its full ttl as lease; nobody is notified, and the waiter gets the token
+// in the reply (third column). Otherwise it is pgRelease: the store's head
+// waiter goes first and the local waiter makes attempts of its own.
+var pgReleaseLocal = `WITH c AS (SELECT clock_timestamp() AS now),` + pgHeadOrLocal + pgHandOff("l.call_id") + `
+	WHERE l.name = $1 AND l.owner = $2 AND l.holds > 0 AND l.expires_at > c.now
+	RETURNING l.owner, l.holds, l.token
+),` + pgHandOffNotify
+
+// pgHead is h of pgRelease and pgUndo: the longest live waiter, the lease
+// a hand-off gives it (its ttl, at most the grace $4) and whether it is
+// notified.
+const pgHead = `
 h AS (
-	SELECT w.waiter, w.owner, w.ttl_us FROM floodgate_lock_waiters w, c
+	SELECT w.waiter, w.owner, LEAST(w.ttl_us, $4::bigint) AS lease_us, true AS notify
+	FROM floodgate_lock_waiters w, c
+	WHERE w.name = $1 AND w.expires_at > c.now
+	ORDER BY w.seq LIMIT 1
+),`
+
+// pgHeadOrLocal is h of pgReleaseLocal: pgHead's waiter, or else the
+// local waiter ($5 owner, $6 ttl µs, $7 call id), with its full ttl and
+// no notification.
+const pgHeadOrLocal = `
+q AS (
+	SELECT w.waiter, w.owner, LEAST(w.ttl_us, $4::bigint) AS lease_us, true AS notify
+	FROM floodgate_lock_waiters w, c
 	WHERE w.name = $1 AND w.expires_at > c.now
 	ORDER BY w.seq LIMIT 1
 ),
+h AS (
+	SELECT * FROM q
+	UNION ALL
+	SELECT $7::text, $5::text, $6::bigint, false WHERE NOT EXISTS (SELECT 1 FROM q)
+),`
+
+// pgHandOff is r of pgRelease, pgReleaseLocal and pgUndo, which sets the
+// row from h (one of the above); its WHERE and RETURNING follow. callKept
+// is the call id the row keeps when it is not handed on.
+func pgHandOff(callKept string) string {
+	return `
 r AS (
 	UPDATE floodgate_locks l SET
 		holds = CASE WHEN l.holds > 1 THEN l.holds - 1 WHEN h.owner <> '' THEN 1 ELSE 0 END,
@@ -192,14 +228,15 @@ r AS (
 		token = CASE WHEN l.holds <= 1 AND h.owner <> ''
 			THEN GREATEST(l.token + 1, (extract(epoch FROM c.now) * 1000000)::bigint) ELSE l.token END,
 		expires_at = CASE WHEN l.holds > 1 THEN l.expires_at
-			WHEN h.owner <> '' THEN c.now + LEAST(h.ttl_us, $4::bigint) * interval '1 microsecond'
+			WHEN h.owner <> '' THEN c.now + h.lease_us * interval '1 microsecond'
 			ELSE c.now END,
 		call_id = CASE WHEN l.holds <= 1 AND h.owner <> '' THEN h.waiter ELSE ` + callKept + ` END
 	FROM c LEFT JOIN h ON true`
 }
 
-// pgHandOffNotify ends pgRelease and pgUndo: the handed-off waiter leaves
-// the queue, the head waiter is notified, and the reply.
+// pgHandOffNotify ends pgRelease, pgReleaseLocal and pgUndo: the
+// handed-off waiter leaves the queue, the head waiter is notified, and the
+// reply; the token is that of a holding handed to a local waiter.
 const pgHandOffNotify = `
 d AS (
 	DELETE FROM floodgate_lock_waiters w USING r, h
@@ -207,9 +244,10 @@ d AS (
 ),
 n AS (
 	SELECT pg_notify($3, h.waiter || CASE WHEN r.owner = h.owner THEN '!' ELSE '' END)
-	FROM h, r WHERE r.owner <> $2
+	FROM h, r WHERE r.owner <> $2 AND h.notify
 )
-SELECT (SELECT holds FROM r), (SELECT count(*) FROM n)`
+SELECT (SELECT holds FROM r), (SELECT count(*) FROM n),
+	(SELECT r.token FROM r, h WHERE NOT h.notify AND r.owner = h.owner)`
 
 // pgTouch makes sure a lock's row exists, as a free row, before pgUndo:
 // an INSERT waits for a transaction that is inserting the same name, where
@@ -222,9 +260,9 @@ VALUES ($1, '', 0, 0, clock_timestamp()) ON CONFLICT (name) DO NOTHING`
 // did: it is pgRelease matched on the call id, which it clears (unless it
 // hands the lock on), so that it may be repeated. $1 name, $2 owner, $3
 // channel, $4 hand-off grace µs, $5 call id.
-var pgUndo = `WITH c AS (SELECT clock_timestamp() AS now),` + pgHandOff("''") + `
+var pgUndo = `WITH c AS (SELECT clock_timestamp() AS now),` + pgHead + pgHandOff("''") + `
 	WHERE l.name = $1 AND l.owner = $2 AND l.call_id = $5 AND l.holds > 0 AND l.expires_at > c.now
-	RETURNING l.owner, l.holds
+	RETURNING l.owner, l.holds, l.token
 ),` + pgHandOffNotify
 
 // pgConfirm: $1 name, $2 owner, $3 call id (= waiter id), $4 ttl µs. The

@@ -60,12 +60,15 @@
 //	Unlock                 1: UPDATE (+ NOTIFY)        1: UPDATE (+ RELEASE_LOCK of the gate)
 //	Extend                 1                           1
 //	Lock, handed the lock  1: pgConfirm                4 once the gate is handed over
+//	Lock, handed locally   0: the release's UPDATE     (no local hand-off)
 //	Lock, waiting          3 to queue; then nothing    1: GET_LOCK, blocking; at most every
 //	                       until a notification        MaxPoll, or at the holder's lease end
 //
 // Fair, and the first use of a name, add a statement; a PostgreSQL Lock
 // that subscribes to a channel not yet LISTENed makes one attempt more once
-// LISTEN is in effect.
+// LISTEN is in effect. "Handed locally" is a Lock that waited behind a
+// holder of its own process (see Local hand-off): the release's one
+// statement both frees the lock and gives it to that Lock.
 //
 // A statement that failed with a deadlock or serialization failure is
 // retried (at most 3 attempts in all), and so are acquisitions and renewals
@@ -175,6 +178,35 @@
 // a small driver-specific function (see WaitFunc); the package itself
 // depends on database/sql only. A Listener needs session-level connections
 // (not PgBouncer's transaction pooling).
+//
+// # Local hand-off
+//
+// On PostgreSQL, Lock calls (not TryLock) on Lockers of one Listener
+// without Owner and without Fair take turns in the process first, per lock
+// name, through lock.Cohort, the queue the Redis mutex uses: while a call of
+// the process holds the lock or is trying to take it, the others wait in the
+// process, not in floodgate_lock_waiters. When the holder unlocks and no live
+// waiter is queued in floodgate_lock_waiters, the release statement itself
+// hands the lock to the longest-waiting of them: the row gets that call's
+// owner, the next token, its call id and a lease of its full TTL, and the
+// call has its lease once the statement's reply arrives: no NOTIFY, no
+// round trip through the Listener's session, no confirmation. An
+// acquisition passed on inside a process costs one statement, the release.
+//
+// When waiters of other processes are queued in the database, the release
+// hands the lock to the first of them, as above, and the next local call
+// queues behind them in the database: contended processes take turns, none
+// starves. (A non-Fair Locker without a Listener does not queue, so a
+// release cannot see it: it waits until the process stops handing the lock
+// on, as it already does behind Listener waiters.) A local waiter goes to
+// the database by itself once its wait passes the local holder's lease end
+// or MaxPoll, whichever is sooner, so a holder that stalled, died or lost
+// its lease keeps the process's other calls no longer than it would keep
+// other waiters. A call whose context ends while a release is handing it
+// the lock holds nothing: the releasing side releases what it got (handing
+// it on). A hand-off whose reply was lost is found by the waiter's own
+// attempt, as a replay of its call (the holding carries its call id), or
+// undone when that call fails.
 //
 // Without a Listener, a PostgreSQL Lock retries with a bounded exponential
 // back-off: 10ms, doubling, each wait capped by the holder's remaining lease
@@ -314,8 +346,8 @@ const (
 	// LocksTable holds one row per lock name.
 	LocksTable = "floodgate_locks"
 	// WaitersTable holds the waiter queue of Fair locks (and, on
-	// PostgreSQL with a Listener, of every waiter, so that a release wakes
-	// only one).
+	// PostgreSQL with a Listener, of every waiter that does not wait in
+	// its process's local queue, so that a release wakes only one).
 	WaitersTable = "floodgate_lock_waiters"
 )
 
@@ -374,6 +406,10 @@ func newLocker(db *sql.DB, d Dialect, ln *Listener, name string, opts []lock.Opt
 	dr := &dbDriver{db: db, dialect: d, name: name, o: o, ln: ln}
 	if d == Postgres {
 		dr.channel = channelName(name)
+		if ln != nil && o.Owner == "" && !o.Fair {
+			dr.useLocal = true
+			dr.local = lock.NewCohort(localStore{db, ln}, name)
+		}
 	}
 	return lock.NewLocker(dr, o), nil
 }
@@ -437,6 +473,19 @@ type dbDriver struct {
 	channel string    // PostgreSQL notification channel
 	// busy: MySQL, the last Lock found the lock taken (see myAcquireWait).
 	busy atomic.Bool
+	// local: PostgreSQL with a Listener, without Owner and Fair: Lock calls
+	// of the process take turns in the process's queue of the name, and a
+	// release hands the lock to the next of them in its statement (see
+	// Local hand-off in the package documentation).
+	local    lock.Cohort
+	useLocal bool
+}
+
+// localStore identifies the store of a local queue (lock.Cohort): the pool
+// and the Listener (the tables are fixed).
+type localStore struct {
+	db *sql.DB
+	ln *Listener
 }
 
 func (d *dbDriver) waiterLease() time.Duration { return max(3*d.o.MaxPoll, minWaiterLease) }
@@ -490,12 +539,33 @@ func retry(ctx context.Context, repeat bool, f func() error) error {
 	}
 }
 
-// Acquire implements lock.Driver. Every attempt of the call carries one call
-// id (see try); when the call fails with an error other than ErrLocked, an
-// attempt may have been applied without its reply arriving, and undo takes
-// back what the call took.
-func (d *dbDriver) Acquire(ctx context.Context, owner string, ttl time.Duration, wait bool) (g lock.Grant, err error) {
+// Acquire implements lock.Driver. A Lock on a local queue first waits for
+// its turn in the process (see Local hand-off), which may come with the
+// lock, handed over by the release of the process's previous holder.
+func (d *dbDriver) Acquire(ctx context.Context, owner string, ttl time.Duration, wait bool) (lock.Grant, error) {
 	call := backend.NewCallID()
+	if !wait || !d.useLocal {
+		return d.acquire(ctx, owner, ttl, wait, call)
+	}
+	// A hand-off writes call into the holding, so that an attempt of this
+	// call after a lost reply finds it (a replay), and an undo too.
+	token, err := d.local.WaitTurn(ctx, owner, call, ttl, d.o.MaxPoll)
+	if err != nil {
+		return lock.Grant{}, err // holds nothing: see lock.Cohort.WaitTurn
+	}
+	g := lock.Grant{Token: token}
+	if token == 0 {
+		g, err = d.acquire(ctx, owner, ttl, wait, call)
+	}
+	d.local.Done(owner, err == nil, time.Now().Add(ttl))
+	return g, err
+}
+
+// acquire is Acquire in the database. Every attempt of the call carries
+// one call id (see try); when the call fails with an error other than
+// ErrLocked, an attempt may have been applied without its reply arriving,
+// and undo takes back what the call took.
+func (d *dbDriver) acquire(ctx context.Context, owner string, ttl time.Duration, wait bool, call string) (g lock.Grant, err error) {
 	defer func() {
 		if err != nil && !errors.Is(err, lock.ErrLocked) {
 			undoInBackground(ctx, ttl, func(ctx context.Context) error { return d.undo(ctx, owner, call) })
@@ -559,10 +629,10 @@ func (d *dbDriver) undo(ctx context.Context, owner, call string) error {
 			if _, err := d.db.ExecContext(ctx, pgTouch, d.name); err != nil {
 				return err
 			}
-			var holds sql.NullInt64
+			var holds, token sql.NullInt64
 			var notified int64
 			return d.db.QueryRowContext(ctx, pgUndo, d.name, owner, d.channel, handOffGrace.Microseconds(), call).
-				Scan(&holds, &notified)
+				Scan(&holds, &notified, &token)
 		}
 		if _, err := d.db.ExecContext(ctx, myTouch, d.name); err != nil {
 			return err
@@ -740,6 +810,14 @@ func (d *dbDriver) Extend(ctx context.Context, owner string, ttl time.Duration) 
 		return err
 	})
 	err = affected(res, err, "extend", d.name)
+	if d.useLocal {
+		switch {
+		case err == nil:
+			d.local.Extended(owner, start.Add(ttl))
+		case errors.Is(err, lock.ErrNotHeld):
+			d.local.Released(owner)
+		}
+	}
 	if d.dialect == MySQL {
 		if p := pins.get(pinKey{d.db, d.name, owner}); p != nil {
 			switch {
@@ -755,14 +833,22 @@ func (d *dbDriver) Extend(ctx context.Context, owner string, ttl time.Duration) 
 
 // Release implements lock.Driver.
 func (d *dbDriver) Release(ctx context.Context, owner string) error {
+	if d.useLocal {
+		if w := d.local.Handing(owner); w != nil {
+			return d.handOffLocal(ctx, owner, w)
+		}
+		// Whatever the answer, this process's holding is over: the next
+		// local caller goes to the database.
+		defer d.local.Released(owner)
+	}
 	if d.dialect == Postgres {
-		var holds sql.NullInt64
+		var holds, token sql.NullInt64
 		var notified int64
 		// Not repeated after a terminated session: releasing twice could
 		// drop another hold level of a reentrant owner.
 		err := retry(ctx, false, func() error {
 			return d.db.QueryRowContext(ctx, pgRelease, d.name, owner, d.channel, handOffGrace.Microseconds()).
-				Scan(&holds, &notified)
+				Scan(&holds, &notified, &token)
 		})
 		if err != nil {
 			return fmt.Errorf("sqllock: release %q: %w", d.name, err)
@@ -795,6 +881,48 @@ func (d *dbDriver) Release(ctx context.Context, owner string) error {
 		return err
 	})
 	return affected(res, err, "release", d.name)
+}
+
+// handOffLocal releases owner's holding with pgReleaseLocal, which hands
+// the lock to w, a Lock call of this process waiting in the local queue,
+// when no waiter of another process is queued in the database. w learns
+// the outcome through its turn: the lock, or attempts of its own (which,
+// after a lost reply, find the holding if the hand-off was applied: it
+// carries w's call id, so the attempt is a replay). When w's call has
+// returned meanwhile, what it got is given up here.
+func (d *dbDriver) handOffLocal(ctx context.Context, owner string, w *lock.CohortWaiter) error {
+	var holds, token sql.NullInt64
+	var notified int64
+	// Not repeated after a terminated session, as pgRelease.
+	err := retry(ctx, false, func() error {
+		return d.db.QueryRowContext(ctx, pgReleaseLocal, d.name, owner, d.channel, handOffGrace.Microseconds(),
+			w.Owner(), w.TTL().Microseconds(), w.Call()).Scan(&holds, &notified, &token)
+	})
+	if err != nil {
+		if !d.local.HandedTo(w, 0) {
+			// w is gone and the hand-off may have been applied: undo
+			// it, as w's call would have.
+			undoInBackground(ctx, w.TTL(), func(ctx context.Context) error { return d.undo(ctx, w.Owner(), w.Call()) })
+			d.local.Done(w.Owner(), false, time.Time{})
+		}
+		return fmt.Errorf("sqllock: release %q: %w", d.name, err)
+	}
+	if !d.local.HandedTo(w, token.Int64) {
+		held := token.Valid
+		d.local.Done(w.Owner(), held, time.Now().Add(w.TTL()))
+		if held {
+			// w's call returned without it: release it, handing it on.
+			go func() {
+				ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), leaveTimeout)
+				defer cancel()
+				_ = d.Release(ctx, w.Owner())
+			}()
+		}
+	}
+	if !holds.Valid {
+		return lock.ErrNotHeld
+	}
+	return nil
 }
 
 // affected maps an UPDATE of the owner's unexpired row to nil (one row) or
