@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/floodgate-dev/floodgate/backend"
+	"github.com/floodgate-dev/floodgate/lock/internal/cohort"
 )
 
 //go:embed lua/common.lua
@@ -130,9 +131,9 @@ var (
 type redisDriver struct {
 	r       *backend.Redis
 	o       Options
-	local   Cohort   // the process's local queue of the name (cohort.go)
-	tomb    string   // key prefix of tombstones: + call id
-	keys    []string // lock, fence, queue, waiter deadlines
+	local   cohort.Queue // the process's local queue of the name (package cohort)
+	tomb    string       // key prefix of tombstones: + call id
+	keys    []string     // lock, fence, queue, waiter deadlines
 	channel string
 }
 
@@ -140,7 +141,7 @@ func newRedisDriver(r *backend.Redis, name string, o Options) *redisDriver {
 	return &redisDriver{
 		r:     r,
 		o:     o,
-		local: NewCohort(r, name),
+		local: cohort.New(r, name),
 		tomb:  r.Key(name, "lx:"),
 		keys: []string{
 			r.Key(name, "lk"),
@@ -313,15 +314,15 @@ func (d *redisDriver) Release(ctx context.Context, owner string) error {
 
 // handoff releases owner's holding and, in the same script, gives the lock
 // to the local waiter w when no other process waits in Redis (see
-// cohort.go). w learns the outcome through its turn: the lock, or an
+// package cohort). w learns the outcome through its turn: the lock, or an
 // attempt of its own (which, after a lost reply, finds the lock if the
 // hand-off ran: acquire.lua's resend path). When w's call has returned
 // meanwhile, what it got is given up here.
-func (d *redisDriver) handoff(ctx context.Context, owner string, w *CohortWaiter) error {
+func (d *redisDriver) handoff(ctx context.Context, owner string, w *cohort.Waiter) error {
 	call := backend.NewCallID()
 	keys := d.callKeys(call)
 	reply, err := d.r.Run(ctx, handoffScript, keys, []string{
-		d.r.NowArg(), owner, d.channel, backend.NewCallID(), w.owner, micros(w.ttl), call,
+		d.r.NowArg(), owner, d.channel, backend.NewCallID(), w.Owner(), micros(w.TTL()), call,
 	})
 	var v []int64
 	if err == nil {
@@ -330,25 +331,25 @@ func (d *redisDriver) handoff(ctx context.Context, owner string, w *CohortWaiter
 	if err != nil {
 		if !d.local.HandedTo(w, 0) {
 			// w is gone and the hand-off may have run: undo it for w's call.
-			abandon(w.ttl, func(ctx context.Context) error {
+			abandon(w.TTL(), func(ctx context.Context) error {
 				_, err := d.r.Run(ctx, cancelScript, keys, []string{
-					d.r.NowArg(), w.owner, call, micros(w.ttl), d.channel, "0",
+					d.r.NowArg(), w.Owner(), call, micros(w.TTL()), d.channel, "0",
 				})
 				return err
 			})
-			d.local.Done(w.owner, false, time.Time{})
+			d.local.Done(w.Owner(), false, time.Time{})
 		}
 		return fmt.Errorf("lock: %w", err)
 	}
 	if !d.local.HandedTo(w, v[1]) {
 		held := v[1] > 0
-		d.local.Done(w.owner, held, time.Now().Add(w.ttl))
+		d.local.Done(w.Owner(), held, time.Now().Add(w.TTL()))
 		if held {
 			// w's call returned without it: release it, handing it on.
 			go func() {
 				ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 				defer cancel()
-				_ = d.Release(ctx, w.owner)
+				_ = d.Release(ctx, w.Owner())
 			}()
 		}
 	}

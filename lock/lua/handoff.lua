@@ -1,6 +1,6 @@
 -- handoff.lua: a mutex's holder releases and, when no other process waits
 -- in Redis, gives the lock to the next caller of its own process in the
--- same step (see cohort.go), so that the hand-off costs one round trip.
+-- same step (see lock/internal/cohort), so that the hand-off costs one round trip.
 -- KEYS as acquire.lua (KEYS[5] unused: the receiver's tombstone is field
 -- 'x'..ARGV[7] of the lock hash)
 -- ARGV[1] now µs or ""; ARGV[2] owner releasing; ARGV[3] channel; ARGV[4]

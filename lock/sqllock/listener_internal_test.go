@@ -12,6 +12,7 @@ import (
 
 	"github.com/floodgate-dev/floodgate/internal/testenv"
 	"github.com/floodgate-dev/floodgate/lock"
+	"github.com/floodgate-dev/floodgate/lock/internal/cohort"
 )
 
 func waitPgx(ctx context.Context, driverConn any) (string, string, error) {
@@ -234,7 +235,7 @@ func TestLocalHandOffLostReply(t *testing.T) {
 	db, d := pgDriver(t, ctx, "local-lost")
 	d.o.MaxPoll = time.Minute
 	d.useLocal = true
-	d.local = lock.NewCohort(localStore{db, d.ln}, d.name)
+	d.local = cohort.New(localStore{db, d.ln}, d.name)
 
 	if _, err := d.Acquire(ctx, "holder", time.Minute, true); err != nil {
 		t.Fatal(err)
@@ -248,7 +249,7 @@ func TestLocalHandOffLostReply(t *testing.T) {
 		g, err := d.Acquire(ctx, "waiter", time.Minute, true)
 		got <- result{g, err}
 	}()
-	var w *lock.CohortWaiter
+	var w *cohort.Waiter
 	for w == nil {
 		if ctx.Err() != nil {
 			t.Fatal("the waiter did not queue in the process")

@@ -177,7 +177,7 @@ var pgRelease = `WITH c AS (SELECT clock_timestamp() AS now),` + pgHead + pgHand
 ),` + pgHandOffNotify
 
 // pgReleaseLocal is pgRelease with a waiter of the releasing process in
-// hand (see lock.Cohort): $5 its owner, $6 its ttl µs, $7 its call id.
+// hand (see cohort.Queue): $5 its owner, $6 its ttl µs, $7 its call id.
 // When no live waiter stands in floodgate_lock_waiters (no other process
 // waits, as far as the queue tells), the last level hands the lock to that
 // waiter instead of freeing it: its owner, the next token, its call id and

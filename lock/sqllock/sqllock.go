@@ -183,7 +183,7 @@
 //
 // On PostgreSQL, Lock calls (not TryLock) on Lockers of one Listener
 // without Owner and without Fair take turns in the process first, per lock
-// name, through lock.Cohort, the queue the Redis mutex uses: while a call of
+// name, through cohort.Queue, the queue the Redis mutex uses: while a call of
 // the process holds the lock or is trying to take it, the others wait in the
 // process, not in floodgate_lock_waiters. When the holder unlocks and no live
 // waiter is queued in floodgate_lock_waiters, the release statement itself
@@ -310,6 +310,7 @@ import (
 
 	"github.com/floodgate-dev/floodgate/backend"
 	"github.com/floodgate-dev/floodgate/lock"
+	"github.com/floodgate-dev/floodgate/lock/internal/cohort"
 )
 
 // Dialect is the SQL dialect of a database: Postgres or MySQL.
@@ -408,7 +409,7 @@ func newLocker(db *sql.DB, d Dialect, ln *Listener, name string, opts []lock.Opt
 		dr.channel = channelName(name)
 		if ln != nil && o.Owner == "" && !o.Fair {
 			dr.useLocal = true
-			dr.local = lock.NewCohort(localStore{db, ln}, name)
+			dr.local = cohort.New(localStore{db, ln}, name)
 		}
 	}
 	return lock.NewLocker(dr, o), nil
@@ -477,11 +478,11 @@ type dbDriver struct {
 	// of the process take turns in the process's queue of the name, and a
 	// release hands the lock to the next of them in its statement (see
 	// Local hand-off in the package documentation).
-	local    lock.Cohort
+	local    cohort.Queue
 	useLocal bool
 }
 
-// localStore identifies the store of a local queue (lock.Cohort): the pool
+// localStore identifies the store of a local queue (cohort.Queue): the pool
 // and the Listener (the tables are fixed).
 type localStore struct {
 	db *sql.DB
@@ -551,7 +552,7 @@ func (d *dbDriver) Acquire(ctx context.Context, owner string, ttl time.Duration,
 	// call after a lost reply finds it (a replay), and an undo too.
 	token, err := d.local.WaitTurn(ctx, owner, call, ttl, d.o.MaxPoll)
 	if err != nil {
-		return lock.Grant{}, err // holds nothing: see lock.Cohort.WaitTurn
+		return lock.Grant{}, err // holds nothing: see cohort.Queue.WaitTurn
 	}
 	g := lock.Grant{Token: token}
 	if token == 0 {
@@ -890,7 +891,7 @@ func (d *dbDriver) Release(ctx context.Context, owner string) error {
 // after a lost reply, find the holding if the hand-off was applied: it
 // carries w's call id, so the attempt is a replay). When w's call has
 // returned meanwhile, what it got is given up here.
-func (d *dbDriver) handOffLocal(ctx context.Context, owner string, w *lock.CohortWaiter) error {
+func (d *dbDriver) handOffLocal(ctx context.Context, owner string, w *cohort.Waiter) error {
 	var holds, token sql.NullInt64
 	var notified int64
 	// Not repeated after a terminated session, as pgRelease.

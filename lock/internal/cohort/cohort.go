@@ -1,4 +1,8 @@
-package lock
+// Package cohort is the local queue of a mutex: Lock calls of one process on
+// one lock name wait for each other in process, and a release can hand the
+// lock to the next of them. The Redis mutex of package lock and the
+// PostgreSQL mutex of lock/sqllock use it.
+package cohort
 
 import (
 	"context"
@@ -6,49 +10,44 @@ import (
 	"time"
 )
 
-// This file holds the local queue of a mutex, store-independent: the Redis
-// mutex (below) and the PostgreSQL mutex of lock/sqllock use it. Lock calls
-// of one process on one lock name (and one store) wait for each other here,
-// in process, instead of each trying the store and queueing there. The
-// rest of this comment tells the Redis story; lock/sqllock's is the same
-// with a statement for the script. While a call of the process holds the
-// lock or is trying to take it, another call waits locally. When the holder unlocks and no other process waits in Redis, the
-// release hands the lock to the next local caller in the same script
-// (handoff.lua): a hand-off inside a process costs one round trip, with no
-// failed attempt, no subscription and no wake-up message. When other
-// processes wait in Redis, the release wakes the first of them as usual and
-// the next local caller makes an attempt of its own: both race for the free
-// lock, so neither side starves.
+// How the Redis mutex uses it (lock/sqllock's PostgreSQL mutex is the same,
+// with a statement for the script). While a call of the process holds the
+// lock or is trying to take it, another call waits locally. When the holder
+// unlocks and no other process waits in Redis, the release hands the lock to
+// the next local caller in the same script (handoff.lua): a hand-off inside a
+// process costs one round trip, with no failed attempt, no subscription and
+// no wake-up message. When other processes wait in Redis, the release wakes
+// the first of them as usual and the next local caller makes an attempt of
+// its own: both race for the free lock, so neither side starves.
 //
 // It applies to Lock (not TryLock) on mutexes without Owner (no re-entry to
-// tell apart) and without Fair (whose order is Redis's queue). A local
-// waiter also goes to Redis when its wait passes the holder's local lease
-// deadline or MaxPoll, whichever is sooner: a holder that died, stalled or
-// lost its lease never keeps the process's callers waiting longer than an
-// ordinary waiter would.
+// tell apart) and without Fair (whose order is the store's queue). A local
+// waiter also goes to the store when its wait passes the holder's local
+// lease deadline or MaxPoll, whichever is sooner: a holder that died,
+// stalled or lost its lease never keeps the process's callers waiting longer
+// than an ordinary waiter would.
 
-// Cohort names the local queue of one lock name in one store. Drivers of
-// other packages (lock/sqllock) use it as the Redis mutex does; its methods
+// Queue names the local queue of one lock name in one store; its methods
 // are safe for concurrent use.
-type Cohort struct {
+type Queue struct {
 	store any // comparable: what identifies the store in the process
 	name  string
 }
 
-// NewCohort returns the local queue of lock name in store, which must be
+// New returns the local queue of lock name in store, which must be
 // comparable (a pointer to the client, or a struct of pointers): every
-// Cohort made with equal arguments is the same queue.
-func NewCohort(store any, name string) Cohort { return Cohort{store: store, name: name} }
+// Queue made with equal arguments is the same queue.
+func New(store any, name string) Queue { return Queue{store: store, name: name} }
 
 // cohort is the local queue of one lock name on one backend.
 type cohort struct {
 	trying  int                  // calls of this process making attempts in the store
 	holders map[string]time.Time // owner -> local end of its lease
-	waiters []*CohortWaiter      // FIFO
+	waiters []*Waiter            // FIFO
 }
 
-// CohortWaiter is a Lock call waiting in the local queue.
-type CohortWaiter struct {
+// Waiter is a Lock call waiting in the local queue.
+type Waiter struct {
 	owner string
 	call  string
 	ttl   time.Duration
@@ -57,13 +56,13 @@ type CohortWaiter struct {
 }
 
 // Owner is the waiter's owner id.
-func (w *CohortWaiter) Owner() string { return w.owner }
+func (w *Waiter) Owner() string { return w.owner }
 
 // Call is the call id the waiter gave WaitTurn.
-func (w *CohortWaiter) Call() string { return w.call }
+func (w *Waiter) Call() string { return w.call }
 
 // TTL is the lease the waiter asks for.
-func (w *CohortWaiter) TTL() time.Duration { return w.ttl }
+func (w *Waiter) TTL() time.Duration { return w.ttl }
 
 type waiterState int
 
@@ -79,8 +78,8 @@ type turn struct{ token int64 }
 
 var cohorts = struct {
 	sync.Mutex
-	m map[Cohort]*cohort
-}{m: map[Cohort]*cohort{}}
+	m map[Queue]*cohort
+}{m: map[Queue]*cohort{}}
 
 // busy reports whether a call of the process is trying or holds a lease
 // that has not ended on the local clock; it forgets ended holders.
@@ -96,7 +95,7 @@ func (c *cohort) busy(now time.Time) bool {
 // handOn gives the next local waiter its turn to try when nobody of the
 // process is busy, and drops the queue's record when it is idle. Callers
 // hold cohorts.
-func (k Cohort) handOn(c *cohort) {
+func (k Queue) handOn(c *cohort) {
 	if c.busy(time.Now()) {
 		return
 	}
@@ -113,7 +112,7 @@ func (k Cohort) handOn(c *cohort) {
 // enter reports whether the call may go to the store at once (and counts it as
 // trying), or else queues it and returns its waiter and how long it waits at
 // most before going to the store anyway.
-func (k Cohort) enter(owner, call string, ttl, maxPoll time.Duration) (*CohortWaiter, time.Duration) {
+func (k Queue) enter(owner, call string, ttl, maxPoll time.Duration) (*Waiter, time.Duration) {
 	cohorts.Lock()
 	defer cohorts.Unlock()
 	c := cohorts.m[k]
@@ -130,7 +129,7 @@ func (k Cohort) enter(owner, call string, ttl, maxPoll time.Duration) (*CohortWa
 	for _, end := range c.holders {
 		wait = min(wait, end.Sub(now)+time.Millisecond)
 	}
-	w := &CohortWaiter{owner: owner, call: call, ttl: ttl, turn: make(chan turn, 1)}
+	w := &Waiter{owner: owner, call: call, ttl: ttl, turn: make(chan turn, 1)}
 	c.waiters = append(c.waiters, w)
 	return w, wait
 }
@@ -138,10 +137,10 @@ func (k Cohort) enter(owner, call string, ttl, maxPoll time.Duration) (*CohortWa
 // WaitTurn waits in the local queue until the call may go to the store, or
 // is handed the lock (then it returns the token; the call counts as trying
 // either way, and ends with Done). call is the call's id, for a driver
-// whose hand-off writes it into the store (CohortWaiter.Call). It returns
+// whose hand-off writes it into the store (Waiter.Call). It returns
 // ctx's error when ctx ends first; the call then holds nothing and no turn:
 // a lock handed to it meanwhile is released by the hand-off's caller.
-func (k Cohort) WaitTurn(ctx context.Context, owner, call string, ttl, maxPoll time.Duration) (int64, error) {
+func (k Queue) WaitTurn(ctx context.Context, owner, call string, ttl, maxPoll time.Duration) (int64, error) {
 	w, wait := k.enter(owner, call, ttl, maxPoll)
 	if w == nil {
 		return 0, nil
@@ -182,7 +181,7 @@ const (
 // instead. A hand-off under way decides for the waiter: with goOn the
 // waiter waits for it; else the waiter is marked abandoned, and the
 // hand-off's caller releases what it hands.
-func (k Cohort) leave(w *CohortWaiter, goOn bool) (int64, leaveOutcome) {
+func (k Queue) leave(w *Waiter, goOn bool) (int64, leaveOutcome) {
 	cohorts.Lock()
 	defer cohorts.Unlock()
 	select {
@@ -212,7 +211,7 @@ func (k Cohort) leave(w *CohortWaiter, goOn bool) (int64, leaveOutcome) {
 
 // Done ends a trying call: holding until end when held, else passing the
 // turn on.
-func (k Cohort) Done(owner string, held bool, end time.Time) {
+func (k Queue) Done(owner string, held bool, end time.Time) {
 	cohorts.Lock()
 	defer cohorts.Unlock()
 	c := cohorts.m[k]
@@ -225,7 +224,7 @@ func (k Cohort) Done(owner string, held bool, end time.Time) {
 }
 
 // Extended moves owner's local lease end after a renewal.
-func (k Cohort) Extended(owner string, end time.Time) {
+func (k Queue) Extended(owner string, end time.Time) {
 	cohorts.Lock()
 	defer cohorts.Unlock()
 	if c := cohorts.m[k]; c != nil {
@@ -237,7 +236,7 @@ func (k Cohort) Extended(owner string, end time.Time) {
 
 // Released ends owner's holding in the process and gives the next local
 // waiter its turn.
-func (k Cohort) Released(owner string) {
+func (k Queue) Released(owner string) {
 	cohorts.Lock()
 	defer cohorts.Unlock()
 	c := cohorts.m[k]
@@ -257,7 +256,7 @@ func (k Cohort) Released(owner string) {
 // waiter counts as trying, and the caller reports the hand-off's outcome
 // with HandedTo. Otherwise it changes nothing: the caller releases and then
 // calls Released.
-func (k Cohort) Handing(owner string) *CohortWaiter {
+func (k Queue) Handing(owner string) *Waiter {
 	cohorts.Lock()
 	defer cohorts.Unlock()
 	c := cohorts.m[k]
@@ -285,7 +284,7 @@ func (k Cohort) Handing(owner string) *CohortWaiter {
 // w's call has returned meanwhile: the caller must then undo what w got,
 // and end w's trying with Done (held when w got the lock, which the caller
 // then releases as w.Owner()).
-func (k Cohort) HandedTo(w *CohortWaiter, token int64) bool {
+func (k Queue) HandedTo(w *Waiter, token int64) bool {
 	cohorts.Lock()
 	defer cohorts.Unlock()
 	if w.state == abandoned {
