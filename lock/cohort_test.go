@@ -3,7 +3,6 @@ package lock_test
 import (
 	"context"
 	"errors"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -14,6 +13,7 @@ import (
 	"github.com/floodgate-dev/floodgate/internal/backendtest"
 	"github.com/floodgate-dev/floodgate/internal/testenv"
 	"github.com/floodgate-dev/floodgate/lock"
+	"github.com/floodgate-dev/floodgate/lock/locktest"
 )
 
 // scriptCalls is a go-redis hook counting script commands (EVALSHA, EVAL).
@@ -62,52 +62,15 @@ func cohortBackend(t *testing.T, prefix string) (*backend.Redis, *scriptCalls) {
 func TestLocalQueue(t *testing.T) {
 	b, calls := cohortBackend(t, backendtest.UniquePrefix())
 	const goroutines, each = 16, 40
-	ctx := context.Background()
-	var (
-		mu      sync.Mutex // guards tokens; taken inside the critical section
-		tokens  []int64
-		inside  atomic.Int32
-		overlap atomic.Int32
-		wg      sync.WaitGroup
-	)
-	for range goroutines {
+	ls := make([]lock.Locker, goroutines)
+	for i := range ls {
 		l, err := lock.NewMutex(b, "local-queue", lock.TTL(10*time.Second), lock.MaxPoll(10*time.Second))
 		if err != nil {
 			t.Fatal(err)
 		}
-		wg.Go(func() {
-			for range each {
-				lease, err := l.Lock(ctx)
-				if err != nil {
-					t.Error(err)
-					return
-				}
-				if inside.Add(1) != 1 {
-					overlap.Add(1)
-				}
-				mu.Lock()
-				tokens = append(tokens, lease.Token())
-				mu.Unlock()
-				inside.Add(-1)
-				if err := lease.Unlock(ctx); err != nil {
-					t.Error(err)
-					return
-				}
-			}
-		})
+		ls[i] = l
 	}
-	wg.Wait()
-	if overlap.Load() != 0 {
-		t.Fatalf("%d critical sections overlapped", overlap.Load())
-	}
-	if len(tokens) != goroutines*each {
-		t.Fatalf("%d acquisitions, want %d", len(tokens), goroutines*each)
-	}
-	for i := 1; i < len(tokens); i++ {
-		if tokens[i] <= tokens[i-1] {
-			t.Fatalf("token %d is %d after %d", i, tokens[i], tokens[i-1])
-		}
-	}
+	tokens := locktest.PassAround(t, context.Background(), ls, each)
 	n := calls.n.Load()
 	t.Logf("%d script calls for %d acquisitions", n, len(tokens))
 	if max := int64(len(tokens) + 2*goroutines); n > max {
@@ -123,36 +86,16 @@ func TestLocalQueueRemoteNotStarved(t *testing.T) {
 	local, _ := cohortBackend(t, prefix)
 	remote, _ := cohortBackend(t, prefix)
 	ctx := context.Background()
-	stop := make(chan struct{})
-	var wg sync.WaitGroup
-	var held atomic.Int64
-	for range 8 {
+	ls := make([]lock.Locker, 8)
+	for i := range ls {
 		l, err := lock.NewMutex(local, "starve", lock.TTL(10*time.Second))
 		if err != nil {
 			t.Fatal(err)
 		}
-		wg.Go(func() {
-			for {
-				select {
-				case <-stop:
-					return
-				default:
-				}
-				lease, err := l.Lock(ctx)
-				if err != nil {
-					t.Error(err)
-					return
-				}
-				held.Add(1)
-				time.Sleep(100 * time.Microsecond)
-				if err := lease.Unlock(ctx); err != nil {
-					t.Error(err)
-					return
-				}
-			}
-		})
+		ls[i] = l
 	}
-	defer func() { close(stop); wg.Wait() }()
+	held, stop := locktest.KeepBusy(t, ctx, ls, 100*time.Microsecond)
+	defer stop()
 	for held.Load() < 50 {
 		time.Sleep(time.Millisecond)
 	}

@@ -382,3 +382,89 @@ func testLongWait(t *testing.T, b Backend) {
 	}
 	_ = (<-second).Unlock(context.Background())
 }
+
+// PassAround has every Locker of ls (one goroutine each) take and release
+// the lock each times, with a tiny critical section, and fails t when two
+// critical sections overlapped, an acquisition is missing or the tokens,
+// in the order the critical sections ran, do not strictly increase. It
+// returns those tokens.
+func PassAround(t *testing.T, ctx context.Context, ls []lock.Locker, each int) []int64 {
+	t.Helper()
+	var (
+		mu      sync.Mutex // guards tokens; taken inside the critical section
+		tokens  []int64
+		inside  atomic.Int32
+		overlap atomic.Int32
+		wg      sync.WaitGroup
+	)
+	for _, l := range ls {
+		wg.Go(func() {
+			for range each {
+				lease, err := l.Lock(ctx)
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				if inside.Add(1) != 1 {
+					overlap.Add(1)
+				}
+				mu.Lock()
+				tokens = append(tokens, lease.Token())
+				mu.Unlock()
+				inside.Add(-1)
+				if err := lease.Unlock(ctx); err != nil {
+					t.Error(err)
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	if overlap.Load() != 0 {
+		t.Fatalf("%d critical sections overlapped", overlap.Load())
+	}
+	if len(tokens) != len(ls)*each {
+		t.Fatalf("%d acquisitions, want %d", len(tokens), len(ls)*each)
+	}
+	for i := 1; i < len(tokens); i++ {
+		if tokens[i] <= tokens[i-1] {
+			t.Fatalf("token %d is %d after %d", i, tokens[i], tokens[i-1])
+		}
+	}
+	return tokens
+}
+
+// KeepBusy has every Locker of ls (one goroutine each) take the lock, hold
+// it for hold and release it, over and over, until stop is called (stop
+// waits for them, and may be called more than once). held counts the
+// holdings so far.
+func KeepBusy(t *testing.T, ctx context.Context, ls []lock.Locker, hold time.Duration) (held *atomic.Int64, stop func()) {
+	t.Helper()
+	held = new(atomic.Int64)
+	done := make(chan struct{})
+	var wg sync.WaitGroup
+	for _, l := range ls {
+		wg.Go(func() {
+			for {
+				select {
+				case <-done:
+					return
+				default:
+				}
+				lease, err := l.Lock(ctx)
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				held.Add(1)
+				time.Sleep(hold)
+				if err := lease.Unlock(ctx); err != nil {
+					t.Error(err)
+					return
+				}
+			}
+		})
+	}
+	var once sync.Once
+	return held, func() { once.Do(func() { close(done); wg.Wait() }) }
+}

@@ -131,48 +131,11 @@ func TestLocalHandOffContended(t *testing.T) {
 	ln, notified := countingListener(t, db)
 	name := locktest.Name(t)
 	const goroutines, each = 16, 20
-	var (
-		mu      sync.Mutex
-		tokens  []int64
-		inside  atomic.Int32
-		overlap atomic.Int32
-		wg      sync.WaitGroup
-	)
-	for range goroutines {
-		l := newLocal(t, ln, name, lock.TTL(10*time.Second), lock.MaxPoll(10*time.Second))
-		wg.Go(func() {
-			for range each {
-				lease, err := l.Lock(ctx)
-				if err != nil {
-					t.Error(err)
-					return
-				}
-				if inside.Add(1) != 1 {
-					overlap.Add(1)
-				}
-				mu.Lock()
-				tokens = append(tokens, lease.Token())
-				mu.Unlock()
-				inside.Add(-1)
-				if err := lease.Unlock(ctx); err != nil {
-					t.Error(err)
-					return
-				}
-			}
-		})
+	ls := make([]lock.Locker, goroutines)
+	for i := range ls {
+		ls[i] = newLocal(t, ln, name, lock.TTL(10*time.Second), lock.MaxPoll(10*time.Second))
 	}
-	wg.Wait()
-	if overlap.Load() != 0 {
-		t.Fatalf("%d critical sections overlapped", overlap.Load())
-	}
-	if len(tokens) != goroutines*each {
-		t.Fatalf("%d acquisitions, want %d", len(tokens), goroutines*each)
-	}
-	for i := 1; i < len(tokens); i++ {
-		if tokens[i] <= tokens[i-1] {
-			t.Fatalf("token %d is %d after %d", i, tokens[i], tokens[i-1])
-		}
-	}
+	locktest.PassAround(t, ctx, ls, each)
 	if n := notified.Load(); n != 0 {
 		t.Errorf("%d notifications, want 0", n)
 	}
@@ -351,32 +314,12 @@ func TestLocalHandOffRemoteNotStarved(t *testing.T) {
 	local, remote := s.open(t), s.open(t)
 	lln, rln := newListener(t, local), newListener(t, remote)
 	name := locktest.Name(t)
-	stop := make(chan struct{})
-	var wg sync.WaitGroup
-	var localHeld atomic.Int64
-	for range 8 {
-		l := newLocal(t, lln, name, lock.TTL(10*time.Second))
-		wg.Go(func() {
-			for {
-				select {
-				case <-stop:
-					return
-				default:
-				}
-				lease, err := l.Lock(ctx)
-				if err != nil {
-					t.Error(err)
-					return
-				}
-				localHeld.Add(1)
-				time.Sleep(time.Millisecond)
-				if err := lease.Unlock(ctx); err != nil {
-					t.Error(err)
-					return
-				}
-			}
-		})
+	ls := make([]lock.Locker, 8)
+	for i := range ls {
+		ls[i] = newLocal(t, lln, name, lock.TTL(10*time.Second))
 	}
+	localHeld, stop := locktest.KeepBusy(t, ctx, ls, time.Millisecond)
+	defer stop()
 	time.Sleep(200 * time.Millisecond)
 	r := newLocal(t, rln, name, lock.TTL(10*time.Second))
 	const want = 10
@@ -384,8 +327,6 @@ func TestLocalHandOffRemoteNotStarved(t *testing.T) {
 	for range want {
 		lease, err := r.Lock(ctx)
 		if err != nil {
-			close(stop)
-			wg.Wait()
 			t.Fatalf("the other process: %v", err)
 		}
 		if err := lease.Unlock(ctx); err != nil {
@@ -393,8 +334,7 @@ func TestLocalHandOffRemoteNotStarved(t *testing.T) {
 		}
 	}
 	took := time.Since(start)
-	close(stop)
-	wg.Wait()
+	stop()
 	t.Logf("the other process locked %d times in %v; the local goroutines %d times", want, took, localHeld.Load())
 	if took > 20*time.Second {
 		t.Fatalf("the other process took %v for %d locks", took, want)
