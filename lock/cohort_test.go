@@ -3,6 +3,8 @@ package lock_test
 import (
 	"context"
 	"errors"
+	"fmt"
+	"strconv"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -311,4 +313,141 @@ func TestHandOffLostReply(t *testing.T) {
 		t.Fatalf("after the waiter's Unlock: %v (it held more than once)", err)
 	}
 	_ = l.Unlock(ctx)
+}
+
+// TestLocalPassRun follows one run of local passes (lock/pass.go): the
+// hand-off in Redis that starts it costs one script and leaves the hash
+// naming the receiver with a deadline at most 5ms past its TTL and the fence
+// passBlock tokens ahead; a pass soon after costs no script and gives the
+// next token; the receiver of a pass extends and unlocks through the run's
+// Redis owner; and another process's Lock then gets a token past every
+// token the run reserved.
+func TestLocalPassRun(t *testing.T) {
+	prefix := backendtest.UniquePrefix()
+	b, calls := cohortBackend(t, prefix)
+	remote, _ := cohortBackend(t, prefix)
+	rc := redis.NewClient(&redis.Options{Addr: testenv.SharedRedis(t).Addr})
+	defer rc.Close()
+	const ttl = 10 * time.Second
+	ctx := context.Background()
+	newMutex := func(b *backend.Redis, name string) lock.Locker {
+		l, err := lock.NewMutex(b, name, lock.TTL(ttl), lock.MaxPoll(30*time.Second))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return l
+	}
+	// A holds, B and C wait in process; A's Unlock hands the lock to B in
+	// Redis (a run starts), and B's Unlock, made at once, passes it to C.
+	// A pass must come within 5ms of the run's start: on a machine too busy
+	// for that, the scenario runs again.
+	var (
+		name   string
+		rb, rv lockResult
+	)
+	for attempt := 1; ; attempt++ {
+		name = fmt.Sprintf("run%d", attempt)
+		a := holding(t, newMutex(b, name))
+		waiterB := startWaiter(ctx, newMutex(b, name))
+		waiterC := startWaiter(ctx, newMutex(b, name))
+		before := calls.n.Load()
+		if err := a.Unlock(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if rb = <-waiterB; rb.err != nil {
+			t.Fatal(rb.err)
+		}
+		if err := rb.lease.Unlock(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if rv = <-waiterC; rv.err != nil {
+			t.Fatal(rv.err)
+		}
+		n := calls.n.Load() - before
+		if n == 1 {
+			break
+		}
+		if n != 2 || attempt == 5 {
+			t.Fatalf("attempt %d: %d script calls for a hand-off and a pass, want 1 (no script for the pass)", attempt, n)
+		}
+		t.Logf("attempt %d: B's Unlock came too late for a pass", attempt)
+		_ = rv.lease.Unlock(ctx)
+	}
+	if rv.lease.Token() != rb.lease.Token()+1 {
+		t.Fatalf("the pass gave token %d after %d, want the next", rv.lease.Token(), rb.lease.Token())
+	}
+	key := b.Key(name, "lk")
+	h, err := rc.HGetAll(ctx, key).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	now, err := rc.Time(ctx).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	d, _ := strconv.ParseInt(h["d"], 10, 64)
+	if left := time.Duration(d-now.UnixMicro()) * time.Microsecond; left < ttl-time.Second || left > ttl+5*time.Millisecond {
+		t.Fatalf("the hash's deadline is %v away, want the TTL (%v) and at most 5ms more", left, ttl)
+	}
+	if h["o"] != rb.lease.Owner() || h["t"] != strconv.FormatInt(rb.lease.Token(), 10) {
+		t.Fatalf("the hash names %s with token %s, want the run's first receiver %s with %d", h["o"], h["t"], rb.lease.Owner(), rb.lease.Token())
+	}
+	if f, _ := strconv.ParseInt(h["f"], 10, 64); f != rb.lease.Token()+31 {
+		t.Fatalf("the fence is %d after a run starting at token %d, want 31 more", f, rb.lease.Token())
+	}
+	if _, err := newMutex(remote, name).TryLock(ctx); !errors.Is(err, lock.ErrLocked) {
+		t.Fatalf("TryLock of another process during the run: %v", err)
+	}
+	if err := rv.lease.Extend(ctx, 20*time.Second); err != nil {
+		t.Fatalf("Extend by the receiver of a pass: %v", err)
+	}
+	if d2, _ := rc.HGet(ctx, key, "d").Int64(); d2 <= d {
+		t.Fatalf("Extend by the receiver of a pass left the deadline at %d (was %d)", d2, d)
+	}
+	if err := rv.lease.Unlock(ctx); err != nil {
+		t.Fatalf("Unlock by the receiver of a pass: %v", err)
+	}
+	l, err := newMutex(remote, name).TryLock(ctx)
+	if err != nil {
+		t.Fatalf("after the run's last Unlock, TryLock of another process: %v", err)
+	}
+	if l.Token() <= rb.lease.Token()+31 {
+		t.Fatalf("another process's token %d, within the run's reserved tokens from %d", l.Token(), rb.lease.Token())
+	}
+	_ = l.Unlock(ctx)
+}
+
+// TestLocalPassesMostlyFree: 16 goroutines of one process passing a lock
+// around make far fewer script calls than acquisitions (runs of passes), and
+// another process's Lock afterwards gets a token past all of theirs.
+func TestLocalPassesMostlyFree(t *testing.T) {
+	prefix := backendtest.UniquePrefix()
+	b, calls := cohortBackend(t, prefix)
+	remote, _ := cohortBackend(t, prefix)
+	ls := make([]lock.Locker, 16)
+	for i := range ls {
+		l, err := lock.NewMutex(b, "passes", lock.TTL(10*time.Second), lock.MaxPoll(10*time.Second))
+		if err != nil {
+			t.Fatal(err)
+		}
+		ls[i] = l
+	}
+	tokens := locktest.PassAround(t, context.Background(), ls, 40)
+	n := calls.n.Load()
+	t.Logf("%d script calls for %d acquisitions", n, len(tokens))
+	if n > int64(len(tokens)/2) {
+		t.Errorf("%d script calls for %d acquisitions: want at most half (passes in process)", n, len(tokens))
+	}
+	r, err := lock.NewMutex(remote, "passes")
+	if err != nil {
+		t.Fatal(err)
+	}
+	l, err := r.Lock(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if last := tokens[len(tokens)-1]; l.Token() <= last {
+		t.Fatalf("another process's token %d after the local ones up to %d", l.Token(), last)
+	}
+	_ = l.Unlock(context.Background())
 }

@@ -217,10 +217,21 @@ func TestLinearizableUnderFaults(t *testing.T) {
 				p = testenv.NewProxy(t, srv.Addr)
 				addr, retries, lockTimeout = p.Addr(), 1, 100*time.Millisecond
 			}
+			// Clients pair up on a backend, as two processes of two
+			// goroutines: local hand-offs and runs of passes (pass.go) are
+			// in every history, beside hand-offs between processes.
+			var shared *backend.Redis
 			mk := func() lock.Locker {
-				c := redis.NewClient(&redis.Options{Addr: addr, ContextTimeoutEnabled: true, MaxRetries: retries, DialTimeout: 200 * time.Millisecond})
-				t.Cleanup(func() { c.Close() })
-				mu, err := lock.NewMutex(backend.NewRedis(c), "register", lock.TTL(ttl), lock.MaxPoll(50*time.Millisecond))
+				be := shared
+				if be == nil {
+					c := redis.NewClient(&redis.Options{Addr: addr, ContextTimeoutEnabled: true, MaxRetries: retries, DialTimeout: 200 * time.Millisecond})
+					t.Cleanup(func() { c.Close() })
+					be = backend.NewRedis(c)
+					shared = be
+				} else {
+					shared = nil
+				}
+				mu, err := lock.NewMutex(be, "register", lock.TTL(ttl), lock.MaxPoll(50*time.Millisecond))
 				if err != nil {
 					t.Fatal(err)
 				}

@@ -282,27 +282,34 @@ func (d *redisDriver) acquire(ctx context.Context, owner string, ttl time.Durati
 }
 
 func (d *redisDriver) Extend(ctx context.Context, owner string, ttl time.Duration) error {
-	reply, err := d.r.Run(ctx, extendScript, d.keys[:1], []string{d.r.NowArg(), owner, micros(ttl)})
+	sent := time.Now()
+	reply, err := d.r.Run(ctx, extendScript, d.keys[:1], []string{d.r.NowArg(), redisOwner(owner), micros(ttl)})
 	if err != nil {
 		return fmt.Errorf("lock: %w", err)
 	}
 	if n, _ := reply.(int64); n != 1 {
+		endRun(owner)
 		d.local.Released(owner)
 		return ErrNotHeld
 	}
+	extendedRun(owner, sent, ttl)
 	d.local.Extended(owner, time.Now().Add(ttl))
 	return nil
 }
 
 func (d *redisDriver) Release(ctx context.Context, owner string) error {
 	if w := d.local.Handing(owner); w != nil {
+		if token := pass(owner, w.Owner(), w.TTL()); token > 0 {
+			d.handedTo(w, token)
+			return nil
+		}
 		return d.handoff(ctx, owner, w)
 	}
 	// Whatever the answer, this process's holding is over: the next local
 	// caller goes to Redis (where the lock is free, or held by another
 	// process, or still ours if the release failed: then it waits there).
 	defer d.local.Released(owner)
-	reply, err := d.r.Run(ctx, releaseScript, d.keys, []string{d.r.NowArg(), owner, d.channel, backend.NewCallID()})
+	reply, err := d.r.Run(ctx, releaseScript, d.keys, []string{d.r.NowArg(), endRun(owner), d.channel, backend.NewCallID()})
 	if err != nil {
 		return fmt.Errorf("lock: %w", err)
 	}
@@ -314,15 +321,19 @@ func (d *redisDriver) Release(ctx context.Context, owner string) error {
 
 // handoff releases owner's holding and, in the same script, gives the lock
 // to the local waiter w when no other process waits in Redis (see
-// package cohort). w learns the outcome through its turn: the lock, or an
-// attempt of its own (which, after a lost reply, finds the lock if the
-// hand-off ran: acquire.lua's resend path). When w's call has returned
-// meanwhile, what it got is given up here.
+// package cohort), starting a run of local passes (see pass.go). w learns
+// the outcome through its turn: the lock, or an attempt of its own (which,
+// after a lost reply, finds the lock if the hand-off ran: acquire.lua's
+// resend path). When w's call has returned meanwhile, what it got is given
+// up here.
 func (d *redisDriver) handoff(ctx context.Context, owner string, w *cohort.Waiter) error {
 	call := backend.NewCallID()
 	keys := d.callKeys(call)
+	window := passWindow(w.TTL())
+	sent := time.Now()
 	reply, err := d.r.Run(ctx, handoffScript, keys, []string{
-		d.r.NowArg(), owner, d.channel, backend.NewCallID(), w.Owner(), micros(w.TTL()), call,
+		d.r.NowArg(), endRun(owner), d.channel, backend.NewCallID(), w.Owner(), micros(w.TTL() + window), call,
+		strconv.Itoa(passBlock),
 	})
 	var v []int64
 	if err == nil {
@@ -341,20 +352,30 @@ func (d *redisDriver) handoff(ctx context.Context, owner string, w *cohort.Waite
 		}
 		return fmt.Errorf("lock: %w", err)
 	}
-	if !d.local.HandedTo(w, v[1]) {
-		held := v[1] > 0
-		d.local.Done(w.Owner(), held, time.Now().Add(w.TTL()))
-		if held {
-			// w's call returned without it: release it, handing it on.
-			go func() {
-				ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-				defer cancel()
-				_ = d.Release(ctx, w.Owner())
-			}()
-		}
+	if v[1] > 0 {
+		startRun(w.Owner(), v[1], sent, w.TTL(), window)
 	}
+	d.handedTo(w, v[1])
 	if v[0] < 0 {
 		return ErrNotHeld
 	}
 	return nil
+}
+
+// handedTo tells w the outcome of a hand-off to it: token > 0 when it holds
+// the lock. When w's call has returned meanwhile, a lock it got is released
+// on its behalf, handing it on.
+func (d *redisDriver) handedTo(w *cohort.Waiter, token int64) {
+	if d.local.HandedTo(w, token) {
+		return
+	}
+	held := token > 0
+	d.local.Done(w.Owner(), held, time.Now().Add(w.TTL()))
+	if held {
+		go func() {
+			ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+			defer cancel()
+			_ = d.Release(ctx, w.Owner())
+		}()
+	}
 }

@@ -5,7 +5,9 @@
 -- 'x'..ARGV[7] of the lock hash)
 -- ARGV[1] now µs or ""; ARGV[2] owner releasing; ARGV[3] channel; ARGV[4]
 -- call id of the release; ARGV[5] receiver's owner; ARGV[6] its ttl µs;
--- ARGV[7] call id of the receiver's acquire
+-- ARGV[7] call id of the receiver's acquire; ARGV[8] tokens to reserve: the
+-- fence moves that many tokens ahead, the first of them the receiver's, the
+-- others for passes in its process (lock/pass.go)
 -- reply: {left, token}: left as release.lua (-1 not held; a resend of this
 -- call answers 0); token the receiver's fencing token when it now holds the
 -- lock, else 0 (it has to make an attempt of its own: other processes'
@@ -24,5 +26,5 @@ if mutexQueued(KEYS[1], h, KEYS[3]) then
 end
 if redis.call('HEXISTS', KEYS[1], 'x' .. ARGV[7]) == 1 then return {0, 0} end
 local token = mutexToken(KEYS[1], KEYS[2], h[7], now)
-redis.call('HSET', KEYS[1], 'o', ARGV[5], 'c', 1, 't', int(token), 'd', int(now + tonumber(ARGV[6])), 'k', '', 'f', int(token))
+redis.call('HSET', KEYS[1], 'o', ARGV[5], 'c', 1, 't', int(token), 'd', int(now + tonumber(ARGV[6])), 'k', '', 'f', int(token + tonumber(ARGV[8]) - 1))
 return {0, token}
