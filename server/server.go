@@ -264,7 +264,11 @@ func New(c Config) (*Server, error) {
 			return nil, fmt.Errorf("server: gRPC: %w", err)
 		}
 		s.grpcLn = s.conns.wrap(ln, "grpc")
-		interceptors := []grpc.UnaryServerInterceptor{s.conns.unary}
+		var interceptors []grpc.UnaryServerInterceptor
+		if es := c.Service.EnvoyStats; es != nil {
+			interceptors = append(interceptors, envoyStatsUnary(es))
+		}
+		interceptors = append(interceptors, s.conns.unary)
 		streamInterceptors := []grpc.StreamServerInterceptor{s.conns.stream}
 		if c.Token != "" {
 			interceptors = append(interceptors, tokenInterceptor(c.Token, s.metrics))
