@@ -32,6 +32,7 @@ import (
 //	                                                    Sentinel: the master named mymaster (also rediss+sentinel://,
 //	                                                    or redis://h1:26379?master_set=mymaster); credentials are the master's,
 //	                                                    ?sentinel_password=... authenticates to the sentinels
+//	                                                    (as ?sentinel_username=..., an ACL user, when given)
 //
 // RedisTLS adds a CA file, a client certificate and host-name leniency to
 // the TLS of rediss:// URLs (standalone, Cluster and Sentinel alike).
@@ -342,7 +343,7 @@ func parseRedisURL(s string) (rueidis.ClientOption, error) {
 	for _, h := range hosts[1:] {
 		q = append(q, "addr="+h)
 	}
-	var sentinelPass string
+	var sentinelUser, sentinelPass string
 	var master string
 	if sentinel {
 		parts := strings.Split(path, "/")
@@ -371,6 +372,14 @@ func parseRedisURL(s string) (rueidis.ClientOption, error) {
 			sentinelPass = v
 			continue
 		}
+		if v, ok := strings.CutPrefix(kv, "sentinel_username="); ok {
+			name, err := neturl.QueryUnescape(v)
+			if err != nil {
+				return rueidis.ClientOption{}, fmt.Errorf("sentinel_username: %w", err)
+			}
+			sentinelUser = name
+			continue
+		}
 		kept = append(kept, kv)
 	}
 	u := scheme + "://" + userinfo + hosts[0]
@@ -387,7 +396,11 @@ func parseRedisURL(s string) (rueidis.ClientOption, error) {
 	if sentinel {
 		opt.Sentinel.MasterSet = master
 	}
+	if sentinelUser != "" && opt.Sentinel.MasterSet == "" {
+		return opt, errors.New("sentinel_username is given but the URL names no Sentinel master (redis+sentinel://host:26379/mymaster)")
+	}
 	if opt.Sentinel.MasterSet != "" {
+		opt.Sentinel.Username = sentinelUser
 		opt.Sentinel.Password = sentinelPass
 		if opt.TLSConfig != nil {
 			opt.Sentinel.TLSConfig = opt.TLSConfig.Clone()

@@ -3,9 +3,11 @@ package main
 import (
 	"context"
 	"crypto/tls"
+	"fmt"
 	"io"
 	"net/http"
 	"os"
+	"strings"
 	"testing"
 	"time"
 
@@ -101,4 +103,67 @@ func TestEnvoyCompatGRPCServerTLS(t *testing.T) {
 	if err := dial(serverCA); err == nil {
 		t.Error("the old CA still verifies the served certificate after the replacement")
 	}
+}
+
+// TestEnvoyCompatRedisTLSClusterAndSentinel: REDIS_TLS with
+// REDIS_TYPE=cluster and with REDIS_TYPE=sentinel, envoy's REDIS_TLS_CACERT
+// and REDIS_TLS_CLIENT_CERT/KEY, against a Cluster and a Sentinel group that
+// speak only TLS (to clients, between nodes, Sentinel to Redis) and require
+// client certificates (envoy's own tests put stunnel in front of plain
+// servers; f2fb157, src/redis/driver_impl.go gives one TLS configuration to
+// the Cluster's nodes, the Sentinels and the master). With the Sentinel,
+// REDIS_SENTINEL_AUTH=user:password authenticates to it as that ACL user, as
+// envoy's createDialer does: the Sentinel lists floodgate's connection
+// under the user.
+func TestEnvoyCompatRedisTLSClusterAndSentinel(t *testing.T) {
+	ca, err := testenv.NewCA(t.TempDir(), "redis-ca")
+	if err != nil {
+		t.Fatal(err)
+	}
+	client, err := ca.Issue("floodgate-redis", testenv.CertOptions{Client: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	tlsEnv := []string{"REDIS_TLS=true", "REDIS_TLS_CACERT=" + ca.CertFile,
+		"REDIS_TLS_CLIENT_CERT=" + client.CertFile, "REDIS_TLS_CLIENT_KEY=" + client.KeyFile}
+	const cfg = "domain: tls\ndescriptors:\n  - key: user\n    rate_limit: {unit: hour, requests_per_unit: 10}\n"
+	// counted asks twice for each of several users (keys on several
+	// Cluster slots): the second answer shows the first was counted in
+	// Redis.
+	counted := func(t *testing.T, s *fgServer) {
+		avoidWindowEdge(time.Hour, 5*time.Second)
+		for _, u := range []string{"a", "b", "c", "d", "e"} {
+			for i := range 2 {
+				checkResponse(t, "user "+u, s.mustRL(request("tls", entries("user", u))), ok(10, hour, uint32(9-i)))
+			}
+		}
+	}
+
+	t.Run("cluster", func(t *testing.T) {
+		c := testenv.NewClusterWith(t, testenv.WithNodeOptions(testenv.WithTLS(ca, true)))
+		s := startEnvoyCompat(t, c.Nodes[0], envoyRuntime(t, cfg), append(tlsEnv,
+			"REDIS_TYPE=cluster", "REDIS_URL="+strings.Join(c.Addrs, ","))...)
+		counted(t, s)
+	})
+
+	t.Run("sentinel", func(t *testing.T) {
+		sn := testenv.NewSentinelWith(t, testenv.WithSentinelNodeOptions(testenv.WithTLS(ca, true)),
+			testenv.WithSentinelConf("user envoy on >s3cret ~* &* +@all"))
+		s := startEnvoyCompat(t, sn.Master, envoyRuntime(t, cfg), append(tlsEnv,
+			"REDIS_TYPE=sentinel", "REDIS_URL="+sn.MasterName+","+strings.Join(sn.SentinelAddrs, ","),
+			"REDIS_SENTINEL_AUTH=envoy:s3cret")...)
+		counted(t, s)
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		list, err := sn.Sentinels[0].Do(ctx, "CLIENT", "LIST")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !strings.Contains(fmt.Sprint(list), " user=envoy ") {
+			t.Errorf("the Sentinel lists no connection of user envoy:\n%s", list)
+		}
+		if strings.Contains(s.Logs(), "s3cret") {
+			t.Error("the Sentinel password is in the log")
+		}
+	})
 }

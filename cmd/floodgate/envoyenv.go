@@ -2,6 +2,7 @@ package main
 
 import (
 	"fmt"
+	neturl "net/url"
 	"path/filepath"
 	"sort"
 	"strconv"
@@ -131,8 +132,8 @@ var envoyEnvVars = []envoyEnvVar{
 	{"REDIS_PERSECOND_POOL_SIZE", envIgnored, "floodgate's client pipelines on few connections"},
 	{"REDIS_PERSECOND_AUTH", envHonoured, "the per-second Redis password ([user:]password), never logged"},
 	{"REDIS_PERSECOND_TLS", envHonoured, "rediss:// for --redis-persecond; REDIS_TLS_CACERT, REDIS_TLS_CLIENT_CERT/KEY and REDIS_TLS_SKIP_HOSTNAME_VERIFICATION apply to it too (--redis-persecond-tls-*), as envoy shares them"},
-	{"REDIS_SENTINEL_AUTH", envHonoured, "the Sentinels' password ([user:]password: the part after the first ':'), never logged"},
-	{"REDIS_PERSECOND_SENTINEL_AUTH", envHonoured, "the per-second Sentinels' password ([user:]password: the part after the first ':'), never logged"},
+	{"REDIS_SENTINEL_AUTH", envHonoured, "the Sentinels' credentials, [user:]password: an ACL user before the first ':' (?sentinel_username= on the URL), the password after it, never logged"},
+	{"REDIS_PERSECOND_SENTINEL_AUTH", envHonoured, "the per-second Sentinels' credentials, [user:]password, as REDIS_SENTINEL_AUTH, never logged"},
 	{"REDIS_PERSECOND_PIPELINE_WINDOW", envIgnored, "floodgate's client pipelines by itself"},
 	{"REDIS_PERSECOND_PIPELINE_LIMIT", envIgnored, "floodgate's client pipelines by itself"},
 	{"REDIS_PERSECOND_CLUSTER_PIPELINE_PARALLELISM", envIgnored, "floodgate's client pipelines by itself"},
@@ -303,6 +304,10 @@ func readEnvoyEnv(lookup func(string) (string, bool)) (*envoySettings, error) {
 		bad(err.name, "%s", err.msg)
 	}
 	url, es.redisPassword = envoyAuth(url, get("REDIS_AUTH", ""))
+	// envoyproxy/ratelimit splits REDIS_SENTINEL_AUTH at its first ':' into
+	// an ACL user and a password, as REDIS_AUTH (src/redis/driver_impl.go
+	// createDialer): the user goes into the URL, the password apart.
+	url, es.sentinelPassword = envoySentinelAuth(url, get("REDIS_SENTINEL_AUTH", ""))
 	es.flags["redis"] = url
 	for name, flag := range map[string]string{
 		"GRPC_CLIENT_TLS_CACERT": "tls-client-ca",
@@ -317,9 +322,6 @@ func readEnvoyEnv(lookup func(string) (string, bool)) (*envoySettings, error) {
 	if redisTLS || strings.HasPrefix(url, "rediss") {
 		envoyRedisTLSFiles(es.flags, "redis", get, boolean)
 	}
-	// envoyproxy/ratelimit splits REDIS_SENTINEL_AUTH at its first ':' into
-	// a user and a password, as REDIS_AUTH; the Sentinels get the password.
-	es.sentinelPassword = envoySentinelAuth(get("REDIS_SENTINEL_AUTH", ""))
 	envoyPerSecondEnv(es, lookup, get, boolean, bad)
 	// envoyproxy/ratelimit waits up to REDIS_TIMEOUT, 10 s by default, for
 	// Redis; floodgate's own 50 ms would fail calls envoy answers.
@@ -452,13 +454,23 @@ func envoyAuth(url, auth string) (string, string) {
 	return url, pass
 }
 
-// envoySentinelAuth returns the Sentinels' password of an envoy
-// REDIS_SENTINEL_AUTH value, [user:]password.
-func envoySentinelAuth(auth string) string {
-	if _, pass, hasUser := strings.Cut(auth, ":"); hasUser {
-		return pass
+// envoySentinelAuth reads an envoy REDIS_SENTINEL_AUTH value,
+// [user:]password, for a Sentinel URL: a user goes into the URL as
+// ?sentinel_username=, the password is returned apart. Other URLs are
+// returned as they are (envoy uses the value only with REDIS_TYPE=sentinel).
+func envoySentinelAuth(url, auth string) (string, string) {
+	user, pass, hasUser := strings.Cut(auth, ":")
+	if !hasUser {
+		user, pass = "", auth
 	}
-	return auth
+	if user != "" && strings.Contains(strings.SplitN(url, "://", 2)[0], "+sentinel") {
+		sep := "?"
+		if strings.Contains(url, "?") {
+			sep = "&"
+		}
+		url += sep + "sentinel_username=" + neturl.QueryEscape(user)
+	}
+	return url, pass
 }
 
 // envoyRedisTLSFiles maps envoy's REDIS_TLS_* files to the TLS flags of the
@@ -499,11 +511,11 @@ func envoyPerSecondEnv(es *envoySettings, lookup func(string) (string, bool), ge
 		return
 	}
 	url, es.psPassword = envoyAuth(url, get("REDIS_PERSECOND_AUTH", ""))
+	url, es.psSentinelPassword = envoySentinelAuth(url, get("REDIS_PERSECOND_SENTINEL_AUTH", ""))
 	es.flags["redis-persecond"] = url
 	if psTLS || strings.HasPrefix(url, "rediss") {
 		envoyRedisTLSFiles(es.flags, "redis-persecond", get, boolean)
 	}
-	es.psSentinelPassword = envoySentinelAuth(get("REDIS_PERSECOND_SENTINEL_AUTH", ""))
 	if v, ok := lookup("REDIS_PERSECOND_TIMEOUT"); ok && v != "" {
 		d, err := time.ParseDuration(v)
 		if err != nil || d <= 0 {

@@ -221,7 +221,7 @@ func TestReadEnvoyEnvPerSecond(t *testing.T) {
 			[]string{"redis-tls-ca", "redis-tls-cert", "redis-tls-key", "redis-tls-insecure-skip-verify"}, "pw2", ""},
 		{map[string]string{"REDIS_PERSECOND": "1", "REDIS_PERSECOND_SOCKET_TYPE": "tcp", "REDIS_PERSECOND_TYPE": "sentinel",
 			"REDIS_PERSECOND_URL": "fastmaster,s1:26379,s2:26379", "REDIS_PERSECOND_AUTH": "pw3", "REDIS_PERSECOND_SENTINEL_AUTH": "sentinel-user:spw"},
-			map[string]string{"redis-persecond": "redis+sentinel://s1:26379,s2:26379/fastmaster"}, nil, "pw3", "spw"},
+			map[string]string{"redis-persecond": "redis+sentinel://s1:26379,s2:26379/fastmaster?sentinel_username=sentinel-user"}, nil, "pw3", "spw"},
 		{map[string]string{"REDIS_PERSECOND": "true", "REDIS_PERSECOND_SOCKET_TYPE": "tcp", "REDIS_PERSECOND_TYPE": "CLUSTER",
 			"REDIS_PERSECOND_URL": "a:7000,b:7001", "REDIS_SOCKET_TYPE": "tcp", "REDIS_URL": "main:6379", "REDIS_TLS": "true", "REDIS_TLS_CACERT": "/ca.pem"},
 			// REDIS_TLS is the main Redis's: the per-second one stays plain.
