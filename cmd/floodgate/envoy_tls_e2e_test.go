@@ -12,6 +12,7 @@ import (
 	"time"
 
 	rls "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"github.com/redis/go-redis/v9"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
 
@@ -105,9 +106,9 @@ func TestEnvoyCompatGRPCServerTLS(t *testing.T) {
 	}
 }
 
-// TestEnvoyCompatRedisTLSClusterAndSentinel: REDIS_TLS with
-// REDIS_TYPE=cluster and with REDIS_TYPE=sentinel, envoy's REDIS_TLS_CACERT
-// and REDIS_TLS_CLIENT_CERT/KEY, against a Cluster and a Sentinel group that
+// TestEnvoyCompatRedisTLSClusterAndSentinel: REDIS_TLS with a standalone
+// server, with REDIS_TYPE=cluster and with REDIS_TYPE=sentinel, envoy's
+// REDIS_TLS_CACERT and REDIS_TLS_CLIENT_CERT/KEY, against servers that
 // speak only TLS (to clients, between nodes, Sentinel to Redis) and require
 // client certificates (envoy's own tests put stunnel in front of plain
 // servers; f2fb157, src/redis/driver_impl.go gives one TLS configuration to
@@ -139,6 +140,11 @@ func TestEnvoyCompatRedisTLSClusterAndSentinel(t *testing.T) {
 		}
 	}
 
+	t.Run("standalone", func(t *testing.T) {
+		r := testenv.NewRedis(t, testenv.WithTLS(ca, true))
+		counted(t, startEnvoyCompat(t, r, envoyRuntime(t, cfg), tlsEnv...))
+	})
+
 	t.Run("cluster", func(t *testing.T) {
 		c := testenv.NewClusterWith(t, testenv.WithNodeOptions(testenv.WithTLS(ca, true)))
 		s := startEnvoyCompat(t, c.Nodes[0], envoyRuntime(t, cfg), append(tlsEnv,
@@ -166,4 +172,53 @@ func TestEnvoyCompatRedisTLSClusterAndSentinel(t *testing.T) {
 			t.Error("the Sentinel password is in the log")
 		}
 	})
+}
+
+// TestEnvoyCompatRedisAuth: REDIS_AUTH as envoyproxy/ratelimit reads it
+// (f2fb157, src/redis/driver_impl.go createDialer): a password for a server
+// with requirepass, and user:password for an ACL user (Redis lists
+// floodgate's connections under that user); the log does not show the
+// password.
+func TestEnvoyCompatRedisAuth(t *testing.T) {
+	const cfg = "domain: auth\ndescriptors:\n  - key: user\n    rate_limit: {unit: hour, requests_per_unit: 10}\n"
+	r := testenv.NewRedis(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	// Passwords set once the server runs: testenv's own probes speak
+	// without one.
+	for _, cmd := range [][]string{
+		{"ACL", "SETUSER", "envoy", "on", ">pw-envoy", "~*", "&*", "+@all"},
+		{"CONFIG", "SET", "requirepass", "pw-default"},
+	} {
+		if _, err := r.Do(ctx, cmd...); err != nil {
+			t.Fatal(err)
+		}
+	}
+	admin := redis.NewClient(&redis.Options{Addr: r.Addr, Password: "pw-default"})
+	defer admin.Close()
+	for _, c := range []struct{ name, auth, user, pass string }{
+		{"password", "pw-default", "default", "pw-default"},
+		{"ACL user", "envoy:pw-envoy", "envoy", "pw-envoy"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			s := startEnvoyCompat(t, r, envoyRuntime(t, cfg), "REDIS_AUTH="+c.auth)
+			avoidWindowEdge(time.Hour, 5*time.Second)
+			for i := range 2 {
+				checkResponse(t, c.name, s.mustRL(request("auth", entries("user", c.name))), ok(10, hour, uint32(9-i)))
+			}
+			// The answers above need Redis: the password was taken. An
+			// ACL user shows in CLIENT LIST (the default user is the
+			// admin client's too).
+			list, err := admin.ClientList(ctx).Result()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if c.user != "default" && !strings.Contains(list, " user="+c.user+" ") {
+				t.Errorf("Redis lists no connection of user %s:\n%s", c.user, list)
+			}
+			if strings.Contains(s.Logs(), c.pass) {
+				t.Error("the password is in the log")
+			}
+		})
+	}
 }
