@@ -61,6 +61,12 @@ func OpenStore(url, prefix string, timeout time.Duration, opts ...StoreOption) (
 	fail := func(err error) (backend.Backend, io.Closer, error) {
 		return nil, nil, fmt.Errorf("--%s %s: %s", sc.flagName(), RedactURL(url), redactSecrets(err.Error(), secrets...))
 	}
+	// unreachable is fail for a store that did not answer as asked
+	// (dial, handshake, authentication, PING): ErrUnreachable.
+	unreachable := func(err error) (backend.Backend, io.Closer, error) {
+		_, _, err = fail(err)
+		return nil, nil, unreachableError{err}
+	}
 	opt, err := parseRedisURL(url)
 	if err != nil {
 		return fail(err)
@@ -89,13 +95,13 @@ func OpenStore(url, prefix string, timeout time.Duration, opts ...StoreOption) (
 	}
 	c, err := rueidis.NewClient(opt)
 	if err != nil {
-		return fail(fmt.Errorf("%w%s", err, tlsHint(err, opt.TLSConfig != nil, sc.tls, sc.flagName())))
+		return unreachable(fmt.Errorf("%w%s", err, tlsHint(err, opt.TLSConfig != nil, sc.tls, sc.flagName())))
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), max(timeout, time.Second))
 	defer cancel()
 	if err := c.Do(ctx, c.B().Ping().Build()).Error(); err != nil {
 		c.Close()
-		return fail(fmt.Errorf("PING: %w%s", err, tlsHint(err, opt.TLSConfig != nil, sc.tls, sc.flagName())))
+		return unreachable(fmt.Errorf("PING: %w%s", err, tlsHint(err, opt.TLSConfig != nil, sc.tls, sc.flagName())))
 	}
 	b, err := rueidisadapter.New(c, backend.WithPrefix(prefix))
 	if err != nil {
@@ -104,6 +110,17 @@ func OpenStore(url, prefix string, timeout time.Duration, opts ...StoreOption) (
 	}
 	return b, closer(func() error { b.Close(); c.Close(); return nil }), nil
 }
+
+// ErrUnreachable matches (errors.Is) an OpenStore error of a store that did
+// not answer as asked: it could not be dialled, the TLS handshake or the
+// authentication failed, or PING got no answer in time. Trying again may
+// succeed, unlike after a bad URL or an unreadable TLS file.
+var ErrUnreachable = errors.New("server: the store does not answer")
+
+type unreachableError struct{ err error }
+
+func (e unreachableError) Error() string        { return e.err.Error() }
+func (e unreachableError) Is(target error) bool { return target == ErrUnreachable }
 
 // StoreOption configures OpenStore.
 type StoreOption func(*storeConfig)

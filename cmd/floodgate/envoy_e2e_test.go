@@ -2,12 +2,14 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -469,4 +471,57 @@ func TestEnvoyCompatHealthDuringDrain(t *testing.T) {
 	if code := s.wait(30 * time.Second); code != 0 {
 		t.Errorf("exit status %d after SIGTERM, want 0", code)
 	}
+}
+
+// TestEnvoyCompatWaitsForRedisAtStart: as envoyproxy/ratelimit (f2fb157,
+// src/redis/driver_impl.go, REDIS_STARTUP_*), a Redis that does not answer
+// at start is tried again, with back-off, before the APIs listen; once it
+// answers, the server serves. With REDIS_STARTUP_MAX_ELAPSED_TIME it gives
+// up after that long and exits 1, naming the variable.
+func TestEnvoyCompatWaitsForRedisAtStart(t *testing.T) {
+	r := testenv.NewRedis(t)
+	if err := r.Stop(); err != nil {
+		t.Fatal(err)
+	}
+	root := envoyRuntime(t, envoyTestConfig)
+
+	t.Run("Redis comes", func(t *testing.T) {
+		const retrying = "Redis does not answer; trying again"
+		seen := make(chan struct{})
+		var once sync.Once
+		restarted := make(chan error, 1)
+		go func() {
+			<-seen
+			restarted <- r.Restart()
+		}()
+		s := startServerWith(t, serveOpts{bare: true, env: append(envoyEnv(t, r, root),
+			"REDIS_STARTUP_INITIAL_INTERVAL=50ms", "REDIS_STARTUP_MAX_INTERVAL=200ms"),
+			onLog: func(line string) {
+				if strings.Contains(line, retrying) {
+					once.Do(func() { close(seen) })
+				}
+			}}, "", "--compat", "envoy")
+		if err := <-restarted; err != nil {
+			t.Fatal(err)
+		}
+		checkResponse(t, "once Redis answers", s.mustRL(request("envoy-compat", entries("per_day", "waited"))), ok(10, day, 9))
+	})
+
+	t.Run("gives up", func(t *testing.T) {
+		if err := r.Stop(); err != nil {
+			t.Fatal(err)
+		}
+		cmd := exec.Command(floodgateBinary(t), "serve", "--compat", "envoy")
+		cmd.Env = append(os.Environ(), append(envoyEnv(t, r, root), "REDIS_STARTUP_INITIAL_INTERVAL=50ms",
+			"REDIS_STARTUP_MAX_INTERVAL=100ms", "REDIS_STARTUP_MAX_ELAPSED_TIME=300ms", "USE_STATSD=false")...)
+		out, err := cmd.CombinedOutput()
+		var exit *exec.ExitError
+		if !errors.As(err, &exit) || exit.ExitCode() != 1 {
+			t.Fatalf("exit: %v, want status 1; output:\n%s", err, out)
+		}
+		if !strings.Contains(string(out), "REDIS_STARTUP_MAX_ELAPSED_TIME") || !strings.Contains(string(out), "trying again") ||
+			strings.Contains(string(out), `"serving"`) {
+			t.Fatalf("output does not show retries then giving up by REDIS_STARTUP_MAX_ELAPSED_TIME, without serving:\n%s", out)
+		}
+	})
 }

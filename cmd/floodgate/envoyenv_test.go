@@ -3,6 +3,7 @@ package main
 import (
 	"strings"
 	"testing"
+	"time"
 )
 
 // envoySettingsNames are the variables of envoyproxy/ratelimit's
@@ -301,5 +302,49 @@ func TestReadEnvoyEnvPerSecond(t *testing.T) {
 	if len(es.notices) != 2 || !strings.HasPrefix(es.notices[0], "REDIS_PERSECOND_PIPELINE_WINDOW: accepted and ignored") ||
 		!strings.HasPrefix(es.notices[1], "REDIS_PERSECOND_POOL_ON_EMPTY_BEHAVIOR: accepted and ignored") {
 		t.Errorf("notices %q", es.notices)
+	}
+}
+
+// TestEnvoyStartup: REDIS_STARTUP_* read with envoy's defaults (1s, 30s,
+// 0), and the waits of jpillora/backoff as envoy configures it (factor 2,
+// jitter between the first interval and the doubled one, capped).
+func TestEnvoyStartup(t *testing.T) {
+	es, err := readEnvoyEnv(lookupOf(map[string]string{}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := (envoyStartup{Initial: time.Second, Max: 30 * time.Second}); es.startup != want {
+		t.Fatalf("defaults %+v, want %+v", es.startup, want)
+	}
+	es, err = readEnvoyEnv(lookupOf(map[string]string{"REDIS_STARTUP_INITIAL_INTERVAL": "100ms",
+		"REDIS_STARTUP_MAX_INTERVAL": "1s", "REDIS_STARTUP_MAX_ELAPSED_TIME": "1m"}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	st := es.startup
+	if want := (envoyStartup{Initial: 100 * time.Millisecond, Max: time.Second, Elapsed: time.Minute}); st != want {
+		t.Fatalf("read %+v, want %+v", st, want)
+	}
+	for _, c := range []struct {
+		n    int
+		r    float64
+		want time.Duration
+	}{
+		{1, 0.9, 100 * time.Millisecond}, // the first wait is the initial interval
+		{2, 0, 100 * time.Millisecond},   // jitter's low end
+		{2, 0.5, 150 * time.Millisecond}, // halfway to 200ms
+		{4, 0.99, 793 * time.Millisecond},
+		{5, 0.99, time.Second}, // capped
+		{60, 0.5, time.Second},
+	} {
+		if got := st.wait(c.n, c.r); got != c.want {
+			t.Errorf("wait(%d, %v) = %v, want %v", c.n, c.r, got, c.want)
+		}
+	}
+	for name, v := range map[string]string{"REDIS_STARTUP_INITIAL_INTERVAL": "0", "REDIS_STARTUP_MAX_INTERVAL": "x",
+		"REDIS_STARTUP_MAX_ELAPSED_TIME": "-1s"} {
+		if _, err := readEnvoyEnv(lookupOf(map[string]string{name: v})); err == nil || !strings.Contains(err.Error(), name) {
+			t.Errorf("%s=%s: %v, want an error naming it", name, v, err)
+		}
 	}
 }
