@@ -1,6 +1,11 @@
 package server
 
 import (
+	"context"
+	"time"
+
+	"google.golang.org/grpc"
+
 	"github.com/floodgate-dev/floodgate/ratelimit"
 	"github.com/floodgate-dev/floodgate/server/config"
 	"github.com/floodgate-dev/floodgate/server/envoystats"
@@ -115,5 +120,22 @@ func (s *Service) EnvoyConfigLoaded(ok bool) {
 		es.ConfigLoadSuccess.Inc()
 	} else {
 		es.ConfigLoadError.Inc()
+	}
+}
+
+// envoyStatsUnary is envoyproxy/ratelimit's gRPC server interceptor
+// (src/metrics, f2fb157): every unary call (ShouldRateLimit, the health
+// service's Check) counts in ratelimit_server.METHOD.total_requests when it
+// starts, and its time in ratelimit_server.METHOD.response_time when it
+// ends, whatever its outcome. It runs first, so calls refused by the
+// interceptors after it count too.
+func envoyStatsUnary(es *envoystats.Stats) grpc.UnaryServerInterceptor {
+	return func(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
+		start := time.Now()
+		m := es.GRPCMethod(info.FullMethod)
+		m.TotalRequests.Inc()
+		resp, err := handler(ctx, req)
+		m.Done(time.Since(start))
+		return resp, err
 	}
 }

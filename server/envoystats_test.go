@@ -30,11 +30,11 @@ func statsdFor(t *testing.T, u *testenv.Statsd, dog bool) *envoystats.Stats {
 }
 
 // expectStats flushes es and compares the lines that arrive at u (those
-// under "ratelimit.") with want, in any order.
+// under "ratelimit.service.") with want, in any order.
 func expectStats(t *testing.T, u *testenv.Statsd, es *envoystats.Stats, want ...string) {
 	t.Helper()
 	es.Flush()
-	u.Expect(t, "ratelimit.", want...)
+	u.Expect(t, "ratelimit.service.", want...)
 }
 
 const envoyStatsYAML = `domain: stats

@@ -436,11 +436,18 @@ func TestParseRedisURL(t *testing.T) {
 			t.Errorf("%s: got addrs %v master %q db %d tls %v user %q pass %q", c.url, opt.InitAddress, opt.Sentinel.MasterSet, opt.SelectDB, opt.TLSConfig != nil, opt.Username, opt.Password)
 		}
 	}
+	// ?sentinel_username= is the Sentinels' ACL user (envoy's
+	// REDIS_SENTINEL_AUTH user:password), query-escaped.
+	opt, err := parseRedisURL("redis+sentinel://s1:26379/m?sentinel_username=a+b%26c&sentinel_password=sp")
+	if err != nil || opt.Sentinel.Username != "a b&c" || opt.Sentinel.Password != "sp" || opt.Username != "" {
+		t.Errorf("sentinel_username: Sentinel user %q password %q, user %q, %v; want \"a b&c\", \"sp\", \"\"", opt.Sentinel.Username, opt.Sentinel.Password, opt.Username, err)
+	}
 	for url, want := range map[string]string{
-		"http://h":                  "unknown scheme",
-		"redis+sentinel://s1:1":     "names the master",
-		"redis+sentinel://s1:1/m/x": "not a number",
-		"redis://h1,,h2":            "empty address",
+		"redis://h:1?sentinel_username=u": "names no Sentinel master",
+		"http://h":                        "unknown scheme",
+		"redis+sentinel://s1:1":           "names the master",
+		"redis+sentinel://s1:1/m/x":       "not a number",
+		"redis://h1,,h2":                  "empty address",
 	} {
 		if _, err := parseRedisURL(url); err == nil || !strings.Contains(err.Error(), want) {
 			t.Errorf("%s: %v, want an error containing %q", url, err, want)

@@ -156,7 +156,8 @@ type Server struct {
 	httpSrv        *http.Server
 	grpcSrv        *grpc.Server
 	rlqs           *RLQS
-	conns          *connLimit // over both listeners
+	conns          *connLimit    // over both listeners
+	watches        healthWatches // the health service's Watch calls, ended at shutdown
 
 	draining  atomic.Bool // set on shutdown: health checks fail
 	storeDown atomic.Bool // EnvoyOptions.HealthFollowsStore: the last probe failed
@@ -264,8 +265,12 @@ func New(c Config) (*Server, error) {
 			return nil, fmt.Errorf("server: gRPC: %w", err)
 		}
 		s.grpcLn = s.conns.wrap(ln, "grpc")
-		interceptors := []grpc.UnaryServerInterceptor{s.conns.unary}
-		streamInterceptors := []grpc.StreamServerInterceptor{s.conns.stream}
+		var interceptors []grpc.UnaryServerInterceptor
+		if es := c.Service.EnvoyStats; es != nil {
+			interceptors = append(interceptors, envoyStatsUnary(es))
+		}
+		interceptors = append(interceptors, s.conns.unary)
+		streamInterceptors := []grpc.StreamServerInterceptor{s.conns.stream, s.watches.stream}
 		if c.Token != "" {
 			interceptors = append(interceptors, tokenInterceptor(c.Token, s.metrics))
 			streamInterceptors = append(streamInterceptors, tokenStreamInterceptor(c.Token, s.metrics))
@@ -512,8 +517,11 @@ func fingerprint(path string) (string, error) {
 	return hex.EncodeToString(h.Sum(nil))[:12], nil
 }
 
-// Serve serves until ctx ends, then stops accepting requests, drains the
-// in-flight ones (up to ShutdownTimeout) and returns. It returns early with
+// Serve serves until ctx ends, then fails the health checks, stops
+// accepting requests, drains the in-flight ones (up to ShutdownTimeout) and
+// returns. In envoy compatibility mode the gRPC API drains first while the
+// HTTP API still answers (its /healthcheck failing), as envoyproxy/ratelimit
+// does; then the HTTP API. It returns early with
 // an error when a listener fails.
 func (s *Server) Serve(ctx context.Context) error {
 	errc := make(chan error, 2)
@@ -589,27 +597,43 @@ func (s *Server) shutdown() {
 	s.log.Info("shutting down; draining in-flight requests", "timeout", s.cfg.ShutdownTimeout)
 	ctx, cancel := context.WithTimeout(context.Background(), s.cfg.ShutdownTimeout)
 	defer cancel()
-	var wg sync.WaitGroup
-	if s.httpSrv != nil {
-		wg.Go(func() {
+	stopHTTP := func() {
+		if s.httpSrv != nil {
 			if err := s.httpSrv.Shutdown(ctx); err != nil {
 				s.httpSrv.Close()
 			}
-		})
+		}
+	}
+	stopGRPC := func() {
+		if s.grpcSrv == nil {
+			return
+		}
+		done := make(chan struct{})
+		go func() { s.grpcSrv.GracefulStop(); close(done) }()
+		select {
+		case <-done:
+		case <-ctx.Done():
+			s.grpcSrv.Stop()
+		}
 	}
 	if s.grpcSrv != nil {
 		s.health.Shutdown()
-		s.rlqs.Close() // its streams would hold GracefulStop until the timeout
-		wg.Go(func() {
-			done := make(chan struct{})
-			go func() { s.grpcSrv.GracefulStop(); close(done) }()
-			select {
-			case <-done:
-			case <-ctx.Done():
-				s.grpcSrv.Stop()
-			}
-		})
+		// Their streams would hold GracefulStop until the timeout.
+		s.watches.drain()
+		s.rlqs.Close()
 	}
+	if s.cfg.Service.Envoy.Enabled {
+		// As envoyproxy/ratelimit (f2fb157, src/server/server_impl.go
+		// Stop): gRPC drains first while HTTP still answers, its
+		// /healthcheck failing, so that probes see 500 rather than a
+		// refused connection; then HTTP.
+		stopGRPC()
+		stopHTTP()
+		return
+	}
+	var wg sync.WaitGroup
+	wg.Go(stopHTTP)
+	wg.Go(stopGRPC)
 	wg.Wait()
 }
 

@@ -32,6 +32,7 @@ import (
 //	                                                    Sentinel: the master named mymaster (also rediss+sentinel://,
 //	                                                    or redis://h1:26379?master_set=mymaster); credentials are the master's,
 //	                                                    ?sentinel_password=... authenticates to the sentinels
+//	                                                    (as ?sentinel_username=..., an ACL user, when given)
 //
 // RedisTLS adds a CA file, a client certificate and host-name leniency to
 // the TLS of rediss:// URLs (standalone, Cluster and Sentinel alike).
@@ -59,6 +60,12 @@ func OpenStore(url, prefix string, timeout time.Duration, opts ...StoreOption) (
 	secrets := append(urlSecrets(url), sc.password, sc.sentinelPassword)
 	fail := func(err error) (backend.Backend, io.Closer, error) {
 		return nil, nil, fmt.Errorf("--%s %s: %s", sc.flagName(), RedactURL(url), redactSecrets(err.Error(), secrets...))
+	}
+	// unreachable is fail for a store that did not answer as asked
+	// (dial, handshake, authentication, PING): ErrUnreachable.
+	unreachable := func(err error) (backend.Backend, io.Closer, error) {
+		_, _, err = fail(err)
+		return nil, nil, unreachableError{err}
 	}
 	opt, err := parseRedisURL(url)
 	if err != nil {
@@ -88,13 +95,13 @@ func OpenStore(url, prefix string, timeout time.Duration, opts ...StoreOption) (
 	}
 	c, err := rueidis.NewClient(opt)
 	if err != nil {
-		return fail(fmt.Errorf("%w%s", err, tlsHint(err, opt.TLSConfig != nil, sc.tls, sc.flagName())))
+		return unreachable(fmt.Errorf("%w%s", err, tlsHint(err, opt.TLSConfig != nil, sc.tls, sc.flagName())))
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), max(timeout, time.Second))
 	defer cancel()
 	if err := c.Do(ctx, c.B().Ping().Build()).Error(); err != nil {
 		c.Close()
-		return fail(fmt.Errorf("PING: %w%s", err, tlsHint(err, opt.TLSConfig != nil, sc.tls, sc.flagName())))
+		return unreachable(fmt.Errorf("PING: %w%s", err, tlsHint(err, opt.TLSConfig != nil, sc.tls, sc.flagName())))
 	}
 	b, err := rueidisadapter.New(c, backend.WithPrefix(prefix))
 	if err != nil {
@@ -103,6 +110,17 @@ func OpenStore(url, prefix string, timeout time.Duration, opts ...StoreOption) (
 	}
 	return b, closer(func() error { b.Close(); c.Close(); return nil }), nil
 }
+
+// ErrUnreachable matches (errors.Is) an OpenStore error of a store that did
+// not answer as asked: it could not be dialled, the TLS handshake or the
+// authentication failed, or PING got no answer in time. Trying again may
+// succeed, unlike after a bad URL or an unreadable TLS file.
+var ErrUnreachable = errors.New("server: the store does not answer")
+
+type unreachableError struct{ err error }
+
+func (e unreachableError) Error() string        { return e.err.Error() }
+func (e unreachableError) Is(target error) bool { return target == ErrUnreachable }
 
 // StoreOption configures OpenStore.
 type StoreOption func(*storeConfig)
@@ -342,7 +360,7 @@ func parseRedisURL(s string) (rueidis.ClientOption, error) {
 	for _, h := range hosts[1:] {
 		q = append(q, "addr="+h)
 	}
-	var sentinelPass string
+	var sentinelUser, sentinelPass string
 	var master string
 	if sentinel {
 		parts := strings.Split(path, "/")
@@ -371,6 +389,14 @@ func parseRedisURL(s string) (rueidis.ClientOption, error) {
 			sentinelPass = v
 			continue
 		}
+		if v, ok := strings.CutPrefix(kv, "sentinel_username="); ok {
+			name, err := neturl.QueryUnescape(v)
+			if err != nil {
+				return rueidis.ClientOption{}, fmt.Errorf("sentinel_username: %w", err)
+			}
+			sentinelUser = name
+			continue
+		}
 		kept = append(kept, kv)
 	}
 	u := scheme + "://" + userinfo + hosts[0]
@@ -387,7 +413,11 @@ func parseRedisURL(s string) (rueidis.ClientOption, error) {
 	if sentinel {
 		opt.Sentinel.MasterSet = master
 	}
+	if sentinelUser != "" && opt.Sentinel.MasterSet == "" {
+		return opt, errors.New("sentinel_username is given but the URL names no Sentinel master (redis+sentinel://host:26379/mymaster)")
+	}
 	if opt.Sentinel.MasterSet != "" {
+		opt.Sentinel.Username = sentinelUser
 		opt.Sentinel.Password = sentinelPass
 		if opt.TLSConfig != nil {
 			opt.Sentinel.TLSConfig = opt.TLSConfig.Clone()

@@ -158,6 +158,9 @@ type serveOpts struct {
 	// bare leaves out the --config, address and log format flags (cfg is
 	// ignored; the environment gives them) and the wait for /readyz.
 	bare bool
+	// onLog, when set, sees each line the process writes, as it comes
+	// (before startServerWith returns too), on the goroutine reading them.
+	onLog func(line string)
 }
 
 func startServerWith(t *testing.T, o serveOpts, cfg string, args ...string) *fgServer {
@@ -204,6 +207,9 @@ func startServerWith(t *testing.T, o serveOpts, cfg string, args ...string) *fgS
 			s.logs.WriteString(line)
 			s.logs.WriteByte('\n')
 			s.logMu.Unlock()
+			if o.onLog != nil {
+				o.onLog(line)
+			}
 			var rec struct{ Msg, HTTP, GRPC string }
 			if json.Unmarshal([]byte(line), &rec) == nil && rec.Msg == "serving" {
 				select {

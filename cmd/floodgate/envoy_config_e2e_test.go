@@ -72,22 +72,37 @@ func TestEnvoyCompatDuplicateDomain(t *testing.T) {
 }
 
 // TestReadEnvoySentinelAuth: REDIS_SENTINEL_AUTH is read as envoy's
-// driver_impl.go reads it: "user:password" is split at the first ':', the
-// password going to the Sentinels; without ':', all of it is the password.
+// driver_impl.go (createDialer) reads it: "user:password" is split at the
+// first ':', the user an ACL user of the Sentinels (?sentinel_username= on
+// the URL), the password theirs; without ':', all of it is the password.
 func TestReadEnvoySentinelAuth(t *testing.T) {
-	for auth, want := range map[string]string{
-		"s3cret":           "s3cret",
-		"sentinel:s3cret":  "s3cret",
-		"sentinel:s3:cret": "s3:cret",
-		":s3cret":          "s3cret",
+	for auth, want := range map[string][2]string{
+		"s3cret":           {"", "s3cret"},
+		"sentinel:s3cret":  {"sentinel", "s3cret"},
+		"sentinel:s3:cret": {"sentinel", "s3:cret"},
+		":s3cret":          {"", "s3cret"},
+		"a b&c:pw":         {"a+b%26c", "pw"},
 	} {
 		es, err := readEnvoyEnv(lookupOf(map[string]string{
 			"REDIS_TYPE": "sentinel", "REDIS_URL": "mymaster,127.0.0.1:26379", "REDIS_SENTINEL_AUTH": auth}))
 		if err != nil {
 			t.Fatal(err)
 		}
-		if es.sentinelPassword != want {
-			t.Errorf("REDIS_SENTINEL_AUTH=%q: Sentinel password %q, want %q", auth, es.sentinelPassword, want)
+		wantURL := "redis+sentinel://127.0.0.1:26379/mymaster"
+		if want[0] != "" {
+			wantURL += "?sentinel_username=" + want[0]
 		}
+		if es.sentinelPassword != want[1] || es.flags["redis"] != wantURL {
+			t.Errorf("REDIS_SENTINEL_AUTH=%q: --redis %q, Sentinel password %q; want %q, %q", auth, es.flags["redis"], es.sentinelPassword, wantURL, want[1])
+		}
+	}
+	// Not a Sentinel: the URL is left alone (envoy uses the value only
+	// with REDIS_TYPE=sentinel).
+	es, err := readEnvoyEnv(lookupOf(map[string]string{"REDIS_SOCKET_TYPE": "tcp", "REDIS_URL": "127.0.0.1:6379", "REDIS_SENTINEL_AUTH": "u:p"}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if es.flags["redis"] != "redis://127.0.0.1:6379" {
+		t.Errorf("REDIS_SENTINEL_AUTH with REDIS_TYPE=single: --redis %q", es.flags["redis"])
 	}
 }

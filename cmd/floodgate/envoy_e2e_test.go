@@ -2,12 +2,15 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -64,13 +67,18 @@ func envoyRuntime(t *testing.T, cfg string) string {
 // variables for r and root and the extra ones.
 func startEnvoyCompat(t *testing.T, r *testenv.Redis, root string, extra ...string) *fgServer {
 	t.Helper()
-	env := []string{
+	return startServerWith(t, serveOpts{env: append(envoyEnv(t, r, root), extra...), bare: true}, "", "--compat", "envoy")
+}
+
+// envoyEnv is the environment startEnvoyCompat gives the process: envoy's
+// variables for r and root, on free ports.
+func envoyEnv(t *testing.T, r *testenv.Redis, root string) []string {
+	return []string{
 		"HOST=127.0.0.1", "PORT=0", "GRPC_HOST=127.0.0.1", "GRPC_PORT=0", "LOG_FORMAT=json",
 		"REDIS_SOCKET_TYPE=tcp", "REDIS_URL=" + r.Addr, "REDIS_TIMEOUT=2s",
 		"CACHE_KEY_PREFIX=" + uniquePrefix(t),
 		"RUNTIME_ROOT=" + root, "RUNTIME_SUBDIRECTORY=ratelimit", "RUNTIME_WATCH_ROOT=false",
 	}
-	return startServerWith(t, serveOpts{env: append(env, extra...), bare: true}, "", "--compat", "envoy")
 }
 
 // wholeSeconds checks envoy's duration_until_reset: whole seconds, the
@@ -380,4 +388,140 @@ func waitHealth(t *testing.T, s *fgServer, what string, want healthpb.HealthChec
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
+}
+
+// TestEnvoyCompatHealthDuringDrain: on SIGTERM envoyproxy/ratelimit fails
+// its health at once (f2fb157, src/server/health.go, the "sigterm"
+// component: gRPC "ratelimit" NOT_SERVING, /healthcheck 500), then drains
+// its gRPC server (GracefulStop) while its HTTP server still answers, and
+// closes that only after (src/server/server_impl.go Stop). So, with a gRPC
+// call held in flight by a paused Redis: a health Watch opened before the
+// signal sees NOT_SERVING, and then its stream ends, so that it does not
+// hold the drain; a /healthcheck on a new connection answers 500; once
+// Redis answers, the call completes with its real answer, and the process
+// exits 0 long before its --shutdown-timeout.
+func TestEnvoyCompatHealthDuringDrain(t *testing.T) {
+	r := testenv.NewRedis(t)
+	s := startServerWith(t, serveOpts{env: append(envoyEnv(t, r, envoyRuntime(t, envoyTestConfig)), "REDIS_TIMEOUT=60s"), bare: true},
+		"", "--compat", "envoy", "--shutdown-timeout", "5m")
+	checkResponse(t, "warm-up", s.mustRL(request("envoy-compat", entries("per_day", "warm"))), ok(10, day, 9))
+
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	watch, err := healthpb.NewHealthClient(s.conn).Watch(ctx, &healthpb.HealthCheckRequest{Service: "ratelimit"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if m, err := watch.Recv(); err != nil || m.GetStatus() != healthpb.HealthCheckResponse_SERVING {
+		t.Fatalf("Watch(ratelimit) first: %v, %v; want SERVING", m, err)
+	}
+
+	// A call held in flight by a paused Redis.
+	if err := r.Pause(); err != nil {
+		t.Fatal(err)
+	}
+	defer r.Resume()
+	type result struct {
+		resp *rls.RateLimitResponse
+		err  error
+	}
+	inFlight := make(chan result, 1)
+	go func() {
+		resp, err := s.client.ShouldRateLimit(ctx, request("envoy-compat", entries("per_day", "in-flight")))
+		inFlight <- result{resp, err}
+	}()
+	for deadline := time.Now().Add(10 * time.Second); socketBacklog(t, r.Port) == 0; time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("the call did not reach the paused Redis")
+		}
+	}
+
+	s.signal(syscall.SIGTERM)
+	s.waitLog(10*time.Second, "shutting down")
+	if m, err := watch.Recv(); err != nil || m.GetStatus() != healthpb.HealthCheckResponse_NOT_SERVING {
+		t.Fatalf("Watch(ratelimit) after SIGTERM: %v, %v; want NOT_SERVING", m, err)
+	}
+	// Ended by the server, not by the test's deadline.
+	if m, err := watch.Recv(); err == nil || status.Code(err) == codes.DeadlineExceeded {
+		t.Fatalf("Watch(ratelimit) after NOT_SERVING: %v, %v; want the stream ended by the server", m, err)
+	}
+	fresh := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{DisableKeepAlives: true}}
+	resp, err := fresh.Get("http://" + s.HTTP + "/healthcheck")
+	if err != nil {
+		t.Fatalf("GET /healthcheck during the drain: %v; want 500 (envoy's HTTP server serves until gRPC has drained)", err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusInternalServerError {
+		t.Fatalf("GET /healthcheck during the drain: %d, want 500", resp.StatusCode)
+	}
+	select {
+	case res := <-inFlight:
+		t.Fatalf("the in-flight call ended before Redis was resumed: %v, %v", res.resp, res.err)
+	default:
+	}
+
+	if err := r.Resume(); err != nil {
+		t.Fatal(err)
+	}
+	res := <-inFlight
+	if res.err != nil {
+		t.Fatalf("the in-flight call: %v", res.err)
+	}
+	checkResponse(t, "the in-flight call", res.resp, ok(10, day, 9))
+	if code := s.wait(30 * time.Second); code != 0 {
+		t.Errorf("exit status %d after SIGTERM, want 0", code)
+	}
+}
+
+// TestEnvoyCompatWaitsForRedisAtStart: as envoyproxy/ratelimit (f2fb157,
+// src/redis/driver_impl.go, REDIS_STARTUP_*), a Redis that does not answer
+// at start is tried again, with back-off, before the APIs listen; once it
+// answers, the server serves. With REDIS_STARTUP_MAX_ELAPSED_TIME it gives
+// up after that long and exits 1, naming the variable.
+func TestEnvoyCompatWaitsForRedisAtStart(t *testing.T) {
+	r := testenv.NewRedis(t)
+	if err := r.Stop(); err != nil {
+		t.Fatal(err)
+	}
+	root := envoyRuntime(t, envoyTestConfig)
+
+	t.Run("Redis comes", func(t *testing.T) {
+		const retrying = "Redis does not answer; trying again"
+		seen := make(chan struct{})
+		var once sync.Once
+		restarted := make(chan error, 1)
+		go func() {
+			<-seen
+			restarted <- r.Restart()
+		}()
+		s := startServerWith(t, serveOpts{bare: true, env: append(envoyEnv(t, r, root),
+			"REDIS_STARTUP_INITIAL_INTERVAL=50ms", "REDIS_STARTUP_MAX_INTERVAL=200ms"),
+			onLog: func(line string) {
+				if strings.Contains(line, retrying) {
+					once.Do(func() { close(seen) })
+				}
+			}}, "", "--compat", "envoy")
+		if err := <-restarted; err != nil {
+			t.Fatal(err)
+		}
+		checkResponse(t, "once Redis answers", s.mustRL(request("envoy-compat", entries("per_day", "waited"))), ok(10, day, 9))
+	})
+
+	t.Run("gives up", func(t *testing.T) {
+		if err := r.Stop(); err != nil {
+			t.Fatal(err)
+		}
+		cmd := exec.Command(floodgateBinary(t), "serve", "--compat", "envoy")
+		cmd.Env = append(os.Environ(), append(envoyEnv(t, r, root), "REDIS_STARTUP_INITIAL_INTERVAL=50ms",
+			"REDIS_STARTUP_MAX_INTERVAL=100ms", "REDIS_STARTUP_MAX_ELAPSED_TIME=300ms", "USE_STATSD=false")...)
+		out, err := cmd.CombinedOutput()
+		var exit *exec.ExitError
+		if !errors.As(err, &exit) || exit.ExitCode() != 1 {
+			t.Fatalf("exit: %v, want status 1; output:\n%s", err, out)
+		}
+		if !strings.Contains(string(out), "REDIS_STARTUP_MAX_ELAPSED_TIME") || !strings.Contains(string(out), "trying again") ||
+			strings.Contains(string(out), `"serving"`) {
+			t.Fatalf("output does not show retries then giving up by REDIS_STARTUP_MAX_ELAPSED_TIME, without serving:\n%s", out)
+		}
+	})
 }

@@ -18,7 +18,10 @@ import (
 // shadow_mode rule, the configuration load and, with Redis stopped, a
 // redis_error, each with EXTRA_TAGS. The values are envoyproxy/ratelimit's
 // (f2fb157, src/limiter/base_limiter.go); counters arrive as deltas and are
-// added up here.
+// added up here. The gRPC server's stats come too (src/metrics): the seven
+// ShouldRateLimit calls in ratelimit_server.ShouldRateLimit.total_requests,
+// and one response_time timer line each; and the Go runtime's gauges under
+// ratelimit.go.
 func TestEnvoyCompatStatsd(t *testing.T) {
 	u := testenv.ListenStatsd(t)
 
@@ -68,14 +71,18 @@ descriptors:
 		p + "shadow.over_limit":                                1,
 		p + "shadow.shadow_mode":                               1,
 	}
-	got := map[string]uint64{}
+	const srv = "ratelimit_server.ShouldRateLimit."
+	wantServer := map[string]uint64{srv + "total_requests": 7, srv + "response_time": 7}
+	got, gotServer := map[string]uint64{}, map[string]uint64{}
+	runtime := false
 	deadline := time.After(10 * time.Second)
-	for !maps.Equal(got, want) {
+	for !maps.Equal(got, want) || !maps.Equal(gotServer, wantServer) || !runtime {
 		select {
 		case l := <-u.Lines:
-			name, value, ok := strings.Cut(strings.TrimSuffix(l, "|c"), ":")
+			name, rest, ok := strings.Cut(l, ":")
+			value, kind, _ := strings.Cut(rest, "|")
 			short, tag, tagged := strings.Cut(name, ".__")
-			if !ok || !strings.HasPrefix(name, "ratelimit.") {
+			if !ok || !strings.HasPrefix(name, "ratelimit") {
 				continue
 			}
 			if !tagged || tag != "env=e2e" {
@@ -85,9 +92,28 @@ descriptors:
 			if err != nil {
 				t.Fatalf("%q: %v", l, err)
 			}
-			got[short] += n
+			switch {
+			case strings.HasPrefix(short, "ratelimit.go."):
+				runtime = runtime || short == "ratelimit.go.numGoroutine" && kind == "g" && n > 0
+			case strings.HasPrefix(short, "ratelimit_server.") && kind == "c":
+				if !strings.HasSuffix(short, ".total_requests") {
+					t.Fatalf("%q: a counter of ratelimit_server is total_requests", l)
+				}
+				if strings.HasPrefix(short, srv) {
+					gotServer[short] += n
+				}
+			case strings.HasPrefix(short, "ratelimit_server.") && kind == "ms":
+				if strings.HasPrefix(short, srv) {
+					gotServer[short]++ // one line per call
+				}
+			case kind == "c":
+				got[short] += n
+			default:
+				t.Fatalf("%q: not a counter", l)
+			}
 		case <-deadline:
-			t.Fatalf("StatsD counters:\n%s\nwant:\n%s", statsDump(got), statsDump(want))
+			t.Fatalf("StatsD counters:\n%s\nwant:\n%s\ngRPC server:\n%s\nwant:\n%s\nruntime gauges seen: %v",
+				statsDump(got), statsDump(want), statsDump(gotServer), statsDump(wantServer), runtime)
 		}
 	}
 }

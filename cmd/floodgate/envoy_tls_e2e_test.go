@@ -3,13 +3,16 @@ package main
 import (
 	"context"
 	"crypto/tls"
+	"fmt"
 	"io"
 	"net/http"
 	"os"
+	"strings"
 	"testing"
 	"time"
 
 	rls "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"github.com/redis/go-redis/v9"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
 
@@ -100,5 +103,122 @@ func TestEnvoyCompatGRPCServerTLS(t *testing.T) {
 	}
 	if err := dial(serverCA); err == nil {
 		t.Error("the old CA still verifies the served certificate after the replacement")
+	}
+}
+
+// TestEnvoyCompatRedisTLSClusterAndSentinel: REDIS_TLS with a standalone
+// server, with REDIS_TYPE=cluster and with REDIS_TYPE=sentinel, envoy's
+// REDIS_TLS_CACERT and REDIS_TLS_CLIENT_CERT/KEY, against servers that
+// speak only TLS (to clients, between nodes, Sentinel to Redis) and require
+// client certificates (envoy's own tests put stunnel in front of plain
+// servers; f2fb157, src/redis/driver_impl.go gives one TLS configuration to
+// the Cluster's nodes, the Sentinels and the master). With the Sentinel,
+// REDIS_SENTINEL_AUTH=user:password authenticates to it as that ACL user, as
+// envoy's createDialer does: the Sentinel lists floodgate's connection
+// under the user.
+func TestEnvoyCompatRedisTLSClusterAndSentinel(t *testing.T) {
+	ca, err := testenv.NewCA(t.TempDir(), "redis-ca")
+	if err != nil {
+		t.Fatal(err)
+	}
+	client, err := ca.Issue("floodgate-redis", testenv.CertOptions{Client: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	tlsEnv := []string{"REDIS_TLS=true", "REDIS_TLS_CACERT=" + ca.CertFile,
+		"REDIS_TLS_CLIENT_CERT=" + client.CertFile, "REDIS_TLS_CLIENT_KEY=" + client.KeyFile}
+	const cfg = "domain: tls\ndescriptors:\n  - key: user\n    rate_limit: {unit: hour, requests_per_unit: 10}\n"
+	// counted asks twice for each of several users (keys on several
+	// Cluster slots): the second answer shows the first was counted in
+	// Redis.
+	counted := func(t *testing.T, s *fgServer) {
+		avoidWindowEdge(time.Hour, 5*time.Second)
+		for _, u := range []string{"a", "b", "c", "d", "e"} {
+			for i := range 2 {
+				checkResponse(t, "user "+u, s.mustRL(request("tls", entries("user", u))), ok(10, hour, uint32(9-i)))
+			}
+		}
+	}
+
+	t.Run("standalone", func(t *testing.T) {
+		r := testenv.NewRedis(t, testenv.WithTLS(ca, true))
+		counted(t, startEnvoyCompat(t, r, envoyRuntime(t, cfg), tlsEnv...))
+	})
+
+	t.Run("cluster", func(t *testing.T) {
+		c := testenv.NewClusterWith(t, testenv.WithNodeOptions(testenv.WithTLS(ca, true)))
+		s := startEnvoyCompat(t, c.Nodes[0], envoyRuntime(t, cfg), append(tlsEnv,
+			"REDIS_TYPE=cluster", "REDIS_URL="+strings.Join(c.Addrs, ","))...)
+		counted(t, s)
+	})
+
+	t.Run("sentinel", func(t *testing.T) {
+		sn := testenv.NewSentinelWith(t, testenv.WithSentinelNodeOptions(testenv.WithTLS(ca, true)),
+			testenv.WithSentinelConf("user envoy on >s3cret ~* &* +@all"))
+		s := startEnvoyCompat(t, sn.Master, envoyRuntime(t, cfg), append(tlsEnv,
+			"REDIS_TYPE=sentinel", "REDIS_URL="+sn.MasterName+","+strings.Join(sn.SentinelAddrs, ","),
+			"REDIS_SENTINEL_AUTH=envoy:s3cret")...)
+		counted(t, s)
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		list, err := sn.Sentinels[0].Do(ctx, "CLIENT", "LIST")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !strings.Contains(fmt.Sprint(list), " user=envoy ") {
+			t.Errorf("the Sentinel lists no connection of user envoy:\n%s", list)
+		}
+		if strings.Contains(s.Logs(), "s3cret") {
+			t.Error("the Sentinel password is in the log")
+		}
+	})
+}
+
+// TestEnvoyCompatRedisAuth: REDIS_AUTH as envoyproxy/ratelimit reads it
+// (f2fb157, src/redis/driver_impl.go createDialer): a password for a server
+// with requirepass, and user:password for an ACL user (Redis lists
+// floodgate's connections under that user); the log does not show the
+// password.
+func TestEnvoyCompatRedisAuth(t *testing.T) {
+	const cfg = "domain: auth\ndescriptors:\n  - key: user\n    rate_limit: {unit: hour, requests_per_unit: 10}\n"
+	r := testenv.NewRedis(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	// Passwords set once the server runs: testenv's own probes speak
+	// without one.
+	for _, cmd := range [][]string{
+		{"ACL", "SETUSER", "envoy", "on", ">pw-envoy", "~*", "&*", "+@all"},
+		{"CONFIG", "SET", "requirepass", "pw-default"},
+	} {
+		if _, err := r.Do(ctx, cmd...); err != nil {
+			t.Fatal(err)
+		}
+	}
+	admin := redis.NewClient(&redis.Options{Addr: r.Addr, Password: "pw-default"})
+	defer admin.Close()
+	for _, c := range []struct{ name, auth, user, pass string }{
+		{"password", "pw-default", "default", "pw-default"},
+		{"ACL user", "envoy:pw-envoy", "envoy", "pw-envoy"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			s := startEnvoyCompat(t, r, envoyRuntime(t, cfg), "REDIS_AUTH="+c.auth)
+			avoidWindowEdge(time.Hour, 5*time.Second)
+			for i := range 2 {
+				checkResponse(t, c.name, s.mustRL(request("auth", entries("user", c.name))), ok(10, hour, uint32(9-i)))
+			}
+			// The answers above need Redis: the password was taken. An
+			// ACL user shows in CLIENT LIST (the default user is the
+			// admin client's too).
+			list, err := admin.ClientList(ctx).Result()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if c.user != "default" && !strings.Contains(list, " user="+c.user+" ") {
+				t.Errorf("Redis lists no connection of user %s:\n%s", c.user, list)
+			}
+			if strings.Contains(s.Logs(), c.pass) {
+				t.Error("the password is in the log")
+			}
+		})
 	}
 }

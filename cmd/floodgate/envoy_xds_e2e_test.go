@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"net"
+	"net/http"
 	"strconv"
 	"testing"
 	"time"
@@ -101,4 +102,69 @@ func TestEnvoyCompatXDSWaitsForFirstConfig(t *testing.T) {
 	s := startServerWith(t, serveOpts{env: env, bare: true}, "", "--compat", "envoy")
 	s.waitLog(5*time.Second, "waiting for the first configuration")
 	checkResponse(t, "the first call after the push", s.mustRL(request("basic", entries("key1", "foo"))), ok(50, second, 49))
+}
+
+// TestConfigXDS runs `floodgate serve --config-xds` (floodgate's own mode,
+// the memory backend) against go-control-plane's server in the test: before
+// any push it serves and answers "no configuration"; a pushed snapshot is
+// served (and /readyz passes), and so is a changed one, without a restart, with what was counted
+// carried over; a snapshot that fails the file checks is rejected (logged,
+// counted as a failed reload) while the previous one keeps serving.
+func TestConfigXDS(t *testing.T) {
+	const node = "e2e-node"
+	snaps := cachev3.NewSnapshotCache(true, cachev3.IDHash{}, nil)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	gs := grpc.NewServer()
+	discoverypb.RegisterAggregatedDiscoveryServiceServer(gs, xdsserver.NewServer(context.Background(), snaps, nil))
+	go gs.Serve(ln)
+	t.Cleanup(gs.Stop)
+	push := func(version string, rpu uint32, unit rlsconf.RateLimitUnit) {
+		t.Helper()
+		snap, err := cachev3.NewSnapshot(version, map[resource.Type][]types.Resource{resource.RateLimitConfigType: {
+			&rlsconf.RateLimitConfig{Name: "reload", Domain: "reload", Descriptors: []*rlsconf.RateLimitDescriptor{{
+				Key: "user", RateLimit: &rlsconf.RateLimitPolicy{Unit: unit, RequestsPerUnit: rpu}}}},
+		}})
+		if err == nil {
+			err = snaps.SetSnapshot(context.Background(), node, snap)
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	s := startServerWith(t, serveOpts{bare: true}, "", "--config-xds", ln.Addr().String(), "--config-xds-node-id", node,
+		"--http-addr", "127.0.0.1:0", "--grpc-addr", "127.0.0.1:0", "--log-format", "json")
+	// Before the first push: not ready, and no limit applies.
+	if code, body := s.get("/readyz", ""); code == http.StatusOK {
+		t.Fatalf("/readyz before the first push: %d %s, want not ready", code, body)
+	}
+	checkResponse(t, "before the first push", s.mustRL(request("reload", entries("user", "u"))), noLimit)
+
+	push("1", 5, rlsconf.RateLimitUnit_HOUR)
+	waitLimit(t, s, 5, 10*time.Second)
+	if code, body := s.get("/readyz", ""); code != http.StatusOK {
+		t.Fatalf("/readyz after the first push: %d %s", code, body)
+	}
+	avoidWindowEdge(time.Hour, 5*time.Second)
+	for i := range 3 {
+		checkResponse(t, "under the first push", s.mustRL(request("reload", entries("user", "carry"))), ok(5, hour, uint32(4-i)))
+	}
+
+	push("2", 100, rlsconf.RateLimitUnit_HOUR)
+	waitLimit(t, s, 100, 10*time.Second)
+	// The 3 counted under 5/hour carry over.
+	checkResponse(t, "after the update", s.mustRL(request("reload", entries("user", "carry"))), ok(100, hour, 96))
+	if got := s.metric("", "floodgate_config_reloads_total", "result", "success"); got != 2 {
+		t.Errorf("successful loads: %v, want 2", got)
+	}
+
+	push("3", 7, rlsconf.RateLimitUnit_UNKNOWN) // no unit: invalid
+	s.waitLog(10*time.Second, "configuration rejected")
+	if got := s.metric("", "floodgate_config_reloads_total", "result", "failure"); got != 1 {
+		t.Errorf("failed loads: %v, want 1", got)
+	}
+	waitLimit(t, s, 100, time.Second) // still the previous one
 }

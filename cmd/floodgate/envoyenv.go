@@ -2,6 +2,8 @@ package main
 
 import (
 	"fmt"
+	"math"
+	neturl "net/url"
 	"path/filepath"
 	"sort"
 	"strconv"
@@ -131,8 +133,8 @@ var envoyEnvVars = []envoyEnvVar{
 	{"REDIS_PERSECOND_POOL_SIZE", envIgnored, "floodgate's client pipelines on few connections"},
 	{"REDIS_PERSECOND_AUTH", envHonoured, "the per-second Redis password ([user:]password), never logged"},
 	{"REDIS_PERSECOND_TLS", envHonoured, "rediss:// for --redis-persecond; REDIS_TLS_CACERT, REDIS_TLS_CLIENT_CERT/KEY and REDIS_TLS_SKIP_HOSTNAME_VERIFICATION apply to it too (--redis-persecond-tls-*), as envoy shares them"},
-	{"REDIS_SENTINEL_AUTH", envHonoured, "the Sentinels' password ([user:]password: the part after the first ':'), never logged"},
-	{"REDIS_PERSECOND_SENTINEL_AUTH", envHonoured, "the per-second Sentinels' password ([user:]password: the part after the first ':'), never logged"},
+	{"REDIS_SENTINEL_AUTH", envHonoured, "the Sentinels' credentials, [user:]password: an ACL user before the first ':' (?sentinel_username= on the URL), the password after it, never logged"},
+	{"REDIS_PERSECOND_SENTINEL_AUTH", envHonoured, "the per-second Sentinels' credentials, [user:]password, as REDIS_SENTINEL_AUTH, never logged"},
 	{"REDIS_PERSECOND_PIPELINE_WINDOW", envIgnored, "floodgate's client pipelines by itself"},
 	{"REDIS_PERSECOND_PIPELINE_LIMIT", envIgnored, "floodgate's client pipelines by itself"},
 	{"REDIS_PERSECOND_CLUSTER_PIPELINE_PARALLELISM", envIgnored, "floodgate's client pipelines by itself"},
@@ -141,9 +143,9 @@ var envoyEnvVars = []envoyEnvVar{
 	{"REDIS_PERSECOND_TIMEOUT", envHonoured, "--redis-persecond-timeout (per store call; --timeout's when unset)"},
 	{"REDIS_POOL_ON_EMPTY_BEHAVIOR", envIgnored, "floodgate's client pipelines by itself"},
 	{"REDIS_PERSECOND_POOL_ON_EMPTY_BEHAVIOR", envIgnored, "floodgate's client pipelines by itself"},
-	{"REDIS_STARTUP_INITIAL_INTERVAL", envIgnored, "floodgate starts without waiting for Redis; calls fail by --failure-mode until it answers"},
-	{"REDIS_STARTUP_MAX_INTERVAL", envIgnored, "see REDIS_STARTUP_INITIAL_INTERVAL"},
-	{"REDIS_STARTUP_MAX_ELAPSED_TIME", envIgnored, "see REDIS_STARTUP_INITIAL_INTERVAL"},
+	{"REDIS_STARTUP_INITIAL_INTERVAL", envHonoured, "as envoy, the start waits for each Redis that does not answer (the APIs not listening yet): tried again after this (1s), then after up to twice as long each time (jittered), up to REDIS_STARTUP_MAX_INTERVAL"},
+	{"REDIS_STARTUP_MAX_INTERVAL", envHonoured, "the longest wait between tries (30s)"},
+	{"REDIS_STARTUP_MAX_ELAPSED_TIME", envHonoured, "how long to keep trying before exiting with the error (0, the default: for ever)"},
 	{"MEMCACHE_HOST_PORT", envIgnored, "memcached is not supported (BACKEND_TYPE=memcache is refused)"},
 	{"MEMCACHE_MAX_IDLE_CONNS", envIgnored, "see MEMCACHE_HOST_PORT"},
 	{"MEMCACHE_SRV", envIgnored, "see MEMCACHE_HOST_PORT"},
@@ -195,6 +197,7 @@ type envoySettings struct {
 	// REDIS_PERSECOND_AUTH's and REDIS_PERSECOND_SENTINEL_AUTH's passwords.
 	psPassword, psSentinelPassword string
 	stats                          *envoystats.Options // StatsD for envoy's stats; nil for none
+	startup                        envoyStartup        // REDIS_STARTUP_*
 	notices                        []string
 }
 
@@ -303,6 +306,10 @@ func readEnvoyEnv(lookup func(string) (string, bool)) (*envoySettings, error) {
 		bad(err.name, "%s", err.msg)
 	}
 	url, es.redisPassword = envoyAuth(url, get("REDIS_AUTH", ""))
+	// envoyproxy/ratelimit splits REDIS_SENTINEL_AUTH at its first ':' into
+	// an ACL user and a password, as REDIS_AUTH (src/redis/driver_impl.go
+	// createDialer): the user goes into the URL, the password apart.
+	url, es.sentinelPassword = envoySentinelAuth(url, get("REDIS_SENTINEL_AUTH", ""))
 	es.flags["redis"] = url
 	for name, flag := range map[string]string{
 		"GRPC_CLIENT_TLS_CACERT": "tls-client-ca",
@@ -317,10 +324,22 @@ func readEnvoyEnv(lookup func(string) (string, bool)) (*envoySettings, error) {
 	if redisTLS || strings.HasPrefix(url, "rediss") {
 		envoyRedisTLSFiles(es.flags, "redis", get, boolean)
 	}
-	// envoyproxy/ratelimit splits REDIS_SENTINEL_AUTH at its first ':' into
-	// a user and a password, as REDIS_AUTH; the Sentinels get the password.
-	es.sentinelPassword = envoySentinelAuth(get("REDIS_SENTINEL_AUTH", ""))
 	envoyPerSecondEnv(es, lookup, get, boolean, bad)
+	es.startup = envoyStartup{Initial: time.Second, Max: 30 * time.Second}
+	for name, d := range map[string]*time.Duration{"REDIS_STARTUP_INITIAL_INTERVAL": &es.startup.Initial,
+		"REDIS_STARTUP_MAX_INTERVAL": &es.startup.Max, "REDIS_STARTUP_MAX_ELAPSED_TIME": &es.startup.Elapsed} {
+		if v, ok := lookup(name); ok && v != "" {
+			p, err := time.ParseDuration(v)
+			switch {
+			case err != nil || p < 0:
+				bad(name, "%q is not a duration (1s, 500ms)", v)
+			case p == 0 && d != &es.startup.Elapsed:
+				bad(name, "%q: want more than 0", v)
+			default:
+				*d = p
+			}
+		}
+	}
 	// envoyproxy/ratelimit waits up to REDIS_TIMEOUT, 10 s by default, for
 	// Redis; floodgate's own 50 ms would fail calls envoy answers.
 	es.flags["timeout"] = envoyRedisTimeout.String()
@@ -452,13 +471,23 @@ func envoyAuth(url, auth string) (string, string) {
 	return url, pass
 }
 
-// envoySentinelAuth returns the Sentinels' password of an envoy
-// REDIS_SENTINEL_AUTH value, [user:]password.
-func envoySentinelAuth(auth string) string {
-	if _, pass, hasUser := strings.Cut(auth, ":"); hasUser {
-		return pass
+// envoySentinelAuth reads an envoy REDIS_SENTINEL_AUTH value,
+// [user:]password, for a Sentinel URL: a user goes into the URL as
+// ?sentinel_username=, the password is returned apart. Other URLs are
+// returned as they are (envoy uses the value only with REDIS_TYPE=sentinel).
+func envoySentinelAuth(url, auth string) (string, string) {
+	user, pass, hasUser := strings.Cut(auth, ":")
+	if !hasUser {
+		user, pass = "", auth
 	}
-	return auth
+	if user != "" && strings.Contains(strings.SplitN(url, "://", 2)[0], "+sentinel") {
+		sep := "?"
+		if strings.Contains(url, "?") {
+			sep = "&"
+		}
+		url += sep + "sentinel_username=" + neturl.QueryEscape(user)
+	}
+	return url, pass
 }
 
 // envoyRedisTLSFiles maps envoy's REDIS_TLS_* files to the TLS flags of the
@@ -499,11 +528,11 @@ func envoyPerSecondEnv(es *envoySettings, lookup func(string) (string, bool), ge
 		return
 	}
 	url, es.psPassword = envoyAuth(url, get("REDIS_PERSECOND_AUTH", ""))
+	url, es.psSentinelPassword = envoySentinelAuth(url, get("REDIS_PERSECOND_SENTINEL_AUTH", ""))
 	es.flags["redis-persecond"] = url
 	if psTLS || strings.HasPrefix(url, "rediss") {
 		envoyRedisTLSFiles(es.flags, "redis-persecond", get, boolean)
 	}
-	es.psSentinelPassword = envoySentinelAuth(get("REDIS_PERSECOND_SENTINEL_AUTH", ""))
 	if v, ok := lookup("REDIS_PERSECOND_TIMEOUT"); ok && v != "" {
 		d, err := time.ParseDuration(v)
 		if err != nil || d <= 0 {
@@ -554,4 +583,25 @@ func readEnvoyTracing(flags map[string]string, get func(string, string) string, 
 		// envoy samples always at 1 or more, never at 0 or less.
 		flags["tracing-sampling-rate"] = strconv.FormatFloat(min(max(f, 0), 1), 'g', -1, 64)
 	}
+}
+
+// envoyStartup is how envoyproxy/ratelimit waits at start for a Redis that
+// does not answer (f2fb157, src/redis/driver_impl.go, jpillora/backoff with
+// factor 2 and jitter): the first wait Initial, then up to twice the last,
+// at most Max, for at most Elapsed in all (0: for ever).
+type envoyStartup struct{ Initial, Max, Elapsed time.Duration }
+
+// wait returns the wait after failed try n (n >= 1), as jpillora/backoff's
+// ForAttempt(n-1): Initial·2^(n-1), jittered to a point between Initial and
+// that (r in [0, 1)), then capped at Max.
+func (e envoyStartup) wait(n int, r float64) time.Duration {
+	if e.Initial >= e.Max {
+		return e.Max
+	}
+	d := float64(e.Initial) * math.Pow(2, float64(n-1))
+	d = float64(e.Initial) + r*(d-float64(e.Initial))
+	if d >= float64(e.Max) {
+		return e.Max
+	}
+	return time.Duration(d)
 }

@@ -3,6 +3,7 @@ package main
 import (
 	"strings"
 	"testing"
+	"time"
 )
 
 // envoySettingsNames are the variables of envoyproxy/ratelimit's
@@ -221,7 +222,7 @@ func TestReadEnvoyEnvPerSecond(t *testing.T) {
 			[]string{"redis-tls-ca", "redis-tls-cert", "redis-tls-key", "redis-tls-insecure-skip-verify"}, "pw2", ""},
 		{map[string]string{"REDIS_PERSECOND": "1", "REDIS_PERSECOND_SOCKET_TYPE": "tcp", "REDIS_PERSECOND_TYPE": "sentinel",
 			"REDIS_PERSECOND_URL": "fastmaster,s1:26379,s2:26379", "REDIS_PERSECOND_AUTH": "pw3", "REDIS_PERSECOND_SENTINEL_AUTH": "sentinel-user:spw"},
-			map[string]string{"redis-persecond": "redis+sentinel://s1:26379,s2:26379/fastmaster"}, nil, "pw3", "spw"},
+			map[string]string{"redis-persecond": "redis+sentinel://s1:26379,s2:26379/fastmaster?sentinel_username=sentinel-user"}, nil, "pw3", "spw"},
 		{map[string]string{"REDIS_PERSECOND": "true", "REDIS_PERSECOND_SOCKET_TYPE": "tcp", "REDIS_PERSECOND_TYPE": "CLUSTER",
 			"REDIS_PERSECOND_URL": "a:7000,b:7001", "REDIS_SOCKET_TYPE": "tcp", "REDIS_URL": "main:6379", "REDIS_TLS": "true", "REDIS_TLS_CACERT": "/ca.pem"},
 			// REDIS_TLS is the main Redis's: the per-second one stays plain.
@@ -301,5 +302,49 @@ func TestReadEnvoyEnvPerSecond(t *testing.T) {
 	if len(es.notices) != 2 || !strings.HasPrefix(es.notices[0], "REDIS_PERSECOND_PIPELINE_WINDOW: accepted and ignored") ||
 		!strings.HasPrefix(es.notices[1], "REDIS_PERSECOND_POOL_ON_EMPTY_BEHAVIOR: accepted and ignored") {
 		t.Errorf("notices %q", es.notices)
+	}
+}
+
+// TestEnvoyStartup: REDIS_STARTUP_* read with envoy's defaults (1s, 30s,
+// 0), and the waits of jpillora/backoff as envoy configures it (factor 2,
+// jitter between the first interval and the doubled one, capped).
+func TestEnvoyStartup(t *testing.T) {
+	es, err := readEnvoyEnv(lookupOf(map[string]string{}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := (envoyStartup{Initial: time.Second, Max: 30 * time.Second}); es.startup != want {
+		t.Fatalf("defaults %+v, want %+v", es.startup, want)
+	}
+	es, err = readEnvoyEnv(lookupOf(map[string]string{"REDIS_STARTUP_INITIAL_INTERVAL": "100ms",
+		"REDIS_STARTUP_MAX_INTERVAL": "1s", "REDIS_STARTUP_MAX_ELAPSED_TIME": "1m"}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	st := es.startup
+	if want := (envoyStartup{Initial: 100 * time.Millisecond, Max: time.Second, Elapsed: time.Minute}); st != want {
+		t.Fatalf("read %+v, want %+v", st, want)
+	}
+	for _, c := range []struct {
+		n    int
+		r    float64
+		want time.Duration
+	}{
+		{1, 0.9, 100 * time.Millisecond}, // the first wait is the initial interval
+		{2, 0, 100 * time.Millisecond},   // jitter's low end
+		{2, 0.5, 150 * time.Millisecond}, // halfway to 200ms
+		{4, 0.99, 793 * time.Millisecond},
+		{5, 0.99, time.Second}, // capped
+		{60, 0.5, time.Second},
+	} {
+		if got := st.wait(c.n, c.r); got != c.want {
+			t.Errorf("wait(%d, %v) = %v, want %v", c.n, c.r, got, c.want)
+		}
+	}
+	for name, v := range map[string]string{"REDIS_STARTUP_INITIAL_INTERVAL": "0", "REDIS_STARTUP_MAX_INTERVAL": "x",
+		"REDIS_STARTUP_MAX_ELAPSED_TIME": "-1s"} {
+		if _, err := readEnvoyEnv(lookupOf(map[string]string{name: v})); err == nil || !strings.Contains(err.Error(), name) {
+			t.Errorf("%s=%s: %v, want an error naming it", name, v, err)
+		}
 	}
 }

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"math/rand/v2"
 	"net"
 	"net/http"
 	"net/http/pprof"
@@ -251,7 +252,16 @@ func runServe(args []string, stdout, stderr io.Writer) int {
 		interval = -1
 	}
 
-	b, closer, err := mainStore.open(*prefix, max(*timeout, 2*time.Second), redisPass, sentinelPass, logger, backend.WithMaxBytes(*memMax))
+	// Signals from here on end the server (or the wait for the stores).
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	var startup *envoyStartup // envoy mode: wait for the stores as envoy does
+	if envoy != nil {
+		startup = &envoy.startup
+	}
+	b, closer, err := openWaiting(ctx, startup, logger, func() (backend.Backend, io.Closer, error) {
+		return mainStore.open(*prefix, max(*timeout, 2*time.Second), redisPass, sentinelPass, logger, backend.WithMaxBytes(*memMax))
+	})
 	if err != nil {
 		fmt.Fprintf(stderr, "floodgate serve: %v\nCheck that Redis runs at that address, or leave out --redis to keep limits in this process.\n", err)
 		return exitFailure
@@ -260,7 +270,9 @@ func runServe(args []string, stdout, stderr io.Writer) int {
 	var psBackend backend.Backend
 	if *psStore.url != "" {
 		// The same prefix: the keys of the two stores never meet.
-		pb, pc, err := psStore.open(*prefix, max(*psTimeout, *timeout, 2*time.Second), psPass, psSentinelPass, logger)
+		pb, pc, err := openWaiting(ctx, startup, logger, func() (backend.Backend, io.Closer, error) {
+			return psStore.open(*prefix, max(*psTimeout, *timeout, 2*time.Second), psPass, psSentinelPass, logger)
+		})
 		if err != nil {
 			fmt.Fprintf(stderr, "floodgate serve: %v\nCheck that Redis runs at that address, or leave out --redis-persecond to keep the per-second limits in --redis's.\n", err)
 			return exitFailure
@@ -358,8 +370,6 @@ func runServe(args []string, stdout, stderr io.Writer) int {
 		logger.Info("profiling endpoint", "addr", debugLn.Addr().String(), "token_required", token != "")
 	}
 
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
 	hup := make(chan os.Signal, 1)
 	signal.Notify(hup, syscall.SIGHUP)
 	defer signal.Stop(hup)
@@ -440,4 +450,31 @@ func readSecret(flag, file, env string) (string, error) {
 		return "", fmt.Errorf("%s %s is empty", flag, file)
 	}
 	return v, nil
+}
+
+// openWaiting opens a store with open. With startup (envoy mode), a store
+// that does not answer (server.ErrUnreachable) is tried again as
+// envoyproxy/ratelimit does (REDIS_STARTUP_*), each failure logged, until it
+// answers, startup.Elapsed has passed (when not 0) or ctx ends (a signal);
+// other errors, and every error without startup, are returned at once.
+func openWaiting(ctx context.Context, startup *envoyStartup, logger *slog.Logger, open func() (backend.Backend, io.Closer, error)) (backend.Backend, io.Closer, error) {
+	start := time.Now()
+	for n := 1; ; n++ {
+		b, c, err := open()
+		if err == nil || startup == nil || !errors.Is(err, server.ErrUnreachable) {
+			return b, c, err
+		}
+		elapsed := time.Since(start)
+		if startup.Elapsed > 0 && elapsed >= startup.Elapsed {
+			return nil, nil, fmt.Errorf("%w (gave up after %s: REDIS_STARTUP_MAX_ELAPSED_TIME)", err, elapsed.Round(time.Millisecond))
+		}
+		d := startup.wait(n, rand.Float64())
+		logger.Warn("envoy compatibility: Redis does not answer; trying again before serving (REDIS_STARTUP_*)",
+			"error", err, "retry_in", d.Round(time.Millisecond), "elapsed", elapsed.Round(time.Millisecond))
+		select {
+		case <-ctx.Done():
+			return nil, nil, fmt.Errorf("%w (stopped by a signal while waiting for it)", err)
+		case <-time.After(d):
+		}
+	}
 }

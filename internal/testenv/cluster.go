@@ -41,6 +41,7 @@ type clusterConfig struct {
 	replicas    int           // per master
 	nodeTimeout time.Duration // cluster-node-timeout
 	args        []string      // more redis-server flags for every node
+	nodeOpts    []Option      // more options for every node
 }
 
 // WithReplicas gives each of the three masters n replicas (0 by default:
@@ -73,6 +74,15 @@ func WithNodeTimeout(d time.Duration) ClusterOption {
 // have no owner, instead of all refusing every key with CLUSTERDOWN.
 func WithNodeArgs(args ...string) ClusterOption {
 	return func(c *clusterConfig) { c.args = append(c.args, args...) }
+}
+
+// WithNodeOptions starts every node with opts too, for example
+// WithNodeOptions(WithTLS(ca, true)) for a Cluster that speaks only TLS,
+// to clients and on its bus, every node's certificate issued by ca (which
+// must not be nil: the nodes verify each other against it). A client then
+// trusts ca and presents Nodes[i].TLS.Client when authClients.
+func WithNodeOptions(opts ...Option) ClusterOption {
+	return func(c *clusterConfig) { c.nodeOpts = append(c.nodeOpts, opts...) }
 }
 
 // Cluster is a private Redis Cluster of three masters on 127.0.0.1, with
@@ -138,14 +148,15 @@ func startCluster(cli string, cfg clusterConfig) (*Cluster, error) {
 	c := &Cluster{cfg: cfg}
 	timeoutMS := strconv.FormatInt(max(cfg.nodeTimeout.Milliseconds(), 1), 10)
 	for range clusterMasters * (1 + cfg.replicas) {
-		n, err := StartRedis(withClusterBus(), WithArgs(
+		opts := append([]Option{withClusterBus(), WithArgs(
 			"--cluster-enabled", "yes",
 			"--cluster-config-file", "nodes.conf",
 			"--cluster-node-timeout", timeoutMS,
 			"--cluster-announce-ip", "127.0.0.1",
 			// A replica's first sync starts at once instead of after 5s.
 			"--repl-diskless-sync-delay", "0",
-		), WithArgs(cfg.args...))
+		)}, cfg.nodeOpts...)
+		n, err := StartRedis(append(opts, WithArgs(cfg.args...))...)
 		if err != nil {
 			_ = c.Close()
 			return nil, err
@@ -155,7 +166,11 @@ func startCluster(cli string, cfg clusterConfig) (*Cluster, error) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), clusterCreateTimeout)
 	defer cancel()
-	args := append([]string{"--cluster", "create"}, c.Addrs...)
+	var args []string
+	if t := c.Nodes[0].TLS; t != nil {
+		args = []string{"--tls", "--cacert", t.CA.CertFile, "--cert", t.Client.CertFile, "--key", t.Client.KeyFile}
+	}
+	args = append(append(args, "--cluster", "create"), c.Addrs...)
 	args = append(args, "--cluster-replicas", strconv.Itoa(cfg.replicas), "--cluster-yes")
 	cmd := exec.CommandContext(ctx, cli, args...)
 	var out bytes.Buffer

@@ -1,7 +1,9 @@
 // Package testenv starts private, real servers for tests: a standalone
 // redis-server (StartRedis), a three-master Redis Cluster (StartCluster; with
 // replicas and a short node timeout for failover tests: StartClusterWith), a
-// master/replica pair watched by a Sentinel (StartSentinel), PostgreSQL
+// master/replica pair watched by a Sentinel (StartSentinel; with an ACL user
+// on the Sentinel: StartSentinelWith), each of the Redis kinds speaking only
+// TLS if asked (WithTLS; WithNodeOptions, WithSentinelNodeOptions), PostgreSQL
 // (StartPostgres), MariaDB (StartMariaDB) and ZooKeeper (StartZooKeeper); and
 // a fault-injecting TCP proxy to put between a client and any of them
 // (StartProxy: delay, stall, cut, refuse, lose replies). Never a mock, and

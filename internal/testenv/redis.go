@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 )
@@ -31,13 +32,18 @@ type tlsOption struct {
 	authClients bool
 }
 
-// WithTLS makes a standalone server speak TLS only, on its one port
-// (--port 0 --tls-port Port), with a certificate for 127.0.0.1 and localhost
-// issued by ca (by a new CA in the server's directory when ca is nil).
-// Redis.TLS names the files. With authClients the server requires clients to
-// present a certificate signed by its CA (--tls-auth-clients yes); without,
-// it asks for none. Do and the readiness probe speak TLS too, presenting
-// Redis.TLS.Client.
+// WithTLS makes a server speak TLS only, on its one port (--port 0
+// --tls-port Port), with a certificate for 127.0.0.1 and localhost issued by
+// ca (by a new CA in the server's directory when ca is nil). Redis.TLS names
+// the files. With authClients the server requires clients to present a
+// certificate signed by its CA (--tls-auth-clients yes); without, it asks for
+// none. Do, the readiness probe and the helpers of this package (Cluster,
+// Sentinel) speak TLS to it too, presenting Redis.TLS.Client.
+//
+// Replication (--tls-replication yes), and for a Cluster node the cluster
+// bus (--tls-cluster yes), go over TLS too, the server presenting
+// Redis.TLS.Client to its peers; so the nodes of a Cluster (WithNodeOptions)
+// or of a Sentinel group (WithSentinelNodeOptions) need one ca, not nil.
 func WithTLS(ca *CA, authClients bool) Option {
 	return func(c *config) { c.tls = &tlsOption{ca: ca, authClients: authClients} }
 }
@@ -173,14 +179,24 @@ func StartRedis(opts ...Option) (*Redis, error) {
 		_ = os.RemoveAll(dir)
 		return nil, err
 	}
+	if r.clientTLS != nil {
+		tlsAddrs.Store(r.Addr, r.clientTLS)
+	}
 	return r, nil
 }
+
+// tlsAddrs maps the address of each running server started WithTLS to the
+// TLS configuration do dials it with: the package's helpers (Cluster,
+// Sentinel, replication) name servers by the addresses they report, and so
+// speak TLS to a TLS server without being told. Ports are not handed out
+// twice in a process (reservePort), so an address names one server.
+var tlsAddrs sync.Map // string → *tls.Config
 
 // setUpTLS issues r's certificates (and its CA if none was given) into
 // r.Dir.
 func (r *Redis) setUpTLS() error {
-	if r.cfg.sentinel != nil || r.cfg.clusterBus {
-		return errors.New("testenv: WithTLS is for standalone servers")
+	if (r.cfg.sentinel != nil || r.cfg.clusterBus) && r.cfg.tls.ca == nil {
+		return errors.New("testenv: WithTLS for a Cluster node or a Sentinel needs the group's CA, not nil")
 	}
 	t := &RedisTLS{CA: r.cfg.tls.ca, AuthClients: r.cfg.tls.authClients}
 	var err error
@@ -250,8 +266,14 @@ func (r *Redis) args() []string {
 			"--tls-port", strconv.Itoa(r.Port),
 			"--tls-cert-file", t.Server.CertFile,
 			"--tls-key-file", t.Server.KeyFile,
+			"--tls-client-cert-file", t.Client.CertFile,
+			"--tls-client-key-file", t.Client.KeyFile,
 			"--tls-ca-cert-file", t.CA.CertFile,
 			"--tls-auth-clients", auth,
+			"--tls-replication", "yes",
+		}
+		if r.cfg.clusterBus {
+			base = append(base, "--tls-cluster", "yes")
 		}
 	}
 	base = append(base,
@@ -361,4 +383,8 @@ func (r *Redis) Restart() error { return r.d.restart() }
 // Close stops the server (as Stop, killing it if SIGTERM is not enough) and
 // removes its directory. It is idempotent; after Close only Addr and the
 // other fields remain meaningful.
-func (r *Redis) Close() error { return r.d.close() }
+func (r *Redis) Close() error {
+	err := r.d.close()
+	tlsAddrs.Delete(r.Addr)
+	return err
+}

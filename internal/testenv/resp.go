@@ -23,13 +23,18 @@ func (e ReplyError) Error() string { return string(e) }
 // defaultCommandTimeout bounds a command sent by Do when ctx has no deadline.
 const defaultCommandTimeout = 5 * time.Second
 
-// do dials addr over TCP, sends one command in RESP2, reads one reply and
-// closes the connection. The reply is a string (simple or bulk string),
-// int64, []any, nil (null bulk string or array) or, for an error reply, a
-// ReplyError returned as the error. dialTimeout, if positive, bounds the dial
-// on its own; the whole exchange is bounded by ctx or defaultCommandTimeout.
+// do dials addr over TCP (over TLS when addr is a server started WithTLS:
+// tlsAddrs), sends one command in RESP2, reads one reply and closes the
+// connection. The reply is a string (simple or bulk string), int64, []any,
+// nil (null bulk string or array) or, for an error reply, a ReplyError
+// returned as the error. dialTimeout, if positive, bounds the dial on its
+// own; the whole exchange is bounded by ctx or defaultCommandTimeout.
 func do(ctx context.Context, addr string, dialTimeout time.Duration, args ...string) (any, error) {
-	return doWith(ctx, addr, nil, dialTimeout, args...)
+	var conf *tls.Config
+	if c, ok := tlsAddrs.Load(addr); ok {
+		conf = c.(*tls.Config)
+	}
+	return doWith(ctx, addr, conf, dialTimeout, args...)
 }
 
 // doWith is do over TLS with conf (plain TCP when conf is nil).

@@ -46,29 +46,63 @@ type Sentinel struct {
 	failoverMu sync.Mutex
 }
 
+// SentinelOption configures a group started by StartSentinelWith or
+// NewSentinelWith.
+type SentinelOption func(*sentinelConfig)
+
+type sentinelConfig struct {
+	conf     []string // more sentinel.conf lines
+	nodeOpts []Option // more options for the master, the replica and the Sentinel
+}
+
+// WithSentinelConf adds lines to the Sentinel's sentinel.conf, after the
+// monitoring ones: for example an ACL user clients authenticate to the
+// Sentinel as, "user app on >secret ~* &* +@all" (the default user stays
+// as it is, without a password, which the helpers of this package use).
+func WithSentinelConf(lines ...string) SentinelOption {
+	return func(c *sentinelConfig) { c.conf = append(c.conf, lines...) }
+}
+
+// WithSentinelNodeOptions starts the master, the replica and the Sentinel
+// with opts too, for example WithSentinelNodeOptions(WithTLS(ca, true)) for
+// a group that speaks only TLS, to clients and between its processes, every
+// certificate issued by ca (which must not be nil).
+func WithSentinelNodeOptions(opts ...Option) SentinelOption {
+	return func(c *sentinelConfig) { c.nodeOpts = append(c.nodeOpts, opts...) }
+}
+
 // StartSentinel starts a master, a replica (--replicaof the master) and a
 // Sentinel monitoring the master, and returns once the replica is in sync
 // (master_link_status:up) and the Sentinel lists it as a healthy replica, so
-// that Failover can proceed at once. The caller must Close the group.
-func StartSentinel() (*Sentinel, error) {
+// that Failover can proceed at once. The caller must Close the group. It is
+// StartSentinelWith with no options.
+func StartSentinel() (*Sentinel, error) { return StartSentinelWith() }
+
+// StartSentinelWith starts a group as StartSentinel does, with opts.
+func StartSentinelWith(opts ...SentinelOption) (*Sentinel, error) {
+	var cfg sentinelConfig
+	for _, o := range opts {
+		o(&cfg)
+	}
 	s := &Sentinel{MasterName: SentinelMasterName}
 	// No diskless-sync delay: the replica syncs at once (also after a
 	// failover, when roles are swapped).
-	fast := WithArgs("--repl-diskless-sync-delay", "0", "--replica-announce-ip", "127.0.0.1")
+	fast := append([]Option{WithArgs("--repl-diskless-sync-delay", "0", "--replica-announce-ip", "127.0.0.1")}, cfg.nodeOpts...)
 	var err error
-	if s.Master, err = StartRedis(fast); err != nil {
+	if s.Master, err = StartRedis(fast...); err != nil {
 		return nil, err
 	}
-	if s.Replica, err = StartRedis(fast, WithArgs("--replicaof", "127.0.0.1", strconv.Itoa(s.Master.Port))); err != nil {
+	if s.Replica, err = StartRedis(append(fast, WithArgs("--replicaof", "127.0.0.1", strconv.Itoa(s.Master.Port)))...); err != nil {
 		_ = s.Close()
 		return nil, err
 	}
-	sn, err := StartRedis(withSentinel(
+	conf := append([]string{
 		fmt.Sprintf("sentinel monitor %s 127.0.0.1 %d 1", s.MasterName, s.Master.Port),
 		fmt.Sprintf("sentinel down-after-milliseconds %s 1000", s.MasterName),
 		fmt.Sprintf("sentinel failover-timeout %s 5000", s.MasterName),
 		fmt.Sprintf("sentinel parallel-syncs %s 1", s.MasterName),
-	))
+	}, cfg.conf...)
+	sn, err := StartRedis(append([]Option{withSentinel(conf...)}, cfg.nodeOpts...)...)
 	if err != nil {
 		_ = s.Close()
 		return nil, err

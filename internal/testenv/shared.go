@@ -151,3 +151,10 @@ func NewSentinel(t testing.TB) *Sentinel {
 	t.Helper()
 	return newServer(t, "Redis Sentinel", StartSentinel)
 }
+
+// NewSentinelWith starts a fresh private Sentinel group with opts for this
+// test, as NewSentinel does.
+func NewSentinelWith(t testing.TB, opts ...SentinelOption) *Sentinel {
+	t.Helper()
+	return newServer(t, "Redis Sentinel", func() (*Sentinel, error) { return StartSentinelWith(opts...) })
+}

@@ -26,7 +26,13 @@
 //	call.should_rate_limit.service_error  requests refused (empty domain, no descriptors, no configuration)
 //
 // and, with a local over-limit cache (WatchLocalCache), the gauges
-// ratelimit.localcache.hitCount, missCount, lookupCount, entryCount, ...
+// ratelimit.localcache.hitCount, missCount, lookupCount, entryCount, ...;
+// gostats' Go runtime stats under ratelimit.go (alloc, sys, numGoroutine,
+// ...); and, under ratelimit_server (with EXTRA_TAGS too), for each unary
+// gRPC method called (GRPCMethod):
+//
+//	METHOD.total_requests   calls (ShouldRateLimit, Check, ...)
+//	METHOD.response_time    a timer, each call's time in whole milliseconds
 //
 // KEY is config.Limit.EnvoyStatKey (or, for a limit carried by the request,
 // the domain and its entries), sanitized as envoy does: ':' and '|' become
@@ -87,7 +93,10 @@ type Stats struct {
 	store gostats.Store
 	scope gostats.Scope // ratelimit, with EXTRA_TAGS
 	rl    gostats.Scope
+	srv   gostats.Scope // ratelimit_server, with EXTRA_TAGS
 	near  float32
+
+	methods sync.Map // full gRPC method name → *Method
 
 	ConfigLoadSuccess, ConfigLoadError, GlobalShadowMode gostats.Counter
 	RedisError, ServiceError                             gostats.Counter
@@ -160,10 +169,12 @@ func newStats(store gostats.Store, opts Options) *Stats {
 	scope := store.ScopeWithTags("ratelimit", opts.ExtraTags)
 	svc := scope.Scope("service")
 	call := svc.Scope("call.should_rate_limit")
+	store.AddStatGenerator(gostats.NewRuntimeStats(scope.Scope("go")))
 	return &Stats{
 		store:             store,
 		scope:             scope,
 		rl:                svc.Scope("rate_limit"),
+		srv:               store.ScopeWithTags("ratelimit_server", opts.ExtraTags),
 		near:              float32(opts.NearLimitRatio),
 		ConfigLoadSuccess: svc.NewCounter("config_load_success"),
 		ConfigLoadError:   svc.NewCounter("config_load_error"),
@@ -263,6 +274,49 @@ func (s *Stats) Rule(key string) *Rule {
 		OverLimitWithLocalCache: s.rl.NewCounter(key + ".over_limit_with_local_cache"),
 		ShadowMode:              s.rl.NewCounter(key + ".shadow_mode"),
 	}
+}
+
+// Method is the stats envoyproxy/ratelimit's gRPC server keeps of one
+// method (src/metrics/metrics.go, f2fb157).
+type Method struct {
+	// TotalRequests counts calls, when they start.
+	TotalRequests gostats.Counter
+	// ResponseTime gets each call's time in whole milliseconds, sent at
+	// once as a StatsD timer ("|ms").
+	ResponseTime gostats.Timer
+}
+
+// Done records a call of m that took d, in whole milliseconds as envoy
+// records it (a call under a millisecond is 0).
+func (m *Method) Done(d time.Duration) {
+	if m != nil {
+		m.ResponseTime.AddValue(float64(d.Milliseconds()))
+	}
+}
+
+// GRPCMethod returns the stats of the unary gRPC method fullMethod
+// ("/package.Service/Method"): ratelimit_server.Method.total_requests and
+// .response_time, named by the part after the service ("unknown" when
+// fullMethod has no service), as envoy's interceptor names them. Every
+// call with the same fullMethod returns the same *Method; nil for a nil
+// Stats.
+func (s *Stats) GRPCMethod(fullMethod string) *Method {
+	if s == nil {
+		return nil
+	}
+	if m, ok := s.methods.Load(fullMethod); ok {
+		return m.(*Method)
+	}
+	name := "unknown"
+	if _, method, ok := strings.Cut(strings.TrimPrefix(fullMethod, "/"), "/"); ok {
+		name = method
+	}
+	m := &Method{
+		TotalRequests: s.srv.NewCounter(name + ".total_requests"),
+		ResponseTime:  s.srv.NewTimer(name + ".response_time"),
+	}
+	v, _ := s.methods.LoadOrStore(fullMethod, m)
+	return v.(*Method)
 }
 
 // DomainNotFound counts n descriptors of a domain the configuration does not

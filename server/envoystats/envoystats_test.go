@@ -84,7 +84,7 @@ func TestStatsdUDP(t *testing.T) {
 	s.Decided(r, 2, 0, 3, 3, false, false)
 	s.ConfigLoadSuccess.Inc()
 	s.Flush()
-	u.Expect(t, "ratelimit.",
+	u.Expect(t, "ratelimit.service.",
 		"ratelimit.service.rate_limit.mongo_cps.database_users.total_hits.__env=test:3|c",
 		"ratelimit.service.rate_limit.mongo_cps.database_users.over_limit.__env=test:1|c",
 		"ratelimit.service.rate_limit.mongo_cps.database_users.near_limit.__env=test:1|c",
@@ -93,7 +93,40 @@ func TestStatsdUDP(t *testing.T) {
 	// The next flush sends what changed since, only.
 	r.TotalHits.Inc()
 	s.Flush()
-	u.Expect(t, "ratelimit.", "ratelimit.service.rate_limit.mongo_cps.database_users.total_hits.__env=test:1|c")
+	u.Expect(t, "ratelimit.service.", "ratelimit.service.rate_limit.mongo_cps.database_users.total_hits.__env=test:1|c")
+}
+
+// TestGRPCMethodUDP: the gRPC server's stats, under ratelimit_server with
+// EXTRA_TAGS, named as envoyproxy/ratelimit's interceptor names them
+// (src/metrics/utils.go splitMethodName): the method after the service,
+// "unknown" without one. A timer is sent at once, in whole milliseconds.
+func TestGRPCMethodUDP(t *testing.T) {
+	u := testenv.ListenStatsd(t)
+	s, err := New(Options{Host: "127.0.0.1", Port: u.Port(), Protocol: "udp", FlushInterval: time.Hour,
+		ExtraTags: map[string]string{"env": "test"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	m := s.GRPCMethod("/envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit")
+	if again := s.GRPCMethod("/envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit"); again != m {
+		t.Error("GRPCMethod returned two *Method for one method")
+	}
+	m.TotalRequests.Inc()
+	m.TotalRequests.Inc()
+	m.Done(1500 * time.Microsecond)
+	m.Done(12 * time.Millisecond)
+	s.GRPCMethod("/grpc.health.v1.Health/Check").TotalRequests.Inc()
+	s.GRPCMethod("nonsense").TotalRequests.Inc()
+	s.Flush()
+	u.Expect(t, "ratelimit_server.",
+		"ratelimit_server.ShouldRateLimit.response_time.__env=test:1|ms",
+		"ratelimit_server.ShouldRateLimit.response_time.__env=test:12|ms",
+		"ratelimit_server.ShouldRateLimit.total_requests.__env=test:2|c",
+		"ratelimit_server.Check.total_requests.__env=test:1|c",
+		"ratelimit_server.unknown.total_requests.__env=test:1|c")
+	var nilStats *Stats
+	nilStats.GRPCMethod("/a/b").Done(time.Second) // a nil Stats records nothing
 }
 
 // TestDogStatsdUDP sends DogStatsD: EXTRA_TAGS as tags.
@@ -107,7 +140,7 @@ func TestDogStatsdUDP(t *testing.T) {
 	defer s.Close()
 	s.RedisError.Inc()
 	s.Flush()
-	u.Expect(t, "ratelimit.", "ratelimit.service.call.should_rate_limit.redis_error:1|c|#commit:abc,env:test")
+	u.Expect(t, "ratelimit.service.", "ratelimit.service.call.should_rate_limit.redis_error:1|c|#commit:abc,env:test")
 }
 
 // TestDisabled sends nothing, and Close returns.
@@ -135,7 +168,7 @@ func TestFlushInterval(t *testing.T) {
 	}
 	defer s.Close()
 	s.GlobalShadowMode.Add(2)
-	u.Expect(t, "ratelimit.", "ratelimit.service.global_shadow_mode:2|c")
+	u.Expect(t, "ratelimit.service.", "ratelimit.service.global_shadow_mode:2|c")
 }
 
 func TestParseExtraTags(t *testing.T) {
