@@ -25,7 +25,7 @@ func TestScriptHelpers(t *testing.T) {
 			t.Errorf("acquire.lua lacks %s", name)
 		}
 	}
-	for _, name := range []string{"sharedTake", "rwWake", "semWake", "cancel", "release", "bury", "sweep", "holding"} {
+	for _, name := range []string{"sharedTake", "rwWake", "semWake", "cancel", "release", "bury", "sweep", "sharedLive"} {
 		if has(acquire, name) {
 			t.Errorf("acquire.lua carries %s, which it never calls", name)
 		}

@@ -3,6 +3,7 @@ package lock_test
 import (
 	"context"
 	"errors"
+	"maps"
 	"strconv"
 	"strings"
 	"testing"
@@ -82,11 +83,12 @@ func TestRedisMutexLayout(t *testing.T) {
 	}
 }
 
-// checkSharedLayout checks what TestRedisRWMutexLayout and TestRedisSemaphoreLayout
-// check of a lock of the one-hash layout: the hash has no TTL and is a
-// listpack (small fields only), no other key of the name exists, and its
-// fields are fence f, the count n of shared holdings and nothing else but
-// want (each "field=value"; value "" for any).
+// checkSharedLayout checks a lock of the one-hash layout (RWMutex,
+// Semaphore): the hash has no TTL and is a listpack (small fields only), no
+// other key of the name exists, and its fields are the fence f, the shared
+// bound m, the ended calls r and u, the writer's fields, and nothing else
+// but want (each "field=value"; value "" for any) and the tokens 't'..owner
+// of the holdings 'h'..owner.
 func checkSharedLayout(t *testing.T, c *redis.Client, hash string, others []string, want ...string) {
 	t.Helper()
 	ctx := context.Background()
@@ -103,6 +105,7 @@ func checkSharedLayout(t *testing.T, c *redis.Client, hash string, others []stri
 	if err != nil {
 		t.Fatal(err)
 	}
+	all := maps.Clone(got)
 	for _, w := range want {
 		f, v, _ := strings.Cut(w, "=")
 		g, ok := got[f]
@@ -114,6 +117,10 @@ func checkSharedLayout(t *testing.T, c *redis.Client, hash string, others []stri
 	for f := range got {
 		switch f {
 		case "f", "m", "u", "r", "k", "o", "c", "t", "d": // fence, shared bound, ended calls, writer fields
+		case "t" + f[min(1, len(f)):]: // a holder's token, with its deadline
+			if _, ok := all["h"+f[1:]]; !ok {
+				t.Fatalf("token field %s without its holding in %v", f, got)
+			}
 		default:
 			t.Fatalf("unexpected field %s in %v", f, got)
 		}

@@ -76,7 +76,7 @@ end
 -- is after now: o, c, t of an ended one may stay. Other fields of the hash:
 -- f the fence (the last token handed out, see nextToken), q the queue flag
 -- (see queued), 'x'..call the tombstones (see bury) and, in the RWMutex's
--- and the Semaphore's, the shared holdings (see holding).
+-- and the Semaphore's, the shared holdings (see sweep).
 
 -- reenter: owner, holding key live with fields h = HMGET(key, 'o', 'c', 't',
 -- 'd', 'k'), asks again with call. A resend of the call that got the holding
@@ -151,28 +151,20 @@ end
 -- it may go (the acquire reads it in the HMGET it makes anyway).
 
 -- Shared holdings (the RWMutex's readers, the Semaphore's permits), fields of
--- the lock hash: 'h'..owner "d c t" (lease deadline µs, hold count, token),
--- 'l'..owner the call log of that holding (with Owner), n the number of 'h'
--- fields, m at most the smallest d among them (so while m is after now every
--- holding n counts is live and none has to be looked at), u the call that
--- last ended a holding. An owner holds while its d is after now; sweep drops
--- the holdings that ended, when m says there may be some.
-
--- holding: the {d, c, t} of an 'h' field's value v, or nil. Pure.
-local function holding(v)
-  if not v then return nil end
-  local d, c, t = string.match(v, '^(%d+) (%d+) (%d+)$')
-  return {d = tonumber(d), c = tonumber(c), t = tonumber(t)}
-end
-
--- held: the value of an 'h' field. Pure.
-local function held(d, c, t) return int(d) .. ' ' .. int(c) .. ' ' .. int(t) end
+-- the lock hash, per owner: 'h'..owner lease deadline µs, 't'..owner token,
+-- 'c'..owner hold count (absent: 1), 'l'..owner call log (with Owner); and
+-- n the number of 'h' fields, m at most the smallest deadline among them (so
+-- while m is after now every holding n counts is live and none has to be
+-- looked at), u the call that last ended a holding. An owner holds while
+-- its deadline is after now; sweep drops the holdings that ended, when m says
+-- there may be some. (Separate fields, not one "d c t" value: Lua's
+-- string.match costs more than the HMGET of three fields.)
 
 -- sweep: drop from the lock hash key what has ended by now: tombstones past
--- their time, and shared holdings past their deadline with their logs; in a
--- hash with shared holdings (field n), n and m are set anew. Reads the whole
--- hash (live holders, tombstones, logs): only cancels, and attempts that find
--- m passed, call it. Returns n, m (0 when n is 0).
+-- their time, and shared holdings past their deadline with their other
+-- fields; in a hash with shared holdings (field n), n and m are set anew.
+-- Reads the whole hash (live holders, tombstones, logs): only cancels, and
+-- attempts that find m passed, call it. Returns n, m (0 when n is 0).
 local function sweep(key, now)
   local all = redis.call('HGETALL', key)
   local n, m, counted, gone = 0, 0, false, {}
@@ -184,10 +176,13 @@ local function sweep(key, now)
     elseif p == 'x' and #f > 1 then
       if tonumber(all[i + 1]) <= now then gone[#gone + 1] = f end
     elseif p == 'h' and #f > 1 then
-      local d = holding(all[i + 1]).d
+      local d = tonumber(all[i + 1])
       if d <= now then
+        local o = string.sub(f, 2)
         gone[#gone + 1] = f
-        gone[#gone + 1] = 'l' .. string.sub(f, 2)
+        gone[#gone + 1] = 't' .. o
+        gone[#gone + 1] = 'c' .. o
+        gone[#gone + 1] = 'l' .. o
       else
         n = n + 1
         if m == 0 or d < m then m = d end
@@ -211,30 +206,31 @@ local function bury(key, call, ttl, now)
 end
 
 -- sharedState: the shared holdings as an attempt reads them, from fields n,
--- m and owner's 'h' and 'l' (nil when absent): {n, m, mine, log}. Pure.
+-- m and owner's 'h' and 'l' (nil when absent): {n, m, d (owner's deadline,
+-- nil when it holds nothing, not even an ended holding), log}. Pure.
 local function sharedState(n, m, h, l)
-  return {n = tonumber(n or '0'), m = tonumber(m or '0'), mine = holding(h), log = l}
+  return {n = tonumber(n or '0'), m = tonumber(m or '0'), d = tonumber(h), log = l}
 end
 
 -- sharedLive: the number of live shared holdings of key, s as sharedState
 -- read it: n itself while m is after now, else what a sweep leaves (s is
--- updated: n, m, and mine gone when it had ended).
+-- updated: n, m, and d gone when owner's holding had ended).
 local function sharedLive(key, s, now)
   if s.n > 0 and s.m <= now then
     s.n, s.m = sweep(key, now)
-    if s.mine and s.mine.d <= now then s.mine = nil end
+    if s.d and s.d <= now then s.d = nil end
   end
   return s.n
 end
 
--- sharedReenter: as reenter, for owner's live shared holding s.mine (s as
+-- sharedReenter: as reenter, for owner's live shared holding (s as
 -- sharedState). Returns the token.
 local function sharedReenter(key, owner, s, call, reentrant)
-  local mine = s.mine
-  if not reentrant or logged(s.log, call) == mine.t then return mine.t end
-  redis.call('HSET', key, 'h' .. owner, held(mine.d, mine.c + 1, mine.t),
-    'l' .. owner, record(s.log, call, mine.t))
-  return mine.t
+  local r = redis.call('HMGET', key, 't' .. owner, 'c' .. owner)
+  local token = tonumber(r[1])
+  if not reentrant or logged(s.log, call) == token then return token end
+  redis.call('HSET', key, 'c' .. owner, tonumber(r[2] or '1') + 1, 'l' .. owner, record(s.log, call, token))
+  return token
 end
 
 -- sharedTake: start owner's shared holding with token, one level, until now
@@ -242,13 +238,17 @@ end
 -- starts with call. s as sharedState (an ended holding of owner's, still
 -- counted, is replaced).
 local function sharedTake(key, owner, s, token, call, reentrant, now, ttl)
-  local d = now + ttl
+  local d, tok = int(now + ttl), int(token)
   local n = s.n
-  if not s.mine then n = n + 1 end
-  local args = {'h' .. owner, held(d, 1, token), 'f', int(token), 'n', n}
-  if s.n == 0 or d < s.m then
+  if not s.d then n = n + 1 end
+  local args = {'h' .. owner, d, 't' .. owner, tok, 'f', tok, 'n', n}
+  if s.n == 0 or now + ttl < s.m then
     args[#args + 1] = 'm'
-    args[#args + 1] = int(d)
+    args[#args + 1] = d
+  end
+  if s.d then
+    args[#args + 1] = 'c' .. owner
+    args[#args + 1] = 1
   end
   if reentrant then
     args[#args + 1] = 'l' .. owner
@@ -261,53 +261,50 @@ end
 -- moved below it).
 local function sharedExtend(key, owner, ttl, now)
   local r = redis.call('HMGET', key, 'h' .. owner, 'm')
-  local mine = holding(r[1])
-  if not mine or mine.d <= now then return -1 end
+  if not r[1] or tonumber(r[1]) <= now then return -1 end
   local d = now + ttl
   if d < tonumber(r[2] or '0') then
-    redis.call('HSET', key, 'h' .. owner, held(d, mine.c, mine.t), 'm', int(d))
+    redis.call('HSET', key, 'h' .. owner, int(d), 'm', int(d))
   else
-    redis.call('HSET', key, 'h' .. owner, held(d, mine.c, mine.t))
+    redis.call('HSET', key, 'h' .. owner, int(d))
   end
   return 1
 end
 
 -- sharedRelease: as release, for owner's shared holding; when it ends, its
 -- fields go, n counts one less and u names call. Third, the fields read
--- first: HMGET(key, 'h'..owner, 'l'..owner, 'u', 'n', 'q').
+-- first: HMGET(key, 'h'..owner, 'c'..owner, 'l'..owner, 'u', 'n', 'q').
 local function sharedRelease(key, owner, call, now)
-  local r = redis.call('HMGET', key, 'h' .. owner, 'l' .. owner, 'u', 'n', 'q')
-  if r[3] == call then return 0, false, r end
-  local done = logged(r[2], call)
+  local r = redis.call('HMGET', key, 'h' .. owner, 'c' .. owner, 'l' .. owner, 'u', 'n', 'q')
+  if r[4] == call then return 0, false, r end
+  local done = logged(r[3], call)
   if done then return done, false, r end
-  local mine = holding(r[1])
-  if not mine or mine.d <= now then return -1, false, r end
-  if mine.c > 1 then
-    redis.call('HSET', key, 'h' .. owner, held(mine.d, mine.c - 1, mine.t),
-      'l' .. owner, record(r[2], call, mine.c - 1))
-    return mine.c - 1, false, r
+  if not r[1] or tonumber(r[1]) <= now then return -1, false, r end
+  local c = tonumber(r[2] or '1')
+  if c > 1 then
+    redis.call('HSET', key, 'c' .. owner, c - 1, 'l' .. owner, record(r[3], call, c - 1))
+    return c - 1, false, r
   end
-  redis.call('HDEL', key, 'h' .. owner, 'l' .. owner)
-  redis.call('HSET', key, 'n', tonumber(r[4]) - 1, 'u', call)
+  redis.call('HDEL', key, 'h' .. owner, 't' .. owner, 'c' .. owner, 'l' .. owner)
+  redis.call('HSET', key, 'n', tonumber(r[5]) - 1, 'u', call)
   return 0, true, r
 end
 
 -- sharedCancel: as cancel, for owner's shared holding; when it ends, its
 -- fields go and n counts one less. Returns left only.
 local function sharedCancel(key, owner, call, reentrant, now)
-  local r = redis.call('HMGET', key, 'h' .. owner, 'l' .. owner, 'n')
-  local mine = holding(r[1])
-  if not mine or mine.d <= now then return -1 end
-  if logged(r[2], '~' .. call) or (reentrant and logged(r[2], call) ~= mine.t) then
+  local r = redis.call('HMGET', key, 'h' .. owner, 'c' .. owner, 't' .. owner, 'l' .. owner, 'n')
+  if not r[1] or tonumber(r[1]) <= now then return -1 end
+  if logged(r[4], '~' .. call) or (reentrant and logged(r[4], call) ~= tonumber(r[3])) then
     return -1
   end
-  if reentrant and mine.c > 1 then
-    redis.call('HSET', key, 'h' .. owner, held(mine.d, mine.c - 1, mine.t),
-      'l' .. owner, record(r[2], '~' .. call, mine.c - 1))
-    return mine.c - 1
+  local c = tonumber(r[2] or '1')
+  if reentrant and c > 1 then
+    redis.call('HSET', key, 'c' .. owner, c - 1, 'l' .. owner, record(r[4], '~' .. call, c - 1))
+    return c - 1
   end
-  redis.call('HDEL', key, 'h' .. owner, 'l' .. owner)
-  redis.call('HSET', key, 'n', tonumber(r[3]) - 1)
+  redis.call('HDEL', key, 'h' .. owner, 't' .. owner, 'c' .. owner, 'l' .. owner)
+  redis.call('HSET', key, 'n', tonumber(r[5]) - 1)
   return 0
 end
 
@@ -404,10 +401,7 @@ local function rwWake(key, flag, rq, wq, deadlines, channel, now)
   end
   if fw then
     local live = sharedLive(key, sharedState(h[3], h[4]), now)
-    if live == 1 then
-      local mine = holding(redis.call('HGET', key, 'h' .. fwo))
-      if mine and mine.d > now then live = 0 end
-    end
+    if live == 1 and tonumber(redis.call('HGET', key, 'h' .. fwo) or '0') > now then live = 0 end
     if live == 0 then redis.call('PUBLISH', channel, 'w' .. int(fw)) end
   end
 end

@@ -2,8 +2,9 @@
 -- KEYS[1] lock hash, without a TTL (it carries the fence): the write side's
 --         holding as the mutex's (o owner, c hold count, t token, d lease
 --         deadline µs, k call log (with Owner), r the call that last ended a
---         write holding); the readers as shared holdings ('h'..owner "d c t",
---         'l'..owner, n, m, u: see holding in common.lua); f the fence, the
+--         write holding); the readers as shared holdings ('h'..owner deadline,
+--         't'..owner, 'c'..owner, 'l'..owner, n, m, u: see sweep in
+--         common.lua); f the fence, the
 --         last token handed out to readers and writers alike; q the queue flag
 --         (a waiter was queued: see queued); 'x'..call the tombstones of calls
 --         their callers gave up on (set by rw_cancel.lua)
@@ -105,7 +106,7 @@ local function done(token)
 end
 
 local wlive = h[1] and tonumber(h[4]) > now
-local reading = s.mine and s.mine.d > now
+local reading = s.d and s.d > now
 
 if side == 'r' then
   if reading then return done(sharedReenter(KEYS[1], owner, s, call, reentrant)) end

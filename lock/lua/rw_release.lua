@@ -27,7 +27,7 @@ if ARGV[2] == 'w' then
   flag = h[6]
 else
   left, ended, h = sharedRelease(KEYS[1], owner, call, now)
-  flag = h[5]
+  flag = h[6]
 end
 if not ended then return left end
 rwWake(KEYS[1], flag, KEYS[3], KEYS[4], KEYS[5], channel, now)

@@ -1,7 +1,8 @@
 -- sem_acquire.lua: one attempt to take a permit of a Semaphore.
 -- KEYS[1] lock hash, without a TTL (it carries the fence): the permits as
---         shared holdings ('h'..owner "d c t", 'l'..owner, n, m, u: see
---         holding in common.lua); f the fence, the last token handed out; q
+--         shared holdings ('h'..owner deadline, 't'..owner, 'c'..owner,
+--         'l'..owner, n, m, u: see sweep in common.lua); f the fence, the
+--         last token handed out; q
 --         the queue flag (a waiter was queued: see queued); 'x'..call the
 --         tombstones of calls their callers gave up on (set by sem_cancel.lua)
 -- KEYS[2] the fence of the 0.9 layout (a key of its own), read and deleted
@@ -75,7 +76,7 @@ local function fail(hint)
   return {0, hint, place}
 end
 
-if s.mine and s.mine.d > now then return done(sharedReenter(KEYS[1], owner, s, call, reentrant)) end
+if s.d and s.d > now then return done(sharedReenter(KEYS[1], owner, s, call, reentrant)) end
 local held = sharedLive(KEYS[1], s, now)
 if held >= permits then
   -- Every holder sharedLive counted is live: m is the first to end.

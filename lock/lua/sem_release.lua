@@ -21,5 +21,5 @@ local owner, permits, channel, call = ARGV[2], tonumber(ARGV[3]), ARGV[4], ARGV[
 
 local left, ended, h = sharedRelease(KEYS[1], owner, call, now)
 if not ended then return left end
-semWake(KEYS[1], h[5], KEYS[3], KEYS[4], permits, channel, now)
+semWake(KEYS[1], h[6], KEYS[3], KEYS[4], permits, channel, now)
 return 0
