@@ -25,13 +25,13 @@ func TestScriptHelpers(t *testing.T) {
 			t.Errorf("acquire.lua lacks %s", name)
 		}
 	}
-	for _, name := range []string{"sharedTake", "rwWake", "semWake", "cancel", "release", "bury", "buried", "mint"} {
+	for _, name := range []string{"sharedTake", "rwWake", "semWake", "cancel", "release", "bury", "sweep", "sharedLive"} {
 		if has(acquire, name) {
 			t.Errorf("acquire.lua carries %s, which it never calls", name)
 		}
 	}
 	// semWake calls firstLive: a script that calls only semWake gets both.
-	if src := withHelpers(luaCommon, "semWake(KEYS[1], KEYS[2], KEYS[3], 1, 'c', 0)"); !has(src, "firstLive") || !has(src, "int") || has(src, "mint") {
+	if src := withHelpers(luaCommon, "semWake(KEYS[1], nil, KEYS[2], KEYS[3], 1, 'c', 0)"); !has(src, "firstLive") || !has(src, "int") || has(src, "nextToken") {
 		t.Errorf("semWake's helpers: %s", src)
 	}
 	if got := withHelpers(luaCommon, "return 1"); got != "\nreturn 1" {

@@ -126,9 +126,9 @@ func TestBadArguments(t *testing.T) {
 	}
 }
 
-func TestConformanceRedisRueidis(t *testing.T) {
-	addr := testenv.SharedRedis(t).Addr
-	runRedisConformance(t, "redis-rueidis", func(t testing.TB) *backend.Redis {
+// rueidisBackend is redisBackend on a rueidis client (auto-pipelining).
+func rueidisBackend(addr string) func(t testing.TB) *backend.Redis {
+	return func(t testing.TB) *backend.Redis {
 		c, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{addr}, DisableCache: true})
 		if err != nil {
 			t.Fatal(err)
@@ -139,5 +139,9 @@ func TestConformanceRedisRueidis(t *testing.T) {
 			t.Fatal(err)
 		}
 		return b
-	})
+	}
+}
+
+func TestConformanceRedisRueidis(t *testing.T) {
+	runRedisConformance(t, "redis-rueidis", rueidisBackend(testenv.SharedRedis(t).Addr))
 }

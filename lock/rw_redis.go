@@ -30,31 +30,32 @@ var (
 
 // rwRedis is an RWMutex on Redis. Every key of a name shares the hash tag
 // {name}, so the scripts run on Redis Cluster; the suffixes (rw*) differ from
-// the mutex's, so a Mutex and an RWMutex of one name are separate locks.
-// Waiters queue in two sorted sets, readers and writers, by place; a release
-// publishes on the lock's channel which side and places may retry (see
-// lua/rw_release.lua).
+// the mutex's, so a Mutex and an RWMutex of one name are separate locks. The
+// state of both sides, the fence and the tombstones are one hash (see
+// lua/rw_acquire.lua). Waiters queue in two sorted sets, readers and writers,
+// by place, which exist only while someone waits; a release publishes on the
+// lock's channel which side and places may retry (see lua/rw_release.lua).
+//
+// The 0.9 layout (keys rwl, rwr, rwh, rwqr, rwqw, rwd, rwx:*) is not read,
+// but for its fence rwf, which the first acquisition continues above and
+// deletes; its keys have TTLs and expire.
 type rwRedis struct {
 	r       *backend.Redis
 	o       Options
-	tomb    string   // key prefix of tombstones: + call id
-	keys    []string // writer, fence, readers, reader holds, waiting readers, waiting writers, waiter deadlines
+	keys    []string // lock hash, fence of 0.9, waiting readers, waiting writers, waiter deadlines
 	channel string
 }
 
 func newRWRedis(r *backend.Redis, name string, o Options) *rwRedis {
 	return &rwRedis{
-		r:    r,
-		o:    o,
-		tomb: r.Key(name, "rwx:"),
+		r: r,
+		o: o,
 		keys: []string{
-			r.Key(name, "rwl"),
+			r.Key(name, "rwk"),
 			r.Key(name, "rwf"),
-			r.Key(name, "rwr"),
-			r.Key(name, "rwh"),
-			r.Key(name, "rwqr"),
-			r.Key(name, "rwqw"),
-			r.Key(name, "rwd"),
+			r.Key(name, "rwwr"),
+			r.Key(name, "rwww"),
+			r.Key(name, "rwwd"),
 		},
 		channel: r.Key(name, "rwn"),
 	}
@@ -71,11 +72,8 @@ type rwRedisSide struct {
 func (s rwRedisSide) Acquire(ctx context.Context, owner string, ttl time.Duration, wait bool) (Grant, error) {
 	d := s.d
 	reentrant := boolArg(d.o.Owner != "")
-	keys := func(call string) []string {
-		return append(d.keys[:len(d.keys):len(d.keys)], d.tomb+call)
-	}
 	try := func(ctx context.Context, waiting bool, call string) (Grant, time.Duration, int64, error) {
-		reply, err := d.r.Run(ctx, rwAcquireScript, keys(call), []string{
+		reply, err := d.r.Run(ctx, rwAcquireScript, d.keys, []string{
 			d.r.NowArg(), s.side, owner, micros(ttl), boolArg(d.o.Fair), boolArg(waiting), micros(3 * d.o.MaxPoll),
 			call, reentrant,
 		})
@@ -89,7 +87,7 @@ func (s rwRedisSide) Acquire(ctx context.Context, owner string, ttl time.Duratio
 		return err
 	}
 	cancel := func(ctx context.Context, call string) error {
-		_, err := d.r.Run(ctx, rwCancelScript, keys(call), []string{
+		_, err := d.r.Run(ctx, rwCancelScript, d.keys, []string{
 			d.r.NowArg(), s.side, owner, d.channel, call, micros(ttl), reentrant,
 		})
 		return err
@@ -98,7 +96,7 @@ func (s rwRedisSide) Acquire(ctx context.Context, owner string, ttl time.Duratio
 }
 
 func (s rwRedisSide) Extend(ctx context.Context, owner string, ttl time.Duration) error {
-	reply, err := s.d.r.Run(ctx, rwExtendScript, s.d.keys, []string{s.d.r.NowArg(), s.side, owner, micros(ttl)})
+	reply, err := s.d.r.Run(ctx, rwExtendScript, s.d.keys[:1], []string{s.d.r.NowArg(), s.side, owner, micros(ttl)})
 	if err != nil {
 		return fmt.Errorf("lock: %w", err)
 	}

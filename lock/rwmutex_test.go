@@ -45,6 +45,11 @@ func TestRWMutexRedis(t *testing.T) {
 	locktest.RunRW(t, rwBackend("redis", redisAsBackend(redisBackend(testenv.SharedRedis(t).Addr))))
 }
 
+func TestRWMutexRueidis(t *testing.T) {
+	t.Parallel() // sleep-bound; runs after the sequential tests
+	locktest.RunRW(t, rwBackend("redis-rueidis", redisAsBackend(rueidisBackend(testenv.SharedRedis(t).Addr))))
+}
+
 func TestRWMutexCluster(t *testing.T) {
 	t.Parallel() // sleep-bound; runs after the sequential tests
 	locktest.RunRW(t, rwBackend("cluster", redisAsBackend(redisBackend(testenv.SharedCluster(t).Addrs...))))

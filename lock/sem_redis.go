@@ -31,16 +31,21 @@ var (
 
 // semRedis is a Semaphore on Redis. Every key of a name shares the hash tag
 // {name}, so the scripts run on Redis Cluster; the suffixes (sm*) differ from
-// those of the other locks. Holders are a sorted set by lease deadline, so
-// an expired permit stops counting at its deadline; waiters queue in a sorted
-// set by place, and a release publishes on the lock's channel up to which
-// place waiters may retry (see lua/sem_release.lua).
+// those of the other locks. The permits (each with its lease deadline, so an
+// expired permit stops counting at its deadline), the fence and the
+// tombstones are one hash (see lua/sem_acquire.lua); waiters queue in a
+// sorted set by place, which exists only while someone waits, and a release
+// publishes on the lock's channel up to which place waiters may retry (see
+// lua/sem_release.lua).
+//
+// The 0.9 layout (keys smh, smc, smq, smd, smx:*) is not read, but for its
+// fence smf, which the first acquisition continues above and deletes; its
+// keys have TTLs and expire.
 type semRedis struct {
 	r       *backend.Redis
 	o       Options
-	tomb    string // key prefix of tombstones: + call id
 	permits string
-	keys    []string // holders, holds, fence, waiters, waiter deadlines
+	keys    []string // lock hash, fence of 0.9, waiters, waiter deadlines
 	channel string
 }
 
@@ -48,14 +53,12 @@ func newSemRedis(r *backend.Redis, name string, permits int, o Options) *semRedi
 	return &semRedis{
 		r:       r,
 		o:       o,
-		tomb:    r.Key(name, "smx:"),
 		permits: strconv.Itoa(permits),
 		keys: []string{
-			r.Key(name, "smh"),
-			r.Key(name, "smc"),
+			r.Key(name, "smk"),
 			r.Key(name, "smf"),
-			r.Key(name, "smq"),
-			r.Key(name, "smd"),
+			r.Key(name, "smw"),
+			r.Key(name, "smwd"),
 		},
 		channel: r.Key(name, "smn"),
 	}
@@ -63,11 +66,8 @@ func newSemRedis(r *backend.Redis, name string, permits int, o Options) *semRedi
 
 func (d *semRedis) Acquire(ctx context.Context, owner string, ttl time.Duration, wait bool) (Grant, error) {
 	reentrant := boolArg(d.o.Owner != "")
-	keys := func(call string) []string {
-		return append(d.keys[:len(d.keys):len(d.keys)], d.tomb+call)
-	}
 	try := func(ctx context.Context, waiting bool, call string) (Grant, time.Duration, int64, error) {
-		reply, err := d.r.Run(ctx, semAcquireScript, keys(call), []string{
+		reply, err := d.r.Run(ctx, semAcquireScript, d.keys, []string{
 			d.r.NowArg(), owner, micros(ttl), d.permits, boolArg(d.o.Fair), boolArg(waiting), micros(3 * d.o.MaxPoll),
 			call, reentrant,
 		})
@@ -81,7 +81,7 @@ func (d *semRedis) Acquire(ctx context.Context, owner string, ttl time.Duration,
 		return err
 	}
 	cancel := func(ctx context.Context, call string) error {
-		_, err := d.r.Run(ctx, semCancelScript, keys(call), []string{
+		_, err := d.r.Run(ctx, semCancelScript, d.keys, []string{
 			d.r.NowArg(), owner, d.permits, d.channel, call, micros(ttl), reentrant,
 		})
 		return err
@@ -90,7 +90,7 @@ func (d *semRedis) Acquire(ctx context.Context, owner string, ttl time.Duration,
 }
 
 func (d *semRedis) Extend(ctx context.Context, owner string, ttl time.Duration) error {
-	reply, err := d.r.Run(ctx, semExtendScript, d.keys, []string{d.r.NowArg(), owner, micros(ttl)})
+	reply, err := d.r.Run(ctx, semExtendScript, d.keys[:1], []string{d.r.NowArg(), owner, micros(ttl)})
 	if err != nil {
 		return fmt.Errorf("lock: %w", err)
 	}

@@ -37,6 +37,11 @@ func TestSemaphoreRedis(t *testing.T) {
 	locktest.RunSemaphore(t, semBackend("redis", redisAsBackend(redisBackend(testenv.SharedRedis(t).Addr))))
 }
 
+func TestSemaphoreRueidis(t *testing.T) {
+	t.Parallel() // sleep-bound; runs after the sequential tests
+	locktest.RunSemaphore(t, semBackend("redis-rueidis", redisAsBackend(rueidisBackend(testenv.SharedRedis(t).Addr))))
+}
+
 func TestSemaphoreCluster(t *testing.T) {
 	t.Parallel() // sleep-bound; runs after the sequential tests
 	locktest.RunSemaphore(t, semBackend("cluster", redisAsBackend(redisBackend(testenv.SharedCluster(t).Addrs...))))

@@ -133,8 +133,10 @@ func parseAttempt(reply any, maxPoll time.Duration) (Grant, time.Duration, int64
 	return Grant{}, pollAfter(v[1], maxPoll), v[2], ErrLocked
 }
 
-// redisWait is the Acquire of the Redis RW and semaphore drivers. It
-// subscribes to the lock's channel before the first attempt, so that a
+// redisWait is the Acquire of the Redis RW and semaphore drivers. It makes
+// one attempt first, without joining the queue: a free lock is taken without
+// the subscription a waiter needs (as the mutex's acquire). Then it
+// subscribes to the lock's channel before the next attempt, so that a
 // release between an attempt and the wait is not missed, and retries when a
 // message names its side and place, when the blocking lease should have
 // ended, and at least every MaxPoll (for holders that die without releasing
@@ -154,8 +156,8 @@ func redisWait(ctx context.Context, r *backend.Redis, channel string, side byte,
 		}
 		return g, retry, place, err
 	}
-	if !wait {
-		g, _, _, err := attempt(false)
+	g, _, _, err := attempt(false)
+	if !wait || !errors.Is(err, ErrLocked) {
 		return g, err
 	}
 	var wake <-chan string

@@ -24,7 +24,7 @@
 -- of a logged call whose holding is live gets the same token and adds no
 -- level. A tombstone means cancel.lua already ran for this call: refused,
 -- nothing changes (no token is burnt). Field q of the hash says that a
--- waiter was queued (see mutexQueued in common.lua).
+-- waiter was queued (see queued in common.lua).
 local now = clock(ARGV[1])
 local owner, ttl, call = ARGV[2], tonumber(ARGV[3]), ARGV[7]
 local h = redis.call('HMGET', KEYS[1], 'o', 'c', 't', 'd', 'k', 'f', 'x' .. call)
@@ -32,7 +32,7 @@ if h[7] then return {0, -1} end
 
 local function enqueue()
   if ARGV[5] == '1' then
-    redis.call('HSET', KEYS[1], 'q', 1) -- see mutexQueued
+    redis.call('HSET', KEYS[1], 'q', 1) -- see queued
     redis.call('ZADD', KEYS[3], 'NX', int(now), owner)
     redis.call('HSET', KEYS[4], owner, int(now + tonumber(ARGV[6])))
     redis.call('PEXPIRE', KEYS[3], math.ceil(tonumber(ARGV[6]) / 1000) + 1000)
@@ -55,7 +55,7 @@ if ARGV[4] == '1' then
   end
 end
 -- The next fencing token: one HSET writes the holding and the fence.
-local token = mutexToken(KEYS[1], KEYS[2], h[6], now)
+local token = nextToken(KEYS[1], KEYS[2], h[6], now)
 local log = ''
 if ARGV[8] == '1' then log = record(h[5], call, token) end
 redis.call('HSET', KEYS[1], 'o', owner, 'c', 1, 't', int(token), 'd', int(now + ttl), 'k', log, 'f', int(token))

@@ -16,17 +16,9 @@
 -- releases nothing more.
 local now = clock(ARGV[1])
 local owner, call = ARGV[2], ARGV[3]
--- The tombstone: field 'x'..call of the lock hash, holding when it may go
--- (now + the lease's TTL: no resend of the call outlives that). Tombstones
--- that may go are dropped here: cancels are rare, and nothing else reads
--- them.
-local all = redis.call('HGETALL', KEYS[1])
-for i = 1, #all, 2 do
-  if string.sub(all[i], 1, 1) == 'x' and tonumber(all[i + 1]) <= now then
-    redis.call('HDEL', KEYS[1], all[i])
-  end
-end
-redis.call('HSET', KEYS[1], 'x' .. call, int(now + tonumber(ARGV[4])))
+-- The tombstone: field 'x'..call of the lock hash, until the lease's TTL
+-- has passed (see bury; tombstones past their time go first).
+bury(KEYS[1], call, ARGV[4], now)
 
 unqueue(KEYS[3], KEYS[4], owner, '')
 local left, h = cancel(KEYS[1], owner, call, ARGV[6] == '1', now)

@@ -4,7 +4,9 @@
 -- 2^53) and passed to Redis through '%d'. No helper reads ARGV; the KEYS a
 -- helper touches are its arguments, named after the layouts in the headers
 -- of acquire.lua (mutex), rw_acquire.lua (RWMutex) and sem_acquire.lua
--- (Semaphore).
+-- (Semaphore). Each lock keeps its state in one hash per name (the lock
+-- hash, without a TTL: it carries the fence), and its waiter queue in keys of
+-- their own that exist only while someone waits.
 
 -- clock: the time in µs, arg when it is not "" (a test clock) else Redis
 -- TIME. Reads nothing else, writes nothing.
@@ -24,21 +26,6 @@ local function int(x) return string.format('%d', x) end
 local function keep(key, ms)
   local pt = redis.call('PTTL', key)
   if pt ~= -2 and pt < ms then redis.call('PEXPIRE', key, ms) end
-end
-
--- Tombstones. A caller that gives up on an acquire without an answer buries
--- its call id (the *_cancel.lua scripts); the acquire refuses a buried call
--- whenever it lands, so a resend that arrives after the cancel takes nothing.
-
--- buried: whether the tombstone key exists. Reads key only.
-local function buried(key)
-  return redis.call('EXISTS', key) == 1
-end
-
--- bury: set the tombstone key for ttl µs (the lease the call asked for: no
--- resend of it outlives that). Writes key only.
-local function bury(key, ttl)
-  redis.call('SET', key, '1', 'PX', math.ceil(tonumber(ttl) / 1000))
 end
 
 -- Call logs. A holding taken with Owner keeps a log (";id=value" entries,
@@ -63,24 +50,16 @@ local function record(log, id, v)
   return log
 end
 
--- mint: the next fencing token, written to fence (no TTL). Tokens follow the
--- server clock when they can: after Redis lost the fence, the new token (now)
--- is still above every token handed out before, as long as fewer than one
--- holding per µs was started on average.
-local function mint(fence, now)
-  local token = tonumber(redis.call('GET', fence) or '0') + 1
-  if token < now then token = now end
-  redis.call('SET', fence, int(token))
-  return token
-end
-
--- mutexToken: the next fencing token of the mutex whose lock hash is key,
--- as mint: from the hash's fence field, whose value is f. When f is nil (a
+-- nextToken: the next fencing token of the lock whose hash is key (mutex,
+-- RWMutex, Semaphore), from the hash's fence field, whose value is f.
+-- Tokens follow the server clock when they can: after Redis lost the hash,
+-- the new token (now) is still above every token handed out before, as long
+-- as fewer than one holding per µs was started on average. When f is nil (a
 -- new name, or the first acquisition since the 0.9 layout, which kept the
--- fence in a key of its own and gave the hash a TTL) the old fence key is
--- read, continued above and deleted, and the hash's TTL dropped. The caller
--- writes the token to f.
-local function mutexToken(key, oldFence, f, now)
+-- fence in a key of its own, oldFence, and gave the mutex's hash a TTL) the
+-- old fence is read, continued above and deleted, and the hash's TTL dropped.
+-- The caller writes the token to f.
+local function nextToken(key, oldFence, f, now)
   if not f then
     f = redis.call('GET', oldFence)
     if f then redis.call('DEL', oldFence) end
@@ -91,11 +70,13 @@ local function mutexToken(key, oldFence, f, now)
   return token
 end
 
--- Holdings of one owner in a hash (the mutex's lock hash, the RWMutex's
--- writer hash): fields o owner, c hold count, t token, d deadline µs, k call
--- log (with Owner), r the call that last ended a holding (and, in the
--- mutex's hash, f the fence). A holding is live while d is after now: o,
--- c, t of an ended one may stay.
+-- Holdings of one owner in a lock hash (the mutex's, the RWMutex's writer):
+-- fields o owner, c hold count, t token, d deadline µs, k call log (with
+-- Owner), r the call that last ended a holding. A holding is live while d
+-- is after now: o, c, t of an ended one may stay. Other fields of the hash:
+-- f the fence (the last token handed out, see nextToken), q the queue flag
+-- (see queued), 'x'..call the tombstones (see bury) and, in the RWMutex's
+-- and the Semaphore's, the shared holdings (see sweep).
 
 -- reenter: owner, holding key live with fields h = HMGET(key, 'o', 'c', 't',
 -- 'd', 'k'), asks again with call. A resend of the call that got the holding
@@ -109,15 +90,12 @@ local function reenter(key, h, call, reentrant)
   return token
 end
 
--- extend: move the deadline of owner's live holding in key to now + ttl µs,
--- and the key's TTL with it when expire (the RWMutex's writer hash; the
--- mutex's hash has none). Returns 1, or -1 (and writes nothing) when owner
--- does not hold key.
-local function extend(key, owner, ttl, now, expire)
+-- extend: move the deadline of owner's live holding in key to now + ttl µs.
+-- Returns 1, or -1 (and writes nothing) when owner does not hold key.
+local function extend(key, owner, ttl, now)
   local h = redis.call('HMGET', key, 'o', 'd')
   if not h[1] or h[1] ~= owner or tonumber(h[2]) <= now then return -1 end
   redis.call('HSET', key, 'd', int(now + ttl))
-  if expire then redis.call('PEXPIRE', key, math.ceil(ttl / 1000)) end
   return 1
 end
 
@@ -127,8 +105,8 @@ end
 -- when r names the call); ended is true only when this run ended the holding
 -- (d set to 0, which no now passes, and r to call, in one HSET; o, c, t
 -- stay, dead): the caller then wakes the next waiter. Third, the fields read
--- first: HMGET(key, 'o', 'c', 'd', 'k', 'r', 'q', 'f') (q and f: the
--- mutex's queue flag and fence, see acquire.lua).
+-- first: HMGET(key, 'o', 'c', 'd', 'k', 'r', 'q', 'f') (q the queue flag,
+-- f the fence).
 local function release(key, owner, call, now)
   local h = redis.call('HMGET', key, 'o', 'c', 'd', 'k', 'r', 'q', 'f')
   if h[5] == call then return 0, false, h end
@@ -166,94 +144,167 @@ local function cancel(key, owner, call, reentrant, now)
   return 0, h
 end
 
--- Shared holdings (the RWMutex's readers, the Semaphore's permits): holders
--- is a zset of owner scored by lease deadline µs, holds a hash of 'c'..owner
--- hold count, 't'..owner token, 'k'..owner call log (with Owner) and 'r' the
--- call that last ended a holding. An owner holds while its score is after now.
+-- Tombstones. A caller that gives up on an acquire without an answer buries
+-- its call id (the cancel scripts); the acquire refuses a buried call
+-- whenever it lands, so a resend that arrives after the cancel takes nothing.
+-- A tombstone is field 'x'..call of the lock hash, holding the time µs when
+-- it may go (the acquire reads it in the HMGET it makes anyway).
 
--- sharedForget: drop holders whose lease ended, at most 100 per call, with
--- their fields in holds. Nothing relies on it: live holders are those whose
--- deadline is after now.
-local function sharedForget(holders, holds, now)
-  local gone = redis.call('ZRANGEBYSCORE', holders, '-inf', int(now), 'LIMIT', 0, 100)
-  for _, o in ipairs(gone) do
-    redis.call('ZREM', holders, o)
-    redis.call('HDEL', holds, 'c' .. o, 't' .. o, 'k' .. o)
+-- Shared holdings (the RWMutex's readers, the Semaphore's permits), fields of
+-- the lock hash, per owner: 'h'..owner lease deadline µs, 't'..owner token,
+-- 'c'..owner hold count (absent: 1), 'l'..owner call log (with Owner); and
+-- n the number of 'h' fields, m at most the smallest deadline among them (so
+-- while m is after now every holding n counts is live and none has to be
+-- looked at), u the call that last ended a holding. An owner holds while
+-- its deadline is after now; sweep drops the holdings that ended, when m says
+-- there may be some. (Separate fields, not one "d c t" value: Lua's
+-- string.match costs more than the HMGET of three fields.)
+
+-- sweep: drop from the lock hash key what has ended by now: tombstones past
+-- their time, and shared holdings past their deadline with their other
+-- fields; in a hash with shared holdings (field n), n and m are set anew.
+-- Reads the whole hash (live holders, tombstones, logs): only cancels, and
+-- attempts that find m passed, call it. Returns n, m (0 when n is 0).
+local function sweep(key, now)
+  local all = redis.call('HGETALL', key)
+  local n, m, counted, gone = 0, 0, false, {}
+  for i = 1, #all, 2 do
+    local f = all[i]
+    local p = string.sub(f, 1, 1)
+    if f == 'n' then
+      counted = true
+    elseif p == 'x' and #f > 1 then
+      if tonumber(all[i + 1]) <= now then gone[#gone + 1] = f end
+    elseif p == 'h' and #f > 1 then
+      local d = tonumber(all[i + 1])
+      if d <= now then
+        local o = string.sub(f, 2)
+        gone[#gone + 1] = f
+        gone[#gone + 1] = 't' .. o
+        gone[#gone + 1] = 'c' .. o
+        gone[#gone + 1] = 'l' .. o
+      else
+        n = n + 1
+        if m == 0 or d < m then m = d end
+      end
+    end
   end
+  -- HDEL in batches: unpack is bounded by Lua's stack.
+  for i = 1, #gone, 500 do
+    redis.call('HDEL', key, unpack(gone, i, math.min(i + 499, #gone)))
+  end
+  if counted then redis.call('HSET', key, 'n', n, 'm', int(m)) end
+  return n, m
 end
 
--- sharedHeld: whether owner holds a live lease in holders. Reads holders.
-local function sharedHeld(holders, owner, now)
-  return tonumber(redis.call('ZSCORE', holders, owner) or '0') > now
+-- bury: leave call's tombstone in the lock hash key until now + ttl µs (the
+-- lease the call asked for: no resend of it outlives that), after a sweep
+-- (cancels are rare; tombstones need no other collection).
+local function bury(key, call, ttl, now)
+  sweep(key, now)
+  redis.call('HSET', key, 'x' .. call, int(now + tonumber(ttl)))
 end
 
--- sharedReenter: as reenter, for owner's live shared holding. Returns the
--- token.
-local function sharedReenter(holds, owner, call, reentrant)
-  local r = redis.call('HMGET', holds, 't' .. owner, 'k' .. owner)
-  local token = tonumber(r[1] or '0')
-  if not reentrant or logged(r[2], call) == token then return token end
-  redis.call('HINCRBY', holds, 'c' .. owner, 1)
-  redis.call('HSET', holds, 'k' .. owner, record(r[2], call, token))
+-- sharedState: the shared holdings as an attempt reads them, from fields n,
+-- m and owner's 'h' and 'l' (nil when absent): {n, m, d (owner's deadline,
+-- nil when it holds nothing, not even an ended holding), log}. Pure.
+local function sharedState(n, m, h, l)
+  return {n = tonumber(n or '0'), m = tonumber(m or '0'), d = tonumber(h), log = l}
+end
+
+-- sharedLive: the number of live shared holdings of key, s as sharedState
+-- read it: n itself while m is after now, else what a sweep leaves (s is
+-- updated: n, m, and d gone when owner's holding had ended).
+local function sharedLive(key, s, now)
+  if s.n > 0 and s.m <= now then
+    s.n, s.m = sweep(key, now)
+    if s.d and s.d <= now then s.d = nil end
+  end
+  return s.n
+end
+
+-- sharedReenter: as reenter, for owner's live shared holding (s as
+-- sharedState). Returns the token.
+local function sharedReenter(key, owner, s, call, reentrant)
+  local r = redis.call('HMGET', key, 't' .. owner, 'c' .. owner)
+  local token = tonumber(r[1])
+  if not reentrant or logged(s.log, call) == token then return token end
+  redis.call('HSET', key, 'c' .. owner, tonumber(r[2] or '1') + 1, 'l' .. owner, record(s.log, call, token))
   return token
 end
 
--- sharedTake: start owner's holding with token, one level, until now + ttl
--- µs; the log (with Owner) starts with call. Both keys live at least ttl.
-local function sharedTake(holders, holds, owner, token, call, reentrant, now, ttl)
-  local ms = math.ceil(ttl / 1000)
-  redis.call('ZADD', holders, int(now + ttl), owner)
-  redis.call('HSET', holds, 'c' .. owner, 1, 't' .. owner, int(token))
-  if reentrant then redis.call('HSET', holds, 'k' .. owner, record(nil, call, token)) end
-  keep(holders, ms)
-  keep(holds, ms)
+-- sharedTake: start owner's shared holding with token, one level, until now
+-- + ttl µs, and write token to the fence, in one HSET; the log (with Owner)
+-- starts with call. s as sharedState (an ended holding of owner's, still
+-- counted, is replaced).
+local function sharedTake(key, owner, s, token, call, reentrant, now, ttl)
+  local d, tok = int(now + ttl), int(token)
+  local n = s.n
+  if not s.d then n = n + 1 end
+  local args = {'h' .. owner, d, 't' .. owner, tok, 'f', tok, 'n', n}
+  if s.n == 0 or now + ttl < s.m then
+    args[#args + 1] = 'm'
+    args[#args + 1] = d
+  end
+  if s.d then
+    args[#args + 1] = 'c' .. owner
+    args[#args + 1] = 1
+  end
+  if reentrant then
+    args[#args + 1] = 'l' .. owner
+    args[#args + 1] = record(nil, call, token)
+  end
+  redis.call('HSET', key, unpack(args))
 end
 
--- sharedExtend: as extend, for owner's shared holding; both keys live at
--- least ttl.
-local function sharedExtend(holders, holds, owner, ttl, now)
-  if not sharedHeld(holders, owner, now) then return -1 end
-  redis.call('ZADD', holders, int(now + ttl), owner)
-  local ms = math.ceil(ttl / 1000)
-  keep(holders, ms)
-  keep(holds, ms)
+-- sharedExtend: as extend, for owner's shared holding (m follows a deadline
+-- moved below it).
+local function sharedExtend(key, owner, ttl, now)
+  local r = redis.call('HMGET', key, 'h' .. owner, 'm')
+  if not r[1] or tonumber(r[1]) <= now then return -1 end
+  local d = now + ttl
+  if d < tonumber(r[2] or '0') then
+    redis.call('HSET', key, 'h' .. owner, int(d), 'm', int(d))
+  else
+    redis.call('HSET', key, 'h' .. owner, int(d))
+  end
   return 1
 end
 
--- sharedRelease: as release, for owner's shared holding; when it ends,
--- owner leaves holders, its fields leave holds and holds 'r' is set to call.
-local function sharedRelease(holders, holds, owner, call, now)
-  local r = redis.call('HMGET', holds, 'k' .. owner, 'r')
-  if r[2] == call then return 0, false end
-  local done = logged(r[1], call)
-  if done then return done, false end
-  if not sharedHeld(holders, owner, now) then return -1, false end
-  local c = redis.call('HINCRBY', holds, 'c' .. owner, -1)
-  if c > 0 then
-    redis.call('HSET', holds, 'k' .. owner, record(r[1], call, c))
-    return c, false
+-- sharedRelease: as release, for owner's shared holding; when it ends, its
+-- fields go, n counts one less and u names call. Third, the fields read
+-- first: HMGET(key, 'h'..owner, 'c'..owner, 'l'..owner, 'u', 'n', 'q').
+local function sharedRelease(key, owner, call, now)
+  local r = redis.call('HMGET', key, 'h' .. owner, 'c' .. owner, 'l' .. owner, 'u', 'n', 'q')
+  if r[4] == call then return 0, false, r end
+  local done = logged(r[3], call)
+  if done then return done, false, r end
+  if not r[1] or tonumber(r[1]) <= now then return -1, false, r end
+  local c = tonumber(r[2] or '1')
+  if c > 1 then
+    redis.call('HSET', key, 'c' .. owner, c - 1, 'l' .. owner, record(r[3], call, c - 1))
+    return c - 1, false, r
   end
-  redis.call('ZREM', holders, owner)
-  redis.call('HDEL', holds, 'c' .. owner, 't' .. owner, 'k' .. owner)
-  redis.call('HSET', holds, 'r', call)
-  return 0, true
+  redis.call('HDEL', key, 'h' .. owner, 't' .. owner, 'c' .. owner, 'l' .. owner)
+  redis.call('HSET', key, 'n', tonumber(r[5]) - 1, 'u', call)
+  return 0, true, r
 end
 
--- sharedCancel: as cancel, for owner's shared holding; when it ends, owner
--- leaves holders and its fields leave holds. Returns left only.
-local function sharedCancel(holders, holds, owner, call, reentrant, now)
-  if not sharedHeld(holders, owner, now) then return -1 end
-  local r = redis.call('HMGET', holds, 'c' .. owner, 't' .. owner, 'k' .. owner)
-  if logged(r[3], '~' .. call) or (reentrant and logged(r[3], call) ~= tonumber(r[2])) then
+-- sharedCancel: as cancel, for owner's shared holding; when it ends, its
+-- fields go and n counts one less. Returns left only.
+local function sharedCancel(key, owner, call, reentrant, now)
+  local r = redis.call('HMGET', key, 'h' .. owner, 'c' .. owner, 't' .. owner, 'l' .. owner, 'n')
+  if not r[1] or tonumber(r[1]) <= now then return -1 end
+  if logged(r[4], '~' .. call) or (reentrant and logged(r[4], call) ~= tonumber(r[3])) then
     return -1
   end
-  local c = tonumber(r[1] or '1')
+  local c = tonumber(r[2] or '1')
   if reentrant and c > 1 then
-    redis.call('HSET', holds, 'c' .. owner, c - 1, 'k' .. owner, record(r[3], '~' .. call, c - 1))
+    redis.call('HSET', key, 'c' .. owner, c - 1, 'l' .. owner, record(r[4], '~' .. call, c - 1))
     return c - 1
   end
-  redis.call('ZREM', holders, owner)
-  redis.call('HDEL', holds, 'c' .. owner, 't' .. owner, 'k' .. owner)
+  redis.call('HDEL', key, 'h' .. owner, 't' .. owner, 'c' .. owner, 'l' .. owner)
+  redis.call('HSET', key, 'n', tonumber(r[5]) - 1)
   return 0
 end
 
@@ -267,13 +318,13 @@ local function unqueue(q, deadlines, owner, prefix)
   redis.call('HDEL', deadlines, prefix .. owner)
 end
 
--- mutexQueued: whether a mutex's waiter queue q exists, judged first by
--- the lock hash's flag q (fields h from release): acquire.lua sets it when
--- it queues a waiter, so a lock nobody queued for costs no lookup; a flag
--- whose queue is gone is cleared.
-local function mutexQueued(key, h, q)
-  if not h[6] then return false end
-  if redis.call('EXISTS', q) == 1 then return true end
+-- queued: whether any of the waiter queue keys exists, judged first by the
+-- lock hash's flag q, whose value is flag: an attempt that queues a waiter
+-- sets it, so a lock nobody queued for costs no lookup; a flag whose queues
+-- are gone is cleared.
+local function queued(key, flag, ...)
+  if not flag then return false end
+  if redis.call('EXISTS', ...) > 0 then return true end
   redis.call('HDEL', key, 'q')
   return false
 end
@@ -294,12 +345,14 @@ end
 -- semWake: wake the Semaphore waiters that free permits can admit (see
 -- sem_release.lua): with f permits free, publish 's'..p on channel, p the
 -- place of the f-th live waiter (or of the last waiter). Drops dead waiters
--- from the head of waiters first, as firstLive.
-local function semWake(holders, waiters, deadlines, permits, channel, now)
+-- from the head of waiters first, as firstLive. Keys as sem_acquire.lua:
+-- the lock hash key (flag: its q), waiters KEYS[3], deadlines KEYS[4].
+local function semWake(key, flag, waiters, deadlines, permits, channel, now)
   -- A waiter queues after it has subscribed and before it waits: with
   -- nobody queued, nobody waits for a message.
-  if redis.call('EXISTS', waiters) == 0 then return end
-  local free = permits - redis.call('ZCOUNT', holders, '(' .. int(now), '+inf')
+  if not queued(key, flag, waiters) then return end
+  local h = redis.call('HMGET', key, 'n', 'm')
+  local free = permits - sharedLive(key, sharedState(h[1], h[2]), now)
   if free <= 0 then return end
   firstLive(waiters, deadlines, now)
   local last = redis.call('ZRANGE', waiters, free - 1, free - 1, 'WITHSCORES')
@@ -327,15 +380,15 @@ local function rwFirst(q, deadlines, s, now)
 end
 
 -- rwWake: publish on channel who of an RWMutex can go now, if anyone (see
--- rw_release.lua): nobody while writer is held; else 'r'..p (or 'r') the
--- readers queued before the first waiting writer, or 'w'..p that writer when
--- no reader but it holds. Keys as rw_acquire.lua: writer KEYS[1], readers
--- KEYS[3], rq KEYS[5], wq KEYS[6], deadlines KEYS[7].
-local function rwWake(writer, readers, rq, wq, deadlines, channel, now)
+-- rw_release.lua): nobody while the write side is held; else 'r'..p (or
+-- 'r') the readers queued before the first waiting writer, or 'w'..p that
+-- writer when no reader but it holds. Keys as rw_acquire.lua: the lock hash
+-- key (flag: its q), rq KEYS[3], wq KEYS[4], deadlines KEYS[5].
+local function rwWake(key, flag, rq, wq, deadlines, channel, now)
   -- As semWake: with nobody queued, nobody waits for a message.
-  if redis.call('EXISTS', rq, wq) == 0 then return end
-  local w = redis.call('HMGET', writer, 'o', 'd')
-  if w[1] and tonumber(w[2]) > now then return end
+  if not queued(key, flag, rq, wq) then return end
+  local h = redis.call('HMGET', key, 'o', 'd', 'n', 'm')
+  if h[1] and tonumber(h[2]) > now then return end
   local fw, fwo = rwFirst(wq, deadlines, 'w', now)
   local fr = rwFirst(rq, deadlines, 'r', now)
   if fr and (not fw or fr < fw) then
@@ -347,9 +400,8 @@ local function rwWake(writer, readers, rq, wq, deadlines, channel, now)
     return
   end
   if fw then
-    local live = redis.call('ZRANGEBYSCORE', readers, '(' .. int(now), '+inf', 'LIMIT', 0, 2)
-    if #live == 0 or (#live == 1 and live[1] == fwo) then
-      redis.call('PUBLISH', channel, 'w' .. int(fw))
-    end
+    local live = sharedLive(key, sharedState(h[3], h[4]), now)
+    if live == 1 and tonumber(redis.call('HGET', key, 'h' .. fwo) or '0') > now then live = 0 end
+    if live == 0 then redis.call('PUBLISH', channel, 'w' .. int(fw)) end
   end
 end

@@ -20,11 +20,11 @@
 local now = clock(ARGV[1])
 local left, ended, h = release(KEYS[1], ARGV[2], ARGV[4], now)
 if not ended then return {left, 0} end
-if mutexQueued(KEYS[1], h, KEYS[3]) then
+if queued(KEYS[1], h[6], KEYS[3]) then
   redis.call('PUBLISH', ARGV[3], firstLive(KEYS[3], KEYS[4], now) or '')
   return {0, 0}
 end
 if redis.call('HEXISTS', KEYS[1], 'x' .. ARGV[7]) == 1 then return {0, 0} end
-local token = mutexToken(KEYS[1], KEYS[2], h[7], now)
+local token = nextToken(KEYS[1], KEYS[2], h[7], now)
 redis.call('HSET', KEYS[1], 'o', ARGV[5], 'c', 1, 't', int(token), 'd', int(now + tonumber(ARGV[6])), 'k', '', 'f', int(token + tonumber(ARGV[8]) - 1))
 return {0, token}

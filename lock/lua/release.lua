@@ -17,7 +17,7 @@ local left, ended, h = release(KEYS[1], ARGV[2], ARGV[4], now)
 if not ended then return left end
 -- A waiter queues (acquire.lua) after it has subscribed and before it
 -- waits: with nobody queued, nobody is waiting for this message.
-if mutexQueued(KEYS[1], h, KEYS[3]) then
+if queued(KEYS[1], h[6], KEYS[3]) then
   redis.call('PUBLISH', ARGV[3], firstLive(KEYS[3], KEYS[4], now) or '')
 end
 return 0
