@@ -65,11 +65,21 @@ var slidingFull = redisFootprintCase{lib: "floodgate", alg: "slidingwindow-full"
 		}, func() { clk.Advance(p.win / 10) }, nil
 	}}
 
+// gcra3 is floodgate's GCRA after 3 calls per key: a level of 3 hours of
+// units (1.08·10^10 request × µs), past the 10^10 of the long integer form of
+// a drain state (lua/codec.lua), within the short one's.
+var gcra3 = redisFootprintCase{lib: "floodgate", alg: "gcra-3calls", rounds: 3,
+	make: func(c *clients, p params, keys []string) (decide, func(), error) {
+		f, err := floodgateCase("floodgate-rueidis", "gcra").make(c, p, keys)
+		return f, func() {}, err
+	}}
+
 // redisFootprintCases: both floodgate adapters write the same keys, so only
 // rueidis is measured.
 var redisFootprintCases = []redisFootprintCase{
 	once("raw", redisCase{alg: "gcra", make: rawRueidis}),
 	once("floodgate", floodgateCase("floodgate-rueidis", "gcra")),
+	gcra3,
 	once("floodgate", floodgateCase("floodgate-rueidis", "gcra+daily")),
 	once("floodgate", floodgateCase("floodgate-rueidis", "tokenbucket")),
 	once("floodgate", floodgateCase("floodgate-rueidis", "fixedwindow")),

@@ -21,6 +21,10 @@ func FuzzRules(f *testing.F) {
 	f.Add(uint8(4), int64(2), int64(1_000_000), int64(2), int64(1), []byte{1, 1, 1, 1})
 	f.Add(uint8(5), int64(3), int64(1_000_000), int64(2), int64(-1), []byte{1, 1, 1, 1})
 	f.Add(uint8(3), int64(1<<40), int64(1<<40), int64(1<<40), int64(0), []byte{255})
+	// Levels in the short integer form of lua/codec.lua: the bench's GCRA
+	// (10^6/s, burst 10^6) and a per-minute bucket of 1000.
+	f.Add(uint8(5), int64(1_000_000), int64(1_000_000), int64(1_000_000), int64(0), []byte{3, 200, 0, 17, 255, 4})
+	f.Add(uint8(3), int64(1000), int64(60_000_000), int64(1000), int64(0), []byte{4, 4, 90, 1, 250})
 	f.Fuzz(func(t *testing.T, kind uint8, a, us, c, d int64, calls []byte) {
 		dur := time.Duration(us) * time.Microsecond
 		var rule ratelimit.Rule

@@ -120,7 +120,7 @@ local life = 0
   local level = 0
   if v%[1]d then
     local t
-    t, level = drain_decode(v%[1]d)
+    t, level = drain_decode(v%[1]d, now)
     local d = now - t
     if d > 0 then level = level - d * %[3]d end
     if level < 0 then level = 0 elseif level > %[2]d then level = %[2]d end
@@ -168,7 +168,7 @@ end
 		k := k + 1
 		ok = append(ok, fmt.Sprintf("s%d == 1", k))
 		if s.kind == kindDrain {
-			vals = append(vals, fmt.Sprintf("drain_encode(now, l%d, %d)", k, s.rate))
+			vals = append(vals, fmt.Sprintf("drain_encode(now, l%d, %d, life)", k, s.rate))
 		} else {
 			vals = append(vals, fmt.Sprintf("fixed_encode(w%d, l%d)", k, k))
 		}

@@ -210,7 +210,7 @@ func (l *Limiter) refund(ctx context.Context, key string, g *grant, u int64) err
 				}
 			}
 			if want > 0 && level == want {
-				s.drainCommit(e, now, max(level-u*s.per, 0))
+				s.drainCommit(e, now, max(level-u*s.per, 0), lifeUnknown)
 			}
 		case kindFixed:
 			a, b := cellOf(e, s.tag)

@@ -436,11 +436,32 @@ func (l *Limiter) checkRule(i int, e *backend.Entry, lg *logState, now, n int64)
 	}
 }
 
+// commitUntil returns what commitRule(i, e, now, n, pending) will return,
+// without changing e, for a rule kept in the state key: 0 for SlidingLog
+// rules, whose log has a key of its own. The shard of e must be locked.
+func (l *Limiter) commitUntil(i int, e *backend.Entry, now, pending int64) int64 {
+	s := &l.specs[i]
+	switch s.kind {
+	case kindFixed:
+		wid, _ := s.fixedWindow(e, now)
+		return (wid + 1) * s.window
+	case kindSliding:
+		_, _, hi, cur, _ := s.slidingView(s.slidingOf(e), now)
+		return (max(hi, cur) + s.buckets + 1) * s.bucket
+	case kindLog:
+		return 0
+	default:
+		return now + ceilDiv(pending, s.rate)
+	}
+}
+
 // commitRule consumes n units from rule i, which checkRule admitted with
-// pending, and returns the time the state is worthless. For a SlidingLog rule
-// it appends to the Limiter's shared log, so it must run once per decision for
+// pending, in a state key that lives life µs from now (as limits.lua sets its
+// PX: the longest commitUntil of the request's rules, less now, at least 0),
+// and returns the time the state is worthless. For a SlidingLog rule it
+// appends to the Limiter's shared log, so it must run once per decision for
 // all SlidingLog rules. The shard of e must be locked.
-func (l *Limiter) commitRule(i int, e *backend.Entry, now, n, pending int64) int64 {
+func (l *Limiter) commitRule(i int, e *backend.Entry, now, n, pending, life int64) int64 {
 	s := &l.specs[i]
 	switch s.kind {
 	case kindFixed:
@@ -450,13 +471,21 @@ func (l *Limiter) commitRule(i int, e *backend.Entry, now, n, pending int64) int
 	case kindLog:
 		return logCommit(e, l.logTag, l.logMax, now, n)
 	default:
-		return s.drainCommit(e, now, pending)
+		return s.drainCommit(e, now, pending, life)
 	}
 }
 
 // commitMemory applies an admitted decision; the shard must be locked. Its
 // loop is commitRule's switch, inlined: this is the hot path.
 func (l *Limiter) commitMemory(e *backend.Entry, now, n int64, pending []int64) {
+	var life int64
+	if len(l.specs) == 1 && l.specs[0].kind == kindDrain {
+		life = ceilDiv(pending[0], l.specs[0].rate)
+	} else {
+		for i := range l.specs {
+			life = max(life, l.commitUntil(i, e, now, pending[i])-now)
+		}
+	}
 	logged := false
 	for i := range l.specs {
 		s := &l.specs[i]
@@ -473,7 +502,7 @@ func (l *Limiter) commitMemory(e *backend.Entry, now, n int64, pending []int64) 
 			until = logCommit(e, l.logTag, l.logMax, now, n)
 			logged = true
 		case kindDrain:
-			until = s.drainCommit(e, now, pending[i])
+			until = s.drainCommit(e, now, pending[i], life)
 		}
 		e.Expires = max(e.Expires, until)
 	}

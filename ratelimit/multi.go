@@ -233,7 +233,13 @@ func allowAllMemory(t *backend.Table, reqs []Request, results []Result) bool {
 		// Commit each state once, at its owner, with the summed units.
 		for i, q := range reqs {
 			l, m := q.Limiter, &mreqs[i]
-			var e *backend.Entry
+			e := m.sh.Get(q.Key)
+			var life int64 // as limits.lua's PX of the request's state key
+			for j := range l.specs {
+				if k := m.off + j; int(rules[k].owner) == k && rules[k].n > 0 {
+					life = max(life, l.commitUntil(j, e, now, rules[k].pending)-now)
+				}
+			}
 			for j := range l.specs {
 				k := m.off + j
 				r := &rules[k]
@@ -241,12 +247,10 @@ func allowAllMemory(t *backend.Table, reqs []Request, results []Result) bool {
 					continue
 				}
 				if e == nil {
-					if e = m.sh.Get(q.Key); e == nil {
-						e = &backend.Entry{}
-						m.sh.Put(q.Key, e)
-					}
+					e = &backend.Entry{}
+					m.sh.Put(q.Key, e)
 				}
-				e.Expires = max(e.Expires, l.commitRule(j, e, now, r.n, r.pending))
+				e.Expires = max(e.Expires, l.commitRule(j, e, now, r.n, r.pending, life))
 			}
 		}
 	} else {

@@ -1,6 +1,7 @@
 package ratelimit
 
 import (
+	"math"
 	"sort"
 
 	"github.com/floodgate-dev/floodgate/backend"
@@ -82,15 +83,23 @@ func memStateOf(e *backend.Entry) *memState {
 // a = t, b = the level at t in units of requests × per µs, draining rate
 // units per µs. Neither capacity nor rate is stored, so both may change.
 // drainCommit stores the state as lua/codec.lua's drain_encode does, moved
-// back to the whole second when its integer form applies, so that both
-// backends compute the same level even for a call whose clock reads earlier
-// than the last commit's.
+// back to the whole second when one of its integer forms applies, so that
+// both backends compute the same level even for a call whose clock reads
+// earlier than the last commit's. (On Redis a fake clock writes the short
+// form's state as text; the state is the same.)
 
-// Bounds of codec.lua's integer form of a drain state.
+// Bounds of codec.lua's integer forms of a drain state.
 const (
 	codecEpoch  = 1577836800 // 2020-01-01T00:00:00Z, in seconds
 	codecMaxSec = 900000000
-	codecMaxL   = 10000000000
+	codecMaxL   = 10000000000 // the long form's L
+	// The short form's L, and the key's life (µs) below which it is used.
+	codecMaxShort  = 100000000000000
+	codecShortLife = 72000000000
+	// lifeUnknown rules the short form out: a refund keeps the key's TTL,
+	// which limits.lua reads from Redis (PTTL) and the memory backend does
+	// not track the same way.
+	lifeUnknown = math.MaxInt64
 )
 
 // drainLevel is the level at now, at most full. A state from the future
@@ -134,17 +143,20 @@ func (s *spec) drainCheckAt(level, n int64) (verdict, int64) {
 	return verdict{statusAllowed, (s.full - nl) / s.per, 0, ceilDiv(nl, s.rate), dl}, nl
 }
 
-// drainCommit stores the level nl computed by drainCheck and returns the
-// time the state is worthless.
-func (s *spec) drainCommit(e *backend.Entry, now, nl int64) int64 {
+// drainCommit stores the level nl computed by drainCheck in a key that lives
+// life µs (what commitLife returns, or lifeUnknown) and returns the time the
+// state is worthless.
+func (s *spec) drainCommit(e *backend.Entry, now, nl, life int64) int64 {
 	a, b := cellOf(e, s.tag)
 	if a == nil {
 		a, b = newCell(e, s.tag)
 	}
 	*a, *b = now, nl
 	sec := now / 1e6
-	if sub := now - sec*1e6; sub < codecMaxL/s.rate {
-		if l, rel := nl+sub*s.rate, sec-codecEpoch; l < codecMaxL && rel >= 0 && rel < codecMaxSec {
+	// sub*rate <= codecMaxShort cannot overflow, and nl < 2^53 (New).
+	if sub := now - sec*1e6; sub <= codecMaxShort/s.rate {
+		l, rel := nl+sub*s.rate, sec-codecEpoch
+		if l < codecMaxL && rel >= 0 && rel < codecMaxSec || l < codecMaxShort && life < codecShortLife {
 			*a, *b = sec*1e6, l
 		}
 	}

@@ -138,7 +138,7 @@ local function drain_check(r, f, capacity, per, rate, delay, n)
   local v = value(r, f)
   if v then
     local t
-    t, level = drain_decode(v)
+    t, level = drain_decode(v, now)
     local d = now - t
     if d > 0 then level = level - d * rate end
     if level < 0 then level = 0 elseif level > full then level = full end
@@ -153,7 +153,7 @@ local function drain_check(r, f, capacity, per, rate, delay, n)
     if ex > 0 then dl = ceil(ex / rate) end
   end
   local wait = ceil(nl / rate)
-  return 1, floor((full - nl) / per), 0, wait, dl, {drain_encode(now, nl, rate), now + wait, nl}
+  return 1, floor((full - nl) / per), 0, wait, dl, {rate, now + wait, nl} -- the commit encodes nl
 end
 
 local function fixed_check(r, f, limit, window, n)
@@ -291,7 +291,7 @@ local function refund(tg, M, u)
     local kind, f, a, b, c = P[o + 1], P[o + 2], P[o + 3], P[o + 4], P[o + 5]
     local mark = M[k - first[1] + 1]
     if kind == 4 and s[f] then -- capacity a, per b, rate c
-      local t, level = drain_decode(s[f])
+      local t, level = drain_decode(s[f], now)
       local d = now - t
       if d > 0 then level = level - d * c end
       if level < 0 then level = 0 elseif level > a * b then level = a * b end
@@ -300,7 +300,7 @@ local function refund(tg, M, u)
       if want > 0 and level == want then
         local nl = level - u * b
         if nl < 0 then nl = 0 end
-        s[f] = drain_encode(now, nl, c)
+        s[f] = drain_encode(now, nl, c, math.huge) -- the key's life is not known
         changed = true
       end
     elseif kind == 1 and s[f] then -- limit a, window b
@@ -370,7 +370,7 @@ if op == 'g' then
       local level = 0
       if s[f] then
         local t
-        t, level = drain_decode(s[f])
+        t, level = drain_decode(s[f], now)
         local d = now - t
         if d > 0 then level = level - d * rate end
         if level < 0 then level = 0 elseif level > full then level = full end
@@ -378,7 +378,7 @@ if op == 'g' then
       local room = full - N[SK[1]] * per -- the most units asked for still fit
       local pad = rate * hold -- may pass 2^53, and then room, which is exact
       if pad > room then pad = room end
-      if level < pad then s[f] = drain_encode(now, pad, rate) end
+      if level < pad then s[f] = drain_encode(now, pad, rate, 0) end -- never stored
     end
   end
   local g = N[SK[1]]
@@ -446,6 +446,14 @@ for r = 1, q do
     done[key] = true
     local until_, set, del, logged = now, {}, {}, false
     for k = first[r], last[r] do
+      local kind, x = P[(k - 1) * 6 + 1], X[k]
+      if kind == 2 then
+        if x[10] > until_ then until_ = x[10] end
+      elseif kind ~= 3 and x[2] > until_ then
+        until_ = x[2]
+      end
+    end
+    for k = first[r], last[r] do
       local o = (k - 1) * 6
       local kind, x = P[o + 1], X[k]
       if kind == 3 then
@@ -467,11 +475,9 @@ for r = 1, q do
       elseif kind == 2 then
         for _, g in ipairs(x[1]) do del[#del + 1] = g end
         for j = 2, 9 do set[#set + 1] = x[j] end
-        if x[10] > until_ then until_ = x[10] end
       else
         set[#set + 1] = P[o + 2]
-        set[#set + 1] = x[1]
-        if x[2] > until_ then until_ = x[2] end
+        if kind == 4 then set[#set + 1] = drain_encode(now, x[3], x[1], until_ - now) else set[#set + 1] = x[1] end
       end
     end
     if LY[r] == 's' then
