@@ -5,6 +5,7 @@ import (
 	"crypto/tls"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -81,12 +82,12 @@ func TestClusterTLS(t *testing.T) {
 			t.Fatalf("SET over TLS on the Cluster: %v", err)
 		}
 	}
-	masters := 0
+	var masters atomic.Int32 // ForEachMaster calls fn concurrently
 	if err := cc.ForEachMaster(ctx, func(ctx context.Context, m *redis.Client) error {
-		masters++
+		masters.Add(1)
 		return m.Ping(ctx).Err()
-	}); err != nil || masters != 3 {
-		t.Fatalf("PING every master: %d masters, %v; want 3, nil", masters, err)
+	}); err != nil || masters.Load() != 3 {
+		t.Fatalf("PING every master: %d masters, %v; want 3, nil", masters.Load(), err)
 	}
 	plain := redis.NewClient(&redis.Options{Addr: c.Addrs[0], MaxRetries: -1, ReadTimeout: time.Second})
 	defer plain.Close()
