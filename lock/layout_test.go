@@ -3,6 +3,7 @@ package lock_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"maps"
 	"strconv"
 	"strings"
@@ -158,27 +159,15 @@ func TestRedisRWMutexLayout(t *testing.T) {
 	}
 	want := ahead
 	for i := range 3 {
-		rl, err := rw.RLock(ctx)
-		if err != nil {
-			t.Fatal(err)
-		}
 		want++
-		if rl.Token() != want {
-			t.Fatalf("round %d: read token %d, want %d", i, rl.Token(), want)
-		}
+		rl := lockWithToken(t, ctx, rw.RLock, want, fmt.Sprintf("round %d: read", i))
 		checkSharedLayout(t, c, hash, others, "f="+strconv.FormatInt(want, 10), "n=1", "h"+rl.Owner()+"=")
 		if err := rl.Unlock(ctx); err != nil {
 			t.Fatal(err)
 		}
 		checkSharedLayout(t, c, hash, others, "n=0")
-		wl, err := rw.Lock(ctx)
-		if err != nil {
-			t.Fatal(err)
-		}
 		want++
-		if wl.Token() != want {
-			t.Fatalf("round %d: write token %d, want %d", i, wl.Token(), want)
-		}
+		wl := lockWithToken(t, ctx, rw.Lock, want, fmt.Sprintf("round %d: write", i))
 		checkSharedLayout(t, c, hash, others, "f="+strconv.FormatInt(want, 10), "n=0")
 		if err := wl.Unlock(ctx); err != nil {
 			t.Fatal(err)
@@ -241,14 +230,8 @@ func TestRedisSemaphoreLayout(t *testing.T) {
 	long, _ := lock.NewSemaphore(r, name, 2, lock.TTL(time.Hour))
 	want := ahead
 	for i := range 3 {
-		a, err := sem.Lock(ctx)
-		if err != nil {
-			t.Fatal(err)
-		}
 		want++
-		if a.Token() != want {
-			t.Fatalf("round %d: token %d, want %d", i, a.Token(), want)
-		}
+		a := lockWithToken(t, ctx, sem.Lock, want, fmt.Sprintf("round %d:", i))
 		checkSharedLayout(t, c, hash, others, "f="+strconv.FormatInt(want, 10), "n=1", "h"+a.Owner()+"=")
 		if err := a.Unlock(ctx); err != nil {
 			t.Fatal(err)
@@ -283,4 +266,18 @@ func TestRedisSemaphoreLayout(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+}
+
+// lockWithToken takes a lease with acquire and fails t unless its fencing
+// token is want.
+func lockWithToken(t *testing.T, ctx context.Context, acquire func(context.Context) (*lock.Lease, error), want int64, what string) *lock.Lease {
+	t.Helper()
+	l, err := acquire(ctx)
+	if err != nil {
+		t.Fatalf("%s %v", what, err)
+	}
+	if l.Token() != want {
+		t.Fatalf("%s token %d, want %d", what, l.Token(), want)
+	}
+	return l
 }
