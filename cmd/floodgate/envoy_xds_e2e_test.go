@@ -30,15 +30,7 @@ import (
 func TestEnvoyCompatXDSWaitsForFirstConfig(t *testing.T) {
 	r := testenv.NewRedis(t)
 	const node = "init-test-node"
-	snaps := cachev3.NewSnapshotCache(true, cachev3.IDHash{}, nil)
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	gs := grpc.NewServer()
-	discoverypb.RegisterAggregatedDiscoveryServiceServer(gs, xdsserver.NewServer(context.Background(), snaps, nil))
-	go gs.Serve(ln)
-	t.Cleanup(gs.Stop)
+	snaps, xdsAddr := managementServer(t)
 
 	// A free port for gRPC, known before floodgate logs it.
 	pl, err := net.Listen("tcp", "127.0.0.1:0")
@@ -97,7 +89,7 @@ func TestEnvoyCompatXDSWaitsForFirstConfig(t *testing.T) {
 	env := []string{
 		"HOST=127.0.0.1", "PORT=0", "GRPC_HOST=127.0.0.1", "GRPC_PORT=" + strconv.Itoa(grpcPort), "LOG_FORMAT=json",
 		"REDIS_SOCKET_TYPE=tcp", "REDIS_URL=" + r.Addr, "CACHE_KEY_PREFIX=" + uniquePrefix(t),
-		"CONFIG_TYPE=GRPC_XDS_SOTW", "CONFIG_GRPC_XDS_NODE_ID=" + node, "CONFIG_GRPC_XDS_SERVER_URL=" + ln.Addr().String(),
+		"CONFIG_TYPE=GRPC_XDS_SOTW", "CONFIG_GRPC_XDS_NODE_ID=" + node, "CONFIG_GRPC_XDS_SERVER_URL=" + xdsAddr,
 	}
 	s := startServerWith(t, serveOpts{env: env, bare: true}, "", "--compat", "envoy")
 	s.waitLog(5*time.Second, "waiting for the first configuration")
@@ -112,15 +104,7 @@ func TestEnvoyCompatXDSWaitsForFirstConfig(t *testing.T) {
 // counted as a failed reload) while the previous one keeps serving.
 func TestConfigXDS(t *testing.T) {
 	const node = "e2e-node"
-	snaps := cachev3.NewSnapshotCache(true, cachev3.IDHash{}, nil)
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	gs := grpc.NewServer()
-	discoverypb.RegisterAggregatedDiscoveryServiceServer(gs, xdsserver.NewServer(context.Background(), snaps, nil))
-	go gs.Serve(ln)
-	t.Cleanup(gs.Stop)
+	snaps, xdsAddr := managementServer(t)
 	push := func(version string, rpu uint32, unit rlsconf.RateLimitUnit) {
 		t.Helper()
 		snap, err := cachev3.NewSnapshot(version, map[resource.Type][]types.Resource{resource.RateLimitConfigType: {
@@ -135,7 +119,7 @@ func TestConfigXDS(t *testing.T) {
 		}
 	}
 
-	s := startServerWith(t, serveOpts{bare: true}, "", "--config-xds", ln.Addr().String(), "--config-xds-node-id", node,
+	s := startServerWith(t, serveOpts{bare: true}, "", "--config-xds", xdsAddr, "--config-xds-node-id", node,
 		"--http-addr", "127.0.0.1:0", "--grpc-addr", "127.0.0.1:0", "--log-format", "json")
 	// Before the first push: not ready, and no limit applies.
 	if code, body := s.get("/readyz", ""); code == http.StatusOK {
@@ -167,4 +151,20 @@ func TestConfigXDS(t *testing.T) {
 		t.Errorf("failed loads: %v, want 1", got)
 	}
 	waitLimit(t, s, 100, time.Second) // still the previous one
+}
+
+// managementServer starts go-control-plane's ADS server on a free port, for
+// the test's lifetime, and returns its snapshot cache and address.
+func managementServer(t *testing.T) (cachev3.SnapshotCache, string) {
+	t.Helper()
+	snaps := cachev3.NewSnapshotCache(true, cachev3.IDHash{}, nil)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	gs := grpc.NewServer()
+	discoverypb.RegisterAggregatedDiscoveryServiceServer(gs, xdsserver.NewServer(context.Background(), snaps, nil))
+	go gs.Serve(ln)
+	t.Cleanup(gs.Stop)
+	return snaps, ln.Addr().String()
 }
