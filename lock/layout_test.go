@@ -25,13 +25,8 @@ import (
 // read by the first acquisition, which continues above it, and deleted; an
 // uncontended Lock and Unlock leave no queue behind.
 func TestRedisMutexLayout(t *testing.T) {
-	srv := testenv.SharedRedis(t)
-	c := redis.NewClient(&redis.Options{Addr: srv.Addr, ContextTimeoutEnabled: true})
-	defer c.Close()
+	c, r, clk, start := layoutRedis(t)
 	ctx := context.Background()
-	start := time.UnixMicro(1_700_000_000_000_000)
-	clk := clock.NewFake(start)
-	r := backend.NewRedis(c, backend.WithPrefix(backendtest.UniquePrefix()), backend.WithClock(clk))
 	const name = "layout"
 	hash, oldFence := r.Key(name, "lk"), r.Key(name, "lf")
 	// The earlier layout's fence, ahead of the clock (as after a clock step
@@ -135,13 +130,8 @@ func checkSharedLayout(t *testing.T, c *redis.Client, hash string, others []stri
 // RLock/RUnlock and Lock/Unlock leave no queue behind; a reader's lease that
 // ended (also one shortened by Extend) stops counting at its deadline.
 func TestRedisRWMutexLayout(t *testing.T) {
-	srv := testenv.SharedRedis(t)
-	c := redis.NewClient(&redis.Options{Addr: srv.Addr, ContextTimeoutEnabled: true})
-	defer c.Close()
+	c, r, clk, start := layoutRedis(t)
 	ctx := context.Background()
-	start := time.UnixMicro(1_700_000_000_000_000)
-	clk := clock.NewFake(start)
-	r := backend.NewRedis(c, backend.WithPrefix(backendtest.UniquePrefix()), backend.WithClock(clk))
 	const name = "layout"
 	hash, oldFence := r.Key(name, "rwk"), r.Key(name, "rwf")
 	others := []string{oldFence, r.Key(name, "rwwr"), r.Key(name, "rwww"), r.Key(name, "rwwd")}
@@ -205,13 +195,8 @@ func TestRedisRWMutexLayout(t *testing.T) {
 
 // TestRedisSemaphoreLayout: as TestRedisRWMutexLayout, for a Semaphore.
 func TestRedisSemaphoreLayout(t *testing.T) {
-	srv := testenv.SharedRedis(t)
-	c := redis.NewClient(&redis.Options{Addr: srv.Addr, ContextTimeoutEnabled: true})
-	defer c.Close()
+	c, r, clk, start := layoutRedis(t)
 	ctx := context.Background()
-	start := time.UnixMicro(1_700_000_000_000_000)
-	clk := clock.NewFake(start)
-	r := backend.NewRedis(c, backend.WithPrefix(backendtest.UniquePrefix()), backend.WithClock(clk))
 	const name = "layout"
 	hash, oldFence := r.Key(name, "smk"), r.Key(name, "smf")
 	others := []string{oldFence, r.Key(name, "smw"), r.Key(name, "smwd")}
@@ -280,4 +265,15 @@ func lockWithToken(t *testing.T, ctx context.Context, acquire func(context.Conte
 		t.Fatalf("%s token %d, want %d", what, l.Token(), want)
 	}
 	return l
+}
+
+// layoutRedis returns a client of the shared Redis and a backend over it on
+// a fake clock (at start) with a prefix of its own, for the layout tests.
+func layoutRedis(t *testing.T) (*redis.Client, *backend.Redis, *clock.Fake, time.Time) {
+	t.Helper()
+	c := redis.NewClient(&redis.Options{Addr: testenv.SharedRedis(t).Addr, ContextTimeoutEnabled: true})
+	t.Cleanup(func() { c.Close() })
+	start := time.UnixMicro(1_700_000_000_000_000)
+	clk := clock.NewFake(start)
+	return c, backend.NewRedis(c, backend.WithPrefix(backendtest.UniquePrefix()), backend.WithClock(clk)), clk, start
 }
