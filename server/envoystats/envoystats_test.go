@@ -72,13 +72,7 @@ func TestSanitize(t *testing.T) {
 // TestStatsdUDP sends over plain StatsD (gostats' sink, STATSD_PROTOCOL=udp):
 // envoy's names, deltas per flush, EXTRA_TAGS in the name.
 func TestStatsdUDP(t *testing.T) {
-	u := testenv.ListenStatsd(t)
-	s, err := New(Options{Host: "127.0.0.1", Port: u.Port(), Protocol: "udp", FlushInterval: time.Hour,
-		ExtraTags: map[string]string{"env": "test"}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
+	u, s := listening(t, Options{Protocol: "udp", FlushInterval: time.Hour, ExtraTags: map[string]string{"env": "test"}})
 	r := s.Rule("mongo_cps.database_users")
 	r.TotalHits.Add(3)
 	s.Decided(r, 2, 0, 3, 3, false, false)
@@ -101,13 +95,7 @@ func TestStatsdUDP(t *testing.T) {
 // (src/metrics/utils.go splitMethodName): the method after the service,
 // "unknown" without one. A timer is sent at once, in whole milliseconds.
 func TestGRPCMethodUDP(t *testing.T) {
-	u := testenv.ListenStatsd(t)
-	s, err := New(Options{Host: "127.0.0.1", Port: u.Port(), Protocol: "udp", FlushInterval: time.Hour,
-		ExtraTags: map[string]string{"env": "test"}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
+	u, s := listening(t, Options{Protocol: "udp", FlushInterval: time.Hour, ExtraTags: map[string]string{"env": "test"}})
 	m := s.GRPCMethod("/envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit")
 	if again := s.GRPCMethod("/envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit"); again != m {
 		t.Error("GRPCMethod returned two *Method for one method")
@@ -131,13 +119,7 @@ func TestGRPCMethodUDP(t *testing.T) {
 
 // TestDogStatsdUDP sends DogStatsD: EXTRA_TAGS as tags.
 func TestDogStatsdUDP(t *testing.T) {
-	u := testenv.ListenStatsd(t)
-	s, err := New(Options{DogStatsD: true, Host: "127.0.0.1", Port: u.Port(), FlushInterval: time.Hour,
-		ExtraTags: map[string]string{"env": "test", "commit": "abc"}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
+	u, s := listening(t, Options{DogStatsD: true, FlushInterval: time.Hour, ExtraTags: map[string]string{"env": "test", "commit": "abc"}})
 	s.RedisError.Inc()
 	s.Flush()
 	u.Expect(t, "ratelimit.service.", "ratelimit.service.call.should_rate_limit.redis_error:1|c|#commit:abc,env:test")
@@ -145,11 +127,7 @@ func TestDogStatsdUDP(t *testing.T) {
 
 // TestDisabled sends nothing, and Close returns.
 func TestDisabled(t *testing.T) {
-	u := testenv.ListenStatsd(t)
-	s, err := New(Options{Disabled: true, Host: "127.0.0.1", Port: u.Port(), Protocol: "udp", FlushInterval: time.Millisecond})
-	if err != nil {
-		t.Fatal(err)
-	}
+	u, s := listening(t, Options{Disabled: true, Protocol: "udp", FlushInterval: time.Millisecond})
 	s.ServiceError.Inc()
 	time.Sleep(20 * time.Millisecond)
 	s.Close()
@@ -161,12 +139,7 @@ func TestDisabled(t *testing.T) {
 }
 
 func TestFlushInterval(t *testing.T) {
-	u := testenv.ListenStatsd(t)
-	s, err := New(Options{Host: "127.0.0.1", Port: u.Port(), Protocol: "udp", FlushInterval: 50 * time.Millisecond})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
+	u, s := listening(t, Options{Protocol: "udp", FlushInterval: 50 * time.Millisecond})
 	s.GlobalShadowMode.Add(2)
 	u.Expect(t, "ratelimit.service.", "ratelimit.service.global_shadow_mode:2|c")
 }
@@ -182,3 +155,18 @@ func TestParseExtraTags(t *testing.T) {
 }
 
 func newMemStore() gostats.Store { return gostats.NewStore(gostats.NewNullSink(), false) }
+
+// listening returns a StatsD listener and Stats made with o sending to it
+// (Host and Port set here), closed when the test ends (Close is
+// idempotent).
+func listening(t *testing.T, o Options) (*testenv.Statsd, *Stats) {
+	t.Helper()
+	u := testenv.ListenStatsd(t)
+	o.Host, o.Port = "127.0.0.1", u.Port()
+	s, err := New(o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	return u, s
+}
