@@ -58,10 +58,15 @@ func runDifferential(t *testing.T, c *redis.Client, kind string, seed uint64) {
 	// Handles: plain ones (each Lock call its own owner) with two TTLs, and
 	// two sharing Owner "o" (re-entry; on the RWMutex, the writer also reads
 	// and a reader upgrades).
+	// Durations are in minutes of the fake clocks: a Lease also watches its
+	// deadline on the real clock (Lost), which must not fire while the test
+	// runs, however slow the machine (with milliseconds, a busy CI machine
+	// marked one backend's lease lost before the other's).
+	const unit = time.Minute
 	opts := [][]lock.Option{
-		{lock.TTL(10 * time.Millisecond)},
-		{lock.TTL(40 * time.Millisecond)},
-		{lock.TTL(20 * time.Millisecond), lock.Owner("o")},
+		{lock.TTL(10 * unit)},
+		{lock.TTL(40 * unit)},
+		{lock.TTL(20 * unit), lock.Owner("o")},
 	}
 	var handles []diffHandle
 	for i, o := range opts {
@@ -151,14 +156,14 @@ func runDifferential(t *testing.T, c *redis.Client, kind string, seed uint64) {
 			same(step, "unlock "+l.what, errs)
 		case r < 8 && len(leases) > 0: // extend, often below the lease's TTL
 			l := leases[rng.IntN(len(leases))]
-			d := time.Duration(1+rng.IntN(30)) * time.Millisecond
+			d := time.Duration(1+rng.IntN(30)) * unit
 			var errs [2]error
 			for b := range backends {
 				errs[b] = l.leases[b].Extend(ctx, d)
 			}
 			same(step, fmt.Sprintf("extend %s by %v", l.what, d), errs)
 		default: // time passes
-			d := time.Duration(rng.IntN(8)) * time.Millisecond
+			d := time.Duration(rng.IntN(8)) * unit
 			for _, clk := range clocks {
 				clk.Advance(d)
 			}
