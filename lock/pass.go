@@ -56,6 +56,14 @@ var runs = struct {
 func startRun(receiver string, token int64, sent time.Time, ttl, window time.Duration) {
 	runs.Lock()
 	defer runs.Unlock()
+	// Forget runs whose holder's lease ended a while ago without an Unlock
+	// (lost, or dropped): a late Unlock or Extend of theirs then acts as its
+	// own owner, which Redis answers "not held", as it would have by then.
+	for o, r := range runs.m {
+		if sent.Sub(r.end) > time.Minute {
+			delete(runs.m, o)
+		}
+	}
 	runs.m[receiver] = &run{
 		redisOwner: receiver,
 		next:       token + 1,
