@@ -56,9 +56,10 @@ func RunSemaphore(t *testing.T, b SemBackend) {
 }
 
 // testSemAdmits: 16 goroutines, 5 holdings each, on 3 permits: never more
-// than 3 inside, and 3 at some point. Each holding lasts 20ms, longer than
-// an acquisition takes on a loaded machine, even where a store serializes
-// the operations of one name (SQL), so that 3 holders do overlap.
+// than 3 inside, and 3 at some point. Each holding lasts 20ms, and until 3
+// holders have overlapped once (at most a second), so that they do overlap
+// even where a store serializes the operations of one name (SQL) on a
+// loaded machine.
 func testSemAdmits(t *testing.T, b SemBackend) {
 	const permits = 3
 	name := Name(t)
@@ -86,7 +87,14 @@ func testSemAdmits(t *testing.T, b SemBackend) {
 					}
 				}
 				total.Add(1)
+				// Hold 20ms, and until permits holders have overlapped once
+				// (at most 1s): on a loaded machine an acquisition through a
+				// store's wake-up can take longer than 20ms.
+				held := time.Now()
 				time.Sleep(20 * time.Millisecond)
+				for maxInside.Load() < permits && time.Since(held) < time.Second {
+					time.Sleep(time.Millisecond)
+				}
 				inside.Add(-1)
 				if err := lease.Unlock(context.Background()); err != nil {
 					errs <- err
