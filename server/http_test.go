@@ -442,12 +442,36 @@ func TestParseRedisURL(t *testing.T) {
 	if err != nil || opt.Sentinel.Username != "a b&c" || opt.Sentinel.Password != "sp" || opt.Username != "" {
 		t.Errorf("sentinel_username: Sentinel user %q password %q, user %q, %v; want \"a b&c\", \"sp\", \"\"", opt.Sentinel.Username, opt.Sentinel.Password, opt.Username, err)
 	}
+	// ?max_flush_delay= is rueidis's MaxFlushDelay, on every form; the
+	// other parameters are kept.
+	for url, want := range map[string]time.Duration{
+		"redis://h:1?max_flush_delay=20us":                                   20 * time.Microsecond,
+		"redis://h:1/2?client_name=x&max_flush_delay=1ms":                    time.Millisecond,
+		"unix:///tmp/r.sock?max_flush_delay=50us&db=3":                       50 * time.Microsecond,
+		"redis+sentinel://s1:26379/m?max_flush_delay=0s&sentinel_password=p": 0,
+		"h1:7000,h2:7001?max_flush_delay=10us":                               10 * time.Microsecond,
+		"redis://h:1":                                                        0,
+	} {
+		opt, err := parseRedisURL(url)
+		if err != nil || opt.MaxFlushDelay != want {
+			t.Errorf("%s: MaxFlushDelay %v, %v; want %v", url, opt.MaxFlushDelay, err, want)
+		}
+	}
+	if opt, err := parseRedisURL("redis://h:1/2?client_name=x&max_flush_delay=1ms"); err != nil || opt.ClientName != "x" || opt.SelectDB != 2 {
+		t.Errorf("the parameters beside max_flush_delay: client %q db %d, %v", opt.ClientName, opt.SelectDB, err)
+	}
+	if opt, err := parseRedisURL("unix:///tmp/r.sock?max_flush_delay=50us&db=3"); err != nil || opt.SelectDB != 3 {
+		t.Errorf("unix socket with max_flush_delay: db %d, %v", opt.SelectDB, err)
+	}
 	for url, want := range map[string]string{
-		"redis://h:1?sentinel_username=u": "names no Sentinel master",
-		"http://h":                        "unknown scheme",
-		"redis+sentinel://s1:1":           "names the master",
-		"redis+sentinel://s1:1/m/x":       "not a number",
-		"redis://h1,,h2":                  "empty address",
+		"redis://h:1?max_flush_delay=2ms":  "max_flush_delay=2ms: want a duration from 0 to 1ms",
+		"redis://h:1?max_flush_delay=-1us": "max_flush_delay=-1us",
+		"redis://h:1?max_flush_delay=fast": "max_flush_delay=fast",
+		"redis://h:1?sentinel_username=u":  "names no Sentinel master",
+		"http://h":                         "unknown scheme",
+		"redis+sentinel://s1:1":            "names the master",
+		"redis+sentinel://s1:1/m/x":        "not a number",
+		"redis://h1,,h2":                   "empty address",
 	} {
 		if _, err := parseRedisURL(url); err == nil || !strings.Contains(err.Error(), want) {
 			t.Errorf("%s: %v, want an error containing %q", url, err, want)
