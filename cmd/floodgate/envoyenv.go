@@ -123,7 +123,7 @@ var envoyEnvVars = []envoyEnvVar{
 	{"REDIS_TLS_CLIENT_KEY", envHonoured, "--redis-tls-key"},
 	{"REDIS_TLS_CACERT", envHonoured, "--redis-tls-ca (besides the system roots)"},
 	{"REDIS_TLS_SKIP_HOSTNAME_VERIFICATION", envHonoured, "--redis-tls-insecure-skip-verify (the chain is still verified)"},
-	{"REDIS_PIPELINE_WINDOW", envIgnored, "floodgate's client pipelines by itself"},
+	{"REDIS_PIPELINE_WINDOW", envHonoured, "?max_flush_delay= on --redis: each write to Redis waits up to the window to gather more commands (at most 1ms; 0 or unset: none)"},
 	{"REDIS_PIPELINE_LIMIT", envIgnored, "floodgate's client pipelines by itself"},
 	{"REDIS_CLUSTER_PIPELINE_PARALLELISM", envIgnored, "floodgate's client pipelines by itself"},
 	{"REDIS_PERSECOND", envHonoured, "true: the limits whose unit is second go to a Redis of their own, --redis-persecond (REDIS_PERSECOND_*); a request with limits on both is decided per store"},
@@ -135,7 +135,7 @@ var envoyEnvVars = []envoyEnvVar{
 	{"REDIS_PERSECOND_TLS", envHonoured, "rediss:// for --redis-persecond; REDIS_TLS_CACERT, REDIS_TLS_CLIENT_CERT/KEY and REDIS_TLS_SKIP_HOSTNAME_VERIFICATION apply to it too (--redis-persecond-tls-*), as envoy shares them"},
 	{"REDIS_SENTINEL_AUTH", envHonoured, "the Sentinels' credentials, [user:]password: an ACL user before the first ':' (?sentinel_username= on the URL), the password after it, never logged"},
 	{"REDIS_PERSECOND_SENTINEL_AUTH", envHonoured, "the per-second Sentinels' credentials, [user:]password, as REDIS_SENTINEL_AUTH, never logged"},
-	{"REDIS_PERSECOND_PIPELINE_WINDOW", envIgnored, "floodgate's client pipelines by itself"},
+	{"REDIS_PERSECOND_PIPELINE_WINDOW", envHonoured, "?max_flush_delay= on --redis-persecond, as REDIS_PIPELINE_WINDOW"},
 	{"REDIS_PERSECOND_PIPELINE_LIMIT", envIgnored, "floodgate's client pipelines by itself"},
 	{"REDIS_PERSECOND_CLUSTER_PIPELINE_PARALLELISM", envIgnored, "floodgate's client pipelines by itself"},
 	{"REDIS_HEALTH_CHECK_ACTIVE_CONNECTION", envHonoured, "true: the health checks (/healthcheck, gRPC \"ratelimit\") fail while Redis does not answer a probe (every second) and pass again once it does"},
@@ -310,6 +310,7 @@ func readEnvoyEnv(lookup func(string) (string, bool)) (*envoySettings, error) {
 	// an ACL user and a password, as REDIS_AUTH (src/redis/driver_impl.go
 	// createDialer): the user goes into the URL, the password apart.
 	url, es.sentinelPassword = envoySentinelAuth(url, get("REDIS_SENTINEL_AUTH", ""))
+	url = envoyPipelineWindow(url, "REDIS_PIPELINE_WINDOW", get, bad)
 	es.flags["redis"] = url
 	for name, flag := range map[string]string{
 		"GRPC_CLIENT_TLS_CACERT": "tls-client-ca",
@@ -481,13 +482,40 @@ func envoySentinelAuth(url, auth string) (string, string) {
 		user, pass = "", auth
 	}
 	if user != "" && strings.Contains(strings.SplitN(url, "://", 2)[0], "+sentinel") {
-		sep := "?"
-		if strings.Contains(url, "?") {
-			sep = "&"
-		}
-		url += sep + "sentinel_username=" + neturl.QueryEscape(user)
+		url = withQuery(url, "sentinel_username="+neturl.QueryEscape(user))
 	}
 	return url, pass
+}
+
+// envoyPipelineWindow maps envoy's REDIS_PIPELINE_WINDOW (or its per-second
+// twin, name) onto url as ?max_flush_delay=: envoy's implicit pipeline
+// flushes once per window, rueidis's write loop waits up to its flush delay
+// to gather commands. Unset or 0: url as it is.
+func envoyPipelineWindow(url, name string, get func(string, string) string, bad func(string, string, ...any)) string {
+	v := get(name, "")
+	if v == "" {
+		return url
+	}
+	d, err := time.ParseDuration(v)
+	switch {
+	case err != nil || d < 0:
+		bad(name, "%q is not a duration (150us, 500us)", v)
+		return url
+	case d == 0:
+		return url
+	case d > time.Millisecond:
+		bad(name, "%q: floodgate waits at most 1ms to gather commands (envoy advises 150us to 500us)", v)
+		return url
+	}
+	return withQuery(url, "max_flush_delay="+strconv.FormatInt(d.Microseconds(), 10)+"us")
+}
+
+// withQuery returns url with the query parameter kv added.
+func withQuery(url, kv string) string {
+	if strings.Contains(url, "?") {
+		return url + "&" + kv
+	}
+	return url + "?" + kv
 }
 
 // envoyRedisTLSFiles maps envoy's REDIS_TLS_* files to the TLS flags of the
@@ -529,6 +557,7 @@ func envoyPerSecondEnv(es *envoySettings, lookup func(string) (string, bool), ge
 	}
 	url, es.psPassword = envoyAuth(url, get("REDIS_PERSECOND_AUTH", ""))
 	url, es.psSentinelPassword = envoySentinelAuth(url, get("REDIS_PERSECOND_SENTINEL_AUTH", ""))
+	url = envoyPipelineWindow(url, "REDIS_PERSECOND_PIPELINE_WINDOW", get, bad)
 	es.flags["redis-persecond"] = url
 	if psTLS || strings.HasPrefix(url, "rediss") {
 		envoyRedisTLSFiles(es.flags, "redis-persecond", get, boolean)

@@ -228,6 +228,13 @@ func TestReadEnvoyEnvPerSecond(t *testing.T) {
 			// REDIS_TLS is the main Redis's: the per-second one stays plain.
 			map[string]string{"redis-persecond": "redis+cluster://a:7000,b:7001", "redis-tls-ca": "/ca.pem"},
 			[]string{"redis-persecond-tls-ca"}, "", ""},
+		// envoy's pipeline windows become the flush delays of both Redis
+		// clients, beside the other URL parameters.
+		{map[string]string{"REDIS_PERSECOND": "1", "REDIS_PERSECOND_SOCKET_TYPE": "tcp", "REDIS_PERSECOND_TYPE": "sentinel",
+			"REDIS_PERSECOND_URL": "fastmaster,s1:26379", "REDIS_PERSECOND_SENTINEL_AUTH": "u:spw", "REDIS_PERSECOND_PIPELINE_WINDOW": "150us",
+			"REDIS_SOCKET_TYPE": "tcp", "REDIS_URL": "main:6379", "REDIS_PIPELINE_WINDOW": "0.5ms"},
+			map[string]string{"redis": "redis://main:6379?max_flush_delay=500us",
+				"redis-persecond": "redis+sentinel://s1:26379/fastmaster?sentinel_username=u&max_flush_delay=150us"}, nil, "", "spw"},
 		{map[string]string{"REDIS_PERSECOND": "false", "REDIS_PERSECOND_URL": "fast:6380", "REDIS_PERSECOND_TIMEOUT": "bad"},
 			map[string]string{}, []string{"redis-persecond", "redis-persecond-timeout"}, "", ""},
 	}
@@ -264,6 +271,8 @@ func TestReadEnvoyEnvPerSecond(t *testing.T) {
 		{"REDIS_PERSECOND": "true", "REDIS_PERSECOND_TLS": "yes please"},
 		{"REDIS_PERSECOND": "true", "REDIS_PERSECOND_TLS": "true", "REDIS_PERSECOND_SOCKET_TYPE": "unix"},
 		{"REDIS_PERSECOND": "true", "REDIS_PERSECOND_TIMEOUT": "soon"},
+		{"REDIS_PERSECOND": "true", "REDIS_PERSECOND_PIPELINE_WINDOW": "2ms"},
+		{"REDIS_PERSECOND": "true", "REDIS_PERSECOND_PIPELINE_WINDOW": "often"},
 		{"REDIS_PERSECOND": "true", "REDIS_PERSECOND_SOCKET_TYPE": "tcp", "REDIS_PERSECOND_TYPE": "SENTINEL", "REDIS_PERSECOND_URL": "justamaster"},
 	} {
 		var name string
@@ -295,11 +304,11 @@ func TestReadEnvoyEnvPerSecond(t *testing.T) {
 		t.Errorf("notices %q", es.notices)
 	}
 	es, err = readEnvoyEnv(lookupOf(map[string]string{"REDIS_PERSECOND": "true", "REDIS_PERSECOND_URL": "fast.sock",
-		"REDIS_PERSECOND_PIPELINE_WINDOW": "1ms", "REDIS_PERSECOND_POOL_ON_EMPTY_BEHAVIOR": "ERROR"}))
+		"REDIS_PERSECOND_PIPELINE_LIMIT": "8", "REDIS_PERSECOND_POOL_ON_EMPTY_BEHAVIOR": "ERROR"}))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(es.notices) != 2 || !strings.HasPrefix(es.notices[0], "REDIS_PERSECOND_PIPELINE_WINDOW: accepted and ignored") ||
+	if len(es.notices) != 2 || !strings.HasPrefix(es.notices[0], "REDIS_PERSECOND_PIPELINE_LIMIT: accepted and ignored") ||
 		!strings.HasPrefix(es.notices[1], "REDIS_PERSECOND_POOL_ON_EMPTY_BEHAVIOR: accepted and ignored") {
 		t.Errorf("notices %q", es.notices)
 	}
