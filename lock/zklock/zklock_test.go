@@ -417,7 +417,15 @@ func TestSessionExpiryLosesLease(t *testing.T) {
 // TestServerPause: ZooKeeper frozen (SIGSTOP) past the session timeout.
 // The holder cannot renew, so Lost closes at its deadline; after the
 // server resumes, the waiter gets the lock and the old lease stays lost.
+//
+// Under the race detector it is skipped: go-zookeeper/zk v1.0.4 (its latest
+// release) reads Conn.lastZxid in sendSetWatches while the new connection's
+// recvLoop writes it, a data race inside the library on the reconnect this
+// test forces (seen in CI). scripts/test.sh runs it again without -race.
 func TestServerPause(t *testing.T) {
+	if raceEnabled {
+		t.Skip("go-zookeeper/zk races on lastZxid when it reconnects with watches; scripts/test.sh runs this test without -race")
+	}
 	z := testenv.NewZooKeeper(t)
 	p := "/paused"
 	ttl := sessionTimeout
