@@ -38,8 +38,9 @@ func drainForm(now, nl, rate, life int64, fake bool) (v string, t, l int64) {
 	return fmt.Sprintf("%d:%d", now, nl), now, nl
 }
 
-// TestDrainCodecLua runs codec.lua's drain_encode and drain_decode on Redis
-// over random states, lives and read times, as TIME (ARGV[1] "") and as an
+// TestDrainCodecLua runs codec.lua's drain_encode and drain_decode on Redis,
+// called as functions (limits.lua) and inlined (generated scripts), over
+// random states, lives and read times, as TIME (ARGV[1] "") and as an
 // injected clock would: each value is the one drainForm predicts, decodes to
 // the state the memory backend stores, and reads back alike from 4 hours
 // before it was written (a clock stepped back) to 20 hours after it (the
@@ -50,12 +51,14 @@ func TestDrainCodecLua(t *testing.T) {
 	srv := testenv.SharedRedis(t)
 	c := redis.NewClient(&redis.Options{Addr: srv.Addr})
 	t.Cleanup(func() { c.Close() })
-	script := luaCodec + `
+	// The codec as limits.lua calls it, and as generated scripts inline it.
+	loop := func(encode, decode string) string {
+		return `
 local out, i = {}, 2
 while i <= #ARGV do
   local now, nl, rate, life, at = tonumber(ARGV[i]), tonumber(ARGV[i + 1]), tonumber(ARGV[i + 2]), tonumber(ARGV[i + 3]), tonumber(ARGV[i + 4])
-  local v = drain_encode(now, nl, rate, life)
-  local t, l = drain_decode(v, at)
+  local v, t, l
+` + encode + decode + `
   out[#out + 1] = v
   out[#out + 1] = string.format('%d', t)
   out[#out + 1] = string.format('%d', l)
@@ -63,6 +66,12 @@ while i <= #ARGV do
 end
 return out
 `
+	}
+	scripts := map[string]string{
+		"functions": luaCodec + loop("v = drain_encode(now, nl, rate, life)\n", "t, l = drain_decode(v, at)\n"),
+		"inlined": codecHead + loop(inlineCall("drain_encode", "now, nl, rate, life", "v"),
+			inlineCall("drain_decode", "v, at", "t, l")),
+	}
 	rng := rand.New(rand.NewPCG(15, 2026))
 	rates := []int64{1, 7, 999, 10_000, 1_000_000, 30_000_000, 1 << 40}
 	lives := []int64{0, 1, int64(time.Hour / time.Microsecond), codecShortLife - 1, codecShortLife, lifeUnknown}
@@ -85,47 +94,49 @@ return out
 		cases = append(cases, tc{now, nl, rate, life, now + reads[rng.IntN(len(reads))]})
 	}
 	forms := map[string]int{}
-	for _, fake := range []bool{false, true} {
-		args := []any{""}
-		if fake {
-			args[0] = "1"
-		}
-		for _, k := range cases {
-			lifeArg := strconv.FormatInt(k.life, 10)
-			if k.life == lifeUnknown {
-				lifeArg = "1e300" // math.huge as limits.lua passes it
+	for form, script := range scripts {
+		for _, fake := range []bool{false, true} {
+			args := []any{""}
+			if fake {
+				args[0] = "1"
 			}
-			args = append(args, k.now, k.nl, k.rate, lifeArg, k.at)
-		}
-		out, err := c.Eval(ctx, script, nil, args...).StringSlice()
-		if err != nil {
-			t.Fatal(err)
-		}
-		for i, k := range cases {
-			v, wt, wl := drainForm(k.now, k.nl, k.rate, k.life, fake)
-			gt, _ := strconv.ParseInt(out[3*i+1], 10, 64)
-			gl, _ := strconv.ParseInt(out[3*i+2], 10, 64)
-			if out[3*i] != v || gt != wt || gl != wl {
-				t.Fatalf("fake %v %+v: wrote %q read (%s, %s), want %q (%d, %d)", fake, k, out[3*i], out[3*i+1], out[3*i+2], v, wt, wl)
+			for _, k := range cases {
+				lifeArg := strconv.FormatInt(k.life, 10)
+				if k.life == lifeUnknown {
+					lifeArg = "1e300" // math.huge as limits.lua passes it
+				}
+				args = append(args, k.now, k.nl, k.rate, lifeArg, k.at)
 			}
-			e := &backend.Entry{}
-			s := &spec{tag: 1, rate: k.rate}
-			s.drainCommit(e, k.now, k.nl, k.life)
-			if e.A != wt || e.B != wl {
-				t.Fatalf("%+v: memory stores (%d, %d), Redis (%d, %d)", k, e.A, e.B, wt, wl)
+			out, err := c.Eval(ctx, script, nil, args...).StringSlice()
+			if err != nil {
+				t.Fatal(err)
 			}
-			switch {
-			case strings.HasPrefix(v, "-"):
-				forms["short"]++
-			case strings.Contains(v, ":"):
-				forms["text"]++
-			default:
-				forms["long"]++
+			for i, k := range cases {
+				v, wt, wl := drainForm(k.now, k.nl, k.rate, k.life, fake)
+				gt, _ := strconv.ParseInt(out[3*i+1], 10, 64)
+				gl, _ := strconv.ParseInt(out[3*i+2], 10, 64)
+				if out[3*i] != v || gt != wt || gl != wl {
+					t.Fatalf("%s, fake %v %+v: wrote %q read (%s, %s), want %q (%d, %d)", form, fake, k, out[3*i], out[3*i+1], out[3*i+2], v, wt, wl)
+				}
+				e := &backend.Entry{}
+				s := &spec{tag: 1, rate: k.rate}
+				s.drainCommit(e, k.now, k.nl, k.life)
+				if e.A != wt || e.B != wl {
+					t.Fatalf("%+v: memory stores (%d, %d), Redis (%d, %d)", k, e.A, e.B, wt, wl)
+				}
+				switch {
+				case strings.HasPrefix(v, "-"):
+					forms["short"]++
+				case strings.Contains(v, ":"):
+					forms["text"]++
+				default:
+					forms["long"]++
+				}
 			}
 		}
 	}
 	for _, f := range []string{"long", "short", "text"} {
-		if forms[f] < 100 {
+		if forms[f] < 200 {
 			t.Errorf("only %d values in the %s form: %v", forms[f], f, forms)
 		}
 	}

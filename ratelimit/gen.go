@@ -67,25 +67,16 @@ func (c *genCache) get(specs []spec) *backend.Script {
 // the conformance suite holds to the memory backend's.
 func genSource(specs []spec) string {
 	var b strings.Builder
-	var drains, fixeds bool
 	names := make([]string, len(specs))
 	for i, s := range specs {
 		if s.kind == kindDrain {
-			drains = true
 			names[i] = fmt.Sprintf("drain %d/%dµs@%d delay %d", s.capacity, s.per, s.rate, s.delay)
 		} else {
-			fixeds = true
 			names[i] = fmt.Sprintf("fixed %d/%dµs", s.limit, s.window)
 		}
 	}
 	b.WriteString(generatedHead + strings.Join(names, ", ") + "\n")
-	cut := strings.Index(luaCodec, "-- A FixedWindow's value")
-	if drains {
-		b.WriteString(luaCodec[:cut])
-	}
-	if fixeds {
-		b.WriteString(luaCodec[cut:])
-	}
+	b.WriteString(codecHead)
 	b.WriteString(`local now = ARGV[1]
 if now == '' then
   local t = redis.call('TIME')
@@ -120,8 +111,7 @@ local life = 0
   local level = 0
   if v%[1]d then
     local t
-    t, level = drain_decode(v%[1]d, now)
-    local d = now - t
+%[6]s    local d = now - t
     if d > 0 then level = level - d * %[3]d end
     if level < 0 then level = 0 elseif level > %[2]d then level = %[2]d end
   end
@@ -133,7 +123,7 @@ local life = 0
   else
     r%[1]d, z%[1]d, l%[1]d = floor((%[2]d - nl) / %[4]d), ceil(nl / %[3]d), nl
     if z%[1]d > life then life = z%[1]d end
-`, k, full, rate, per, s.capacity)
+`, k, full, rate, per, s.capacity, inlineCall("drain_decode", fmt.Sprintf("v%d, now", k), "t, level"))
 			if s.delay >= 0 {
 				fmt.Fprintf(&b, `    if n > 0 then
       local ex = nl - %[2]d
@@ -146,36 +136,39 @@ local life = 0
 		}
 		fmt.Fprintf(&b, `local w%[1]d = floor(now / %[2]d)
 do
-  local c = 0
-  if v%[1]d then c = fixed_count(v%[1]d, w%[1]d) end
+  local fc = 0
+  if v%[1]d then
+%[4]s  end
   local left = (w%[1]d + 1) * %[2]d - now
-  if c > 0 then z%[1]d = left end
-  r%[1]d = %[3]d - c
+  if fc > 0 then z%[1]d = left end
+  r%[1]d = %[3]d - fc
   if n > %[3]d then
     s%[1]d, y%[1]d = -1, -1
-  elseif c + n > %[3]d then
+  elseif fc + n > %[3]d then
     s%[1]d, y%[1]d = 0, left
   else
-    r%[1]d, l%[1]d = %[3]d - c - n, c + n
-    if c + n > 0 then z%[1]d = left end
+    r%[1]d, l%[1]d = %[3]d - fc - n, fc + n
+    if fc + n > 0 then z%[1]d = left end
     if left > life then life = left end
   end
 end
-`, k, s.window, s.limit)
+`, k, s.window, s.limit, inlineCall("fixed_count", fmt.Sprintf("v%d, w%d", k, k), "fc"))
 	}
-	var ok, vals, reply []string
+	var ok, vals, enc, reply []string
 	for k, s := range specs {
 		k := k + 1
 		ok = append(ok, fmt.Sprintf("s%d == 1", k))
+		vals = append(vals, fmt.Sprintf("e%d", k))
 		if s.kind == kindDrain {
-			vals = append(vals, fmt.Sprintf("drain_encode(now, l%d, %d, life)", k, s.rate))
+			enc = append(enc, inlineCall("drain_encode", fmt.Sprintf("now, l%d, %d, life", k, s.rate), vals[k-1]))
 		} else {
-			vals = append(vals, fmt.Sprintf("fixed_encode(w%d, l%d)", k, k))
+			enc = append(enc, inlineCall("fixed_encode", fmt.Sprintf("w%d, l%d", k, k), vals[k-1]))
 		}
 		reply = append(reply, fmt.Sprintf("s%[1]d, r%[1]d, y%[1]d, z%[1]d, d%[1]d", k))
 	}
 	fmt.Fprintf(&b, "local ok = %s\n", strings.Join(ok, " and "))
-	fmt.Fprintf(&b, "if ok and n > 0 then\n  redis.call('SET', KEYS[1], %s, 'PX', ceil(life / 1000))\nend\n", strings.Join(vals, " .. ' ' .. "))
+	fmt.Fprintf(&b, "if ok and n > 0 then\nlocal %s\n%s", strings.Join(vals, ", "), strings.Join(enc, ""))
+	fmt.Fprintf(&b, "  redis.call('SET', KEYS[1], %s, 'PX', ceil(life / 1000))\nend\n", strings.Join(vals, " .. ' ' .. "))
 	if r == 1 {
 		b.WriteString("if ok then return {r1, z1, d1} end\nreturn {s1, r1, y1, z1}\n")
 	} else {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"math/rand/v2"
+	"strings"
 	"testing"
 	"time"
 
@@ -102,4 +103,45 @@ func TestGeneratedAndArgumentScriptsAgree(t *testing.T) {
 			}
 		}
 	}
+}
+
+// TestInlineCodec: the generator finds codec.lua's four functions, inlines
+// them so that no generated script defines a function (each definition costs
+// Redis a closure per call), and refuses what it cannot inline faithfully.
+func TestInlineCodec(t *testing.T) {
+	for _, name := range []string{"drain_decode", "drain_encode", "fixed_count", "fixed_encode"} {
+		if f, ok := codecFuncs[name]; !ok || len(f.body) == 0 || f.params == "" {
+			t.Errorf("codec.lua's %s: %+v, %v", name, f, ok)
+		}
+	}
+	if strings.Contains(codecHead, "function") {
+		t.Errorf("codec.lua's head keeps a function:\n%s", codecHead)
+	}
+	g, err := GCRA{Rate: 5, Per: time.Second, Burst: 2}.compile()
+	if err != nil {
+		t.Fatal(err)
+	}
+	f, err := FixedWindow{Limit: 5, Window: time.Minute}.compile()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if src := genSource([]spec{g, f}); strings.Contains(src, "function") || strings.Count(src, "repeat") != 4 {
+		t.Errorf("a generated script defines a function or lacks an inlined one:\n%s", src)
+	}
+	mustPanic := func(what string, f func()) {
+		t.Helper()
+		defer func() {
+			if recover() == nil {
+				t.Errorf("%s: no panic", what)
+			}
+		}()
+		f()
+	}
+	mustPanic("unknown function", func() { inlineCall("drain_nothing", "v", "x") })
+	mustPanic("an out named like a local", func() { inlineCall("drain_encode", "now, nl, rate, life", "sec") })
+	mustPanic("a function without end", func() { splitLua("local function f(x)\n  return x\n") })
+	_, funcs := splitLua("local K = 1\nlocal function f(x, y)\n  if x then return y end\n  return x -- comment\nend\n")
+	codecFuncs["zz_test"] = funcs["f"]
+	defer delete(codecFuncs, "zz_test")
+	mustPanic("a comment after a return", func() { inlineCall("zz_test", "1, 2", "o") })
 }
