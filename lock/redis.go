@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/floodgate-dev/floodgate/backend"
+	"github.com/floodgate-dev/floodgate/internal/luafunc"
 	"github.com/floodgate-dev/floodgate/lock/internal/cohort"
 )
 
@@ -35,33 +36,16 @@ type luaHelper struct {
 	call *regexp.Regexp // a call of it
 }
 
-// helpersOf splits common into its local functions, in order. A helper
-// starts after the previous one's end and ends at its first line "end" (or
-// on its own line when it is a one-liner ending with " end").
+// helpersOf returns the local functions of common, in order, each with the
+// comment before it (package luafunc).
 func helpersOf(common string) []luaHelper {
-	var (
-		out   []luaHelper
-		chunk strings.Builder
-		cur   string
-	)
-	for line := range strings.Lines(common) {
-		chunk.WriteString(line)
-		l := strings.TrimRight(line, "\n")
-		if cur == "" {
-			name, ok := strings.CutPrefix(l, "local function ")
-			if !ok {
-				continue
-			}
-			cur, _, _ = strings.Cut(name, "(")
-			if !strings.HasSuffix(l, " end") {
-				continue
-			}
-		} else if l != "end" {
-			continue
-		}
-		out = append(out, luaHelper{name: cur, src: chunk.String(), call: regexp.MustCompile(`\b` + cur + `\(`)})
-		chunk.Reset()
-		cur = ""
+	funcs, _, err := luafunc.Split(common)
+	if err != nil {
+		panic("lock: lua/common.lua: " + err.Error())
+	}
+	out := make([]luaHelper, len(funcs))
+	for i, f := range funcs {
+		out[i] = luaHelper{name: f.Name, src: f.Src, call: regexp.MustCompile(`\b` + f.Name + `\(`)}
 	}
 	return out
 }

@@ -110,7 +110,7 @@ func TestGeneratedAndArgumentScriptsAgree(t *testing.T) {
 // Redis a closure per call), and refuses what it cannot inline faithfully.
 func TestInlineCodec(t *testing.T) {
 	for _, name := range []string{"drain_decode", "drain_encode", "fixed_count", "fixed_encode"} {
-		if f, ok := codecFuncs[name]; !ok || len(f.body) == 0 || f.params == "" {
+		if f, ok := codecFuncs[name]; !ok || len(f.Body) == 0 || f.Params == "" {
 			t.Errorf("codec.lua's %s: %+v, %v", name, f, ok)
 		}
 	}
@@ -139,8 +139,8 @@ func TestInlineCodec(t *testing.T) {
 	}
 	mustPanic("unknown function", func() { inlineCall("drain_nothing", "v", "x") })
 	mustPanic("an out named like a local", func() { inlineCall("drain_encode", "now, nl, rate, life", "sec") })
-	mustPanic("a function without end", func() { splitLua("local function f(x)\n  return x\n") })
-	_, funcs := splitLua("local K = 1\nlocal function f(x, y)\n  if x then return y end\n  return x -- comment\nend\n")
+	mustPanic("a codec.lua whose function has no end", func() { splitCodec("local function f(x)\n  return x\n") })
+	_, funcs := splitCodec("local K = 1\nlocal function f(x, y)\n  if x then return y end\n  return x -- comment\nend\n")
 	codecFuncs["zz_test"] = funcs["f"]
 	defer delete(codecFuncs, "zz_test")
 	mustPanic("a comment after a return", func() { inlineCall("zz_test", "1, 2", "o") })

@@ -3,6 +3,8 @@ package ratelimit
 import (
 	"fmt"
 	"strings"
+
+	"github.com/floodgate-dev/floodgate/internal/luafunc"
 )
 
 // Generated scripts (gen.go) inline lua/codec.lua's functions instead of
@@ -10,48 +12,24 @@ import (
 // statements, and making those closures cost Redis about 0.2 µs per call,
 // with another 0.1 µs for the calls, about a tenth of a one-rule decision on
 // a hot key. codec.lua stays the one statement of the formats: limits.lua
-// calls its functions, and the generator copies their bodies from it.
-
-// luaFunc is a function of codec.lua: its parameters and its body, whose
-// return statements end their line or stand as "then return ... end".
-type luaFunc struct {
-	params string
-	body   []string
-}
+// calls its functions, and the generator copies their bodies from it. A
+// body's return statements must end their line or stand as
+// "then return ... end".
 
 // codecHead is codec.lua without its functions (its constants), and
-// codecFuncs its functions by name.
-var codecHead, codecFuncs = splitLua(luaCodec)
+// codecFuncs its functions by name (package luafunc).
+var codecHead, codecFuncs = splitCodec(luaCodec)
 
-// splitLua separates the top-level `local function name(params)` ... `end`
-// blocks of src from the rest.
-func splitLua(src string) (string, map[string]luaFunc) {
-	var head strings.Builder
-	funcs := map[string]luaFunc{}
-	var name string
-	var fn luaFunc
-	for _, line := range strings.SplitAfter(src, "\n") {
-		switch {
-		case name != "" && strings.TrimRight(line, "\n") == "end":
-			funcs[name] = fn
-			name = ""
-		case name != "":
-			fn.body = append(fn.body, strings.TrimRight(line, "\n"))
-		case strings.HasPrefix(line, "local function "):
-			sig := strings.TrimSpace(strings.TrimPrefix(line, "local function "))
-			open, end := strings.IndexByte(sig, '('), strings.LastIndexByte(sig, ')')
-			if open < 0 || end < open {
-				panic("ratelimit: codec.lua: cannot read " + line)
-			}
-			name, fn = sig[:open], luaFunc{params: sig[open+1 : end]}
-		default:
-			head.WriteString(line)
-		}
+func splitCodec(src string) (string, map[string]luafunc.Func) {
+	funcs, head, err := luafunc.Split(src)
+	if err != nil {
+		panic("ratelimit: lua/codec.lua: " + err.Error())
 	}
-	if name != "" {
-		panic("ratelimit: codec.lua: function " + name + " has no end")
+	byName := make(map[string]luafunc.Func, len(funcs))
+	for _, f := range funcs {
+		byName[f.Name] = f
 	}
-	return head.String(), funcs
+	return head, byName
 }
 
 // inlineCall writes Lua that does `outs = name(args)` for codec.lua's
@@ -64,8 +42,8 @@ func inlineCall(name, args, outs string) string {
 		panic("ratelimit: codec.lua has no function " + name)
 	}
 	var b strings.Builder
-	fmt.Fprintf(&b, "do\nlocal %s = %s\nrepeat\n", fn.params, args)
-	for _, line := range fn.body {
+	fmt.Fprintf(&b, "do\nlocal %s = %s\nrepeat\n", fn.Params, args)
+	for _, line := range fn.Body {
 		for _, out := range strings.Split(outs, ",") {
 			if strings.Contains(line, "local "+strings.TrimSpace(out)) {
 				panic("ratelimit: codec.lua: " + name + " has a local named like its out " + out)
