@@ -103,15 +103,19 @@ func (m *memory) now() int64 {
 }
 
 // start is the time the package was initialised, with its monotonic
-// reading.
-var start, startMicros = func() (time.Time, int64) { t := time.Now(); return t, Micros(t) }()
+// reading, and startNanos its wall clock reading in ns since the epoch.
+var start, startNanos = func() (time.Time, int64) { t := time.Now(); return t, t.UnixNano() }()
 
 // monoMicros is the memory backend's own time, in µs since the epoch: the
-// wall clock at start plus the monotonic clock's time since. A step of the
-// wall clock (NTP, an operator) neither resets a window nor freezes a bucket
-// of the process's state, which no other process shares, and reading it is
-// one clock read, where time.Now is two.
-func monoMicros() int64 { return startMicros + int64(time.Since(start)/time.Microsecond) }
+// wall clock at start plus the monotonic clock's time since, truncated once,
+// so that it reads as time.Now().UnixMicro() would while the wall clock is
+// not stepped (truncating the start and the time since separately made it
+// trail time.Now by up to 2µs, and a job enqueued with Delay(d) came due
+// before time.Now()+d). A step of the wall clock (NTP, an operator) neither
+// resets a window nor freezes a bucket of the process's state, which no
+// other process shares, and reading it is one clock read, where time.Now is
+// two.
+func monoMicros() int64 { return (startNanos + int64(time.Since(start))) / int64(time.Microsecond) }
 
 // Close stops the janitor. The state stays usable; expired entries are then
 // only replaced or evicted, not swept. Close is idempotent and returns nil.
