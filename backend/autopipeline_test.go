@@ -15,7 +15,9 @@ import (
 
 	"github.com/floodgate-dev/floodgate/backend"
 	"github.com/floodgate-dev/floodgate/internal/backendtest"
+	"github.com/floodgate-dev/floodgate/internal/redisstore"
 	"github.com/floodgate-dev/floodgate/internal/testenv"
+	"github.com/floodgate-dev/floodgate/internal/unwrap"
 )
 
 // scriptCounter is a go-redis hook that counts how script commands (EVALSHA,
@@ -102,7 +104,7 @@ func concurrently(goroutines, calls int, f func(g, i int)) {
 
 // autoPipeScript returns per-key counts, the argument doubled, a nil and a
 // string, so that replies of every kind are compared.
-var autoPipeScript = backend.NewScript(`
+var autoPipeScript = redisstore.NewScript(`
 local n = redis.call('INCR', KEYS[1])
 redis.call('PEXPIRE', KEYS[1], 60000)
 return {n, tonumber(ARGV[1]) * 2, redis.call('GET', KEYS[1] .. ':none'), KEYS[1]}`)
@@ -120,17 +122,18 @@ func TestAutoPipelineSameResults(t *testing.T) {
 		h := &scriptCounter{}
 		c.AddHook(h)
 		prefix := backendtest.UniquePrefix()
-		r := backend.NewRedis(c, append(opts, backend.WithPrefix(prefix))...)
+		r := backendtest.NewRedis(t, c, append(opts, backend.WithPrefix(prefix))...)
+		rs := unwrap.Redis(r)
 		got := make([][]string, goroutines)
 		ctx := context.Background()
 		concurrently(goroutines, calls, func(g, i int) {
-			key := r.Key(fmt.Sprint("g", g), "n")
+			key := rs.Key(fmt.Sprint("g", g), "n")
 			var reply any
 			var err error
 			if i%2 == 0 {
-				reply, err = r.Run(ctx, autoPipeScript, []string{key}, []string{fmt.Sprint(i)})
+				reply, err = rs.Run(ctx, autoPipeScript, []string{key}, []string{fmt.Sprint(i)})
 			} else {
-				reply, err = r.RunArgs(ctx, autoPipeScript, []string{key}, []any{i})
+				reply, err = rs.RunArgs(ctx, autoPipeScript, []string{key}, []any{i})
 			}
 			if err != nil {
 				t.Errorf("goroutine %d call %d: %v", g, i, err)
@@ -186,10 +189,11 @@ func TestAutoPipelineContext(t *testing.T) {
 	c := redis.NewClient(&redis.Options{Addr: p.Addr(), ReadTimeout: 5 * time.Second, WriteTimeout: 5 * time.Second})
 	defer c.Close()
 	defer p.Resume() // before Close, which lets the stalled batch finish
-	r := backend.NewRedis(c, backend.WithPrefix(backendtest.UniquePrefix()))
-	s := backend.NewScript("return redis.call('INCR', KEYS[1])")
-	key := r.Key("ctx", "n")
-	if _, err := r.Run(context.Background(), s, []string{key}, nil); err != nil {
+	r := backendtest.NewRedis(t, c, backend.WithPrefix(backendtest.UniquePrefix()))
+	rs := unwrap.Redis(r)
+	s := redisstore.NewScript("return redis.call('INCR', KEYS[1])")
+	key := rs.Key("ctx", "n")
+	if _, err := rs.Run(context.Background(), s, []string{key}, nil); err != nil {
 		t.Fatal(err)
 	}
 
@@ -210,7 +214,7 @@ func TestAutoPipelineContext(t *testing.T) {
 			}
 			defer cancel()
 			start := time.Now()
-			_, errs[g] = r.Run(ctx, s, []string{key}, nil)
+			_, errs[g] = rs.Run(ctx, s, []string{key}, nil)
 			took[g] = time.Since(start)
 		})
 	}
@@ -230,14 +234,14 @@ func TestAutoPipelineContext(t *testing.T) {
 	// A context that has already ended: nothing is sent.
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
-	if _, err := r.Run(ctx, s, []string{key}, nil); !errors.Is(err, context.Canceled) {
+	if _, err := rs.Run(ctx, s, []string{key}, nil); !errors.Is(err, context.Canceled) {
 		t.Errorf("call with an ended context: %v", err)
 	}
 
 	p.Resume()
 	ctx, cancel = context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	if _, err := r.Run(ctx, s, []string{key}, nil); err != nil {
+	if _, err := rs.Run(ctx, s, []string{key}, nil); err != nil {
 		t.Fatalf("after Resume: %v", err)
 	}
 }
@@ -252,9 +256,9 @@ func TestAutoPipelineNoScript(t *testing.T) {
 	h := &scriptCounter{}
 	c.AddHook(h)
 	prefix := backendtest.UniquePrefix()
-	r := backend.NewRedis(c, backend.WithPrefix(prefix))
+	r := backendtest.NewRedis(t, c, backend.WithPrefix(prefix))
 	// A script of its own, so that no other test has it cached.
-	s := backend.NewScript("-- " + prefix + "\nreturn tonumber(ARGV[1]) + 1")
+	s := redisstore.NewScript("-- " + prefix + "\nreturn tonumber(ARGV[1]) + 1")
 	ctx := context.Background()
 	stop := make(chan struct{})
 	var flushes atomic.Int64
@@ -274,7 +278,7 @@ func TestAutoPipelineNoScript(t *testing.T) {
 		}
 	})
 	concurrently(32, 100, func(g, i int) {
-		reply, err := r.RunArgs(ctx, s, nil, []any{g*1000 + i})
+		reply, err := unwrap.Redis(r).RunArgs(ctx, s, nil, []any{g*1000 + i})
 		if err != nil {
 			t.Errorf("goroutine %d call %d: %v", g, i, err)
 		} else if reply != int64(g*1000+i+1) {
@@ -300,8 +304,8 @@ func TestAutoPipelineErrorsPerCall(t *testing.T) {
 	defer c.Close()
 	h := &scriptCounter{}
 	c.AddHook(h)
-	r := backend.NewRedis(c, backend.WithPrefix(backendtest.UniquePrefix()))
-	s := backend.NewScript(`
+	r := backendtest.NewRedis(t, c, backend.WithPrefix(backendtest.UniquePrefix()))
+	s := redisstore.NewScript(`
 if ARGV[1] == 'boom' then return redis.error_reply('boom') end
 if ARGV[1] == 'crash' then return redis.call('NOSUCHCOMMAND') end
 if ARGV[1] == 'nil' then return nil end
@@ -318,7 +322,7 @@ return ARGV[1]`)
 		case 5:
 			arg = "nil"
 		}
-		reply, err := r.Run(ctx, s, nil, []string{arg})
+		reply, err := unwrap.Redis(r).Run(ctx, s, nil, []string{arg})
 		switch arg {
 		case "boom", "crash":
 			failed.Add(1)
@@ -352,20 +356,21 @@ func TestAutoPipelineCluster(t *testing.T) {
 	defer cc.Close()
 	h := &scriptCounter{}
 	cc.OnNewNode(func(n *redis.Client) { n.AddHook(h) })
-	r := backend.NewRedis(cc, backend.WithPrefix(backendtest.UniquePrefix()))
-	s := backend.NewScript("return redis.call('INCR', KEYS[1])")
+	r := backendtest.NewRedis(t, cc, backend.WithPrefix(backendtest.UniquePrefix()))
+	rs := unwrap.Redis(r)
+	s := redisstore.NewScript("return redis.call('INCR', KEYS[1])")
 
 	// 48 tags over every master; the slot of the first, t0, will move.
-	src, err := cl.MasterOf(ctx, r.Slot("t0"))
+	src, err := cl.MasterOf(ctx, rs.Slot("t0"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	slot := r.Slot("t0")
+	slot := rs.Slot("t0")
 	tags := []string{"t0"}
 	masters := map[string]bool{}
 	for i := 1; len(tags) < 48; i++ {
 		tag := fmt.Sprint("t", i)
-		m, err := cl.MasterOf(ctx, r.Slot(tag))
+		m, err := cl.MasterOf(ctx, rs.Slot(tag))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -375,7 +380,7 @@ func TestAutoPipelineCluster(t *testing.T) {
 	// Fresh keys in the moving slot, for the ASK phase: absent on the source.
 	var fresh []string
 	for i := 0; len(fresh) < 4; i++ {
-		if tag := fmt.Sprint("f", i); r.Slot(tag) == slot {
+		if tag := fmt.Sprint("f", i); rs.Slot(tag) == slot {
 			fresh = append(fresh, tag)
 		}
 	}
@@ -396,7 +401,7 @@ func TestAutoPipelineCluster(t *testing.T) {
 		t.Helper()
 		concurrently(16, 3*len(tags), func(g, i int) {
 			tag := tags[(g+i)%len(tags)]
-			reply, err := r.Run(ctx, s, []string{r.Key(tag, "n")}, nil)
+			reply, err := rs.Run(ctx, s, []string{rs.Key(tag, "n")}, nil)
 			if err != nil {
 				t.Errorf("%s: %s: %v", phase, tag, err)
 				return
@@ -467,7 +472,7 @@ func TestAutoPipelineCluster(t *testing.T) {
 	}
 	for tag, want := range calls {
 		if counts[tag] != want {
-			t.Errorf("%s (slot %d): count %d, want %d", tag, r.Slot(tag), counts[tag], want)
+			t.Errorf("%s (slot %d): count %d, want %d", tag, rs.Slot(tag), counts[tag], want)
 		}
 	}
 	t.Logf("slot %d moved from %s to %s: %d ASK and %d MOVED replies followed; %d pipelines carrying %d commands",
@@ -494,7 +499,7 @@ func nodeID(t *testing.T, addr string) string {
 
 // intsScript answers an array of integers of every form a script's reply
 // may hold: an integer, a Redis nil (false), an integer in a string.
-var intsScript = backend.NewScript(`
+var intsScript = redisstore.NewScript(`
 local n = redis.call('INCR', KEYS[1])
 redis.call('PEXPIRE', KEYS[1], 60000)
 return {n, redis.call('GET', KEYS[1] .. ':none'), tostring(tonumber(ARGV[1]) * 3), -tonumber(ARGV[1])}`)
@@ -532,27 +537,27 @@ func TestRunIntsGoRedis(t *testing.T) {
 	defer wrapper.Close()
 	prefix := backendtest.UniquePrefix()
 	backends := map[string]*backend.Redis{
-		"autopipelined": backend.NewRedis(c, backend.WithPrefix(prefix)),
-		"plain":         backend.NewRedis(c, backend.WithPrefix(prefix), backend.WithoutAutoPipeline()),
-		"wrapper":       backend.NewRedis(wrapper, backend.WithPrefix(prefix)),
+		"autopipelined": backendtest.NewRedis(t, c, backend.WithPrefix(prefix)),
+		"plain":         backendtest.NewRedis(t, c, backend.WithPrefix(prefix), backend.WithoutAutoPipeline()),
+		"wrapper":       backendtest.NewRedis(t, wrapper, backend.WithPrefix(prefix)),
 	}
 	for name, r := range backends {
 		if err := c.ScriptFlush(ctx).Err(); err != nil {
 			t.Fatal(err)
 		}
 		concurrently(32, 40, func(g, i int) {
-			key := r.Key(fmt.Sprint(name, g), "n")
-			got, err := r.RunInts(ctx, intsScript, []string{key}, []any{i}, 4)
+			key := unwrap.Redis(r).Key(fmt.Sprint(name, g), "n")
+			got, err := unwrap.Redis(r).RunInts(ctx, intsScript, []string{key}, []any{i}, 4)
 			if err != nil {
 				t.Errorf("%s: goroutine %d call %d: %v", name, g, i, err)
 				return
 			}
-			reply, err := r.RunArgs(ctx, intsScript, []string{key}, []any{i})
+			reply, err := unwrap.Redis(r).RunArgs(ctx, intsScript, []string{key}, []any{i})
 			if err != nil {
 				t.Errorf("%s: goroutine %d call %d: RunArgs: %v", name, g, i, err)
 				return
 			}
-			want, err := backend.ReplyInts(reply, 4)
+			want, err := redisstore.ReplyInts(reply, 4)
 			if err != nil {
 				t.Errorf("%s: goroutine %d call %d: %v", name, g, i, err)
 				return
@@ -562,7 +567,7 @@ func TestRunIntsGoRedis(t *testing.T) {
 				t.Errorf("%s: goroutine %d call %d: RunInts %v, ReplyInts %v", name, g, i, got, want)
 			}
 		})
-		if _, err := r.RunInts(ctx, intsScript, []string{r.Key(name, "n")}, []any{1}, 3); err == nil || !strings.Contains(err.Error(), "4 elements, want 3") {
+		if _, err := unwrap.Redis(r).RunInts(ctx, intsScript, []string{unwrap.Redis(r).Key(name, "n")}, []any{1}, 3); err == nil || !strings.Contains(err.Error(), "4 elements, want 3") {
 			t.Errorf("%s: a reply of 4 elements where 3 are wanted: %v", name, err)
 		}
 	}
@@ -590,7 +595,8 @@ func TestDirectScriptsArePlain(t *testing.T) {
 	defer c.Close()
 	h := &scriptCounter{}
 	c.AddHook(h)
-	r := backend.NewRedis(c, backend.WithPrefix(backendtest.UniquePrefix()))
+	r := backendtest.NewRedis(t, c, backend.WithPrefix(backendtest.UniquePrefix()))
+	rs := unwrap.Redis(r)
 	ctx := context.Background()
 	for _, direct := range []bool{true, false} {
 		s := intsScript
@@ -602,12 +608,12 @@ func TestDirectScriptsArePlain(t *testing.T) {
 		}
 		before := h.inBatches.Load()
 		concurrently(32, 40, func(g, i int) {
-			key := r.Key(fmt.Sprint("direct", direct, g), "n")
-			got, err := r.RunInts(ctx, s, []string{key}, []any{i}, 4)
+			key := rs.Key(fmt.Sprint("direct", direct, g), "n")
+			got, err := rs.RunInts(ctx, s, []string{key}, []any{i}, 4)
 			if err != nil || got[0] != int64(2*i+1) || got[2] != int64(3*i) {
 				t.Errorf("direct=%v goroutine %d call %d: %v %v", direct, g, i, got, err)
 			}
-			if _, err := r.RunArgs(ctx, s, []string{key}, []any{i}); err != nil {
+			if _, err := rs.RunArgs(ctx, s, []string{key}, []any{i}); err != nil {
 				t.Errorf("direct=%v goroutine %d call %d: %v", direct, g, i, err)
 			}
 		})

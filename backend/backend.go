@@ -5,8 +5,10 @@
 // Redis server (standalone, Sentinel or Cluster). Every primitive behaves the
 // same on both; a shared conformance suite checks it on a fake clock.
 //
-// Primitives (ratelimit, lock, ...) use the lower-level methods of *Memory and
-// *Redis directly; applications only construct a backend and pass it on.
+// Applications construct a backend (NewMemory, NewRedis, or
+// rueidisadapter.New) and pass it to the primitives (ratelimit, lock,
+// counter, ...); Stats and Close are the only other calls they make. The
+// tables, scripts and keys the primitives run on are internal to floodgate.
 package backend
 
 import (
@@ -86,10 +88,10 @@ func WithPrefix(p string) Option {
 // different clocks would disagree. On Memory the default is time.Now.
 func WithClock(c clock.Clock) Option { return func(cfg *config) { cfg.clock = c } }
 
-// WithoutAutoPipeline makes a Redis backend over a go-redis client (NewRedis,
-// NewRedisE) send every script call on its own instead of through the
-// client's autopipeliner, which NewRedis uses by default (see NewRedisE). It
-// has no effect on rueidis, which always pipelines, nor on Memory.
+// WithoutAutoPipeline makes a Redis backend over a go-redis client (NewRedis)
+// send every script call on its own instead of through the client's
+// autopipeliner, which NewRedis uses by default (see NewRedis). It has no
+// effect on rueidis, which always pipelines, nor on Memory.
 func WithoutAutoPipeline() Option { return func(c *config) { c.noAutoPipe = true } }
 
 // WithSweepInterval sets how often Memory's janitor removes expired entries
@@ -125,11 +127,13 @@ const DefaultMaxBytes = 128 << 20
 // (default DefaultMaxBytes; 0 also means the default; n < 0 means unbounded).
 // It has no effect on Redis (bound Redis with maxmemory).
 //
-// Every entry is estimated as EntryOverhead + its key's length (rounded as
-// the allocator rounds it) + its Value's size (Sizer, or ValueBytes). When a
-// shard of an evictable table (Memory.EvictableTable: rate limit state) is
-// unlocked over its share of the bound, it evicts. Each eviction looks at a
-// sample of the shard's entries, as Redis's allkeys-lru does: it forgets
+// Every entry is estimated as a fixed overhead (128 bytes: the entry and its
+// share of its map, as measured) + its key's length (rounded as the
+// allocator rounds it) + the size of its value (measured by primitives whose
+// values vary in size, 64 bytes for the others). When a shard of an
+// evictable table (rate limit state) is changed while over its share of the
+// bound, it evicts. Each eviction looks at a sample of the shard's entries,
+// as Redis's allkeys-lru does: it forgets
 // those that have expired first, which costs nothing, then the least recently
 // used of them, which costs its state: that key starts afresh, so a client
 // that was being limited gets a fresh budget early. That is the price of not
@@ -145,10 +149,10 @@ const DefaultMaxBytes = 128 << 20
 //
 // Slack: evictable tables share what non-evictable state leaves of n, split
 // evenly between their shards (WithShards), and each shard is back within its
-// share when it is unlocked, so their total stays within it, with two
-// exceptions. Unlock never evicts the entries used while the shard was locked,
-// so a single entry larger than its shard's share (n/shards) stays until
-// another key of its shard is used. And the room left by non-evictable state
+// share after every change, so their total stays within it, with two
+// exceptions. A change never evicts the entries it used, so a single entry
+// larger than its shard's share (n/shards) stays until another key of its
+// shard is used. And the room left by non-evictable state
 // is re-read only by Sweep (every sweep interval) and Stats.
 func WithMaxBytes(n int64) Option {
 	return func(c *config) {
@@ -162,8 +166,3 @@ func WithMaxBytes(n int64) Option {
 		}
 	}
 }
-
-// Micros converts t to integer microseconds since the Unix epoch, the unit of
-// time of every script and state record. The range covers years 1970 to 2255
-// with exact integers in Lua's doubles (below 2^53).
-func Micros(t time.Time) int64 { return t.UnixMicro() }

@@ -15,7 +15,11 @@ import (
 
 	"github.com/floodgate-dev/floodgate/backend"
 	"github.com/floodgate-dev/floodgate/clock"
+	"github.com/floodgate-dev/floodgate/internal/backendtest"
+	"github.com/floodgate-dev/floodgate/internal/memstore"
+	"github.com/floodgate-dev/floodgate/internal/redisstore"
 	"github.com/floodgate-dev/floodgate/internal/testenv"
+	"github.com/floodgate-dev/floodgate/internal/unwrap"
 	"github.com/floodgate-dev/floodgate/ratelimit"
 )
 
@@ -34,7 +38,8 @@ func TestCheckKey(t *testing.T) {
 }
 
 func TestRedisKeyHashTag(t *testing.T) {
-	r := backend.NewRedis(redis.NewClient(&redis.Options{Addr: "127.0.0.1:1"}), backend.WithPrefix("app"))
+	r := backendtest.NewRedis(t, redis.NewClient(&redis.Options{Addr: "127.0.0.1:1"}), backend.WithPrefix("app"))
+	rs := unwrap.Redis(r)
 	cases := map[string]string{
 		"alice": "app:{alice}:s",
 		"}x":    "app:{%7Dx}:s",
@@ -42,21 +47,21 @@ func TestRedisKeyHashTag(t *testing.T) {
 		"%7D":   "app:{%257D}:s",
 	}
 	for tag, want := range cases {
-		if got := r.Key(tag, "s"); got != want {
+		if got := rs.Key(tag, "s"); got != want {
 			t.Errorf("Key(%q) = %q, want %q", tag, got, want)
 		}
 	}
-	if _, err := backend.NewRedisE(redis.NewClient(&redis.Options{}), backend.WithPrefix("a{b")); err == nil {
+	if _, err := backend.NewRedis(redis.NewClient(&redis.Options{}), backend.WithPrefix("a{b")); err == nil {
 		t.Error("a prefix with a brace was accepted")
 	}
-	if _, err := backend.NewRedisE(nil); err == nil {
+	if _, err := backend.NewRedis(nil); err == nil {
 		t.Error("a nil client was accepted")
 	}
-	if r.NowArg() != "" {
-		t.Errorf("without an injected clock scripts must call TIME, got now=%q", r.NowArg())
+	if rs.NowArg() != "" {
+		t.Errorf("without an injected clock scripts must call TIME, got now=%q", rs.NowArg())
 	}
 	fk := clock.NewFake(time.UnixMicro(1234567))
-	if got := backend.NewRedis(redis.NewClient(&redis.Options{}), backend.WithClock(fk)).NowArg(); got != "1234567" {
+	if got := unwrap.Redis(backendtest.NewRedis(t, redis.NewClient(&redis.Options{}), backend.WithClock(fk))).NowArg(); got != "1234567" {
 		t.Errorf("NowArg with a fake clock = %q", got)
 	}
 }
@@ -65,14 +70,15 @@ func TestScriptNoScriptFallback(t *testing.T) {
 	srv := testenv.SharedRedis(t)
 	c := redis.NewClient(&redis.Options{Addr: srv.Addr})
 	defer c.Close()
-	r := backend.NewRedis(c)
-	s := backend.NewScript("return {tonumber(ARGV[1]) + 1, KEYS[1]}")
+	r := backendtest.NewRedis(t, c)
+	rs := unwrap.Redis(r)
+	s := redisstore.NewScript("return {tonumber(ARGV[1]) + 1, KEYS[1]}")
 	ctx := context.Background()
 	for range 2 {
 		if err := c.ScriptFlush(ctx).Err(); err != nil {
 			t.Fatal(err)
 		}
-		reply, err := r.Run(ctx, s, []string{"k"}, []string{"41"})
+		reply, err := rs.Run(ctx, s, []string{"k"}, []string{"41"})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -81,10 +87,10 @@ func TestScriptNoScriptFallback(t *testing.T) {
 			t.Fatalf("reply %v", arr)
 		}
 	}
-	if _, err := r.Run(ctx, backend.NewScript("return redis.error_reply('boom')"), nil, nil); err == nil || !strings.Contains(err.Error(), "boom") {
+	if _, err := rs.Run(ctx, redisstore.NewScript("return redis.error_reply('boom')"), nil, nil); err == nil || !strings.Contains(err.Error(), "boom") {
 		t.Errorf("error reply: %v", err)
 	}
-	if reply, err := r.Run(ctx, backend.NewScript("return nil"), nil, nil); err != nil || reply != nil {
+	if reply, err := rs.Run(ctx, redisstore.NewScript("return nil"), nil, nil); err != nil || reply != nil {
 		t.Errorf("nil reply: %v %v", reply, err)
 	}
 }
@@ -92,8 +98,9 @@ func TestScriptNoScriptFallback(t *testing.T) {
 func TestMemorySweep(t *testing.T) {
 	fk := clock.NewFake(time.Unix(1_700_000_000, 0))
 	m := backend.NewMemory(backend.WithClock(fk), backend.WithSweepInterval(time.Hour))
+	ms := unwrap.Memory(m)
 	defer m.Close()
-	tb := m.Table("t")
+	tb := ms.Table("t")
 	now := tb.NowMicros()
 	for i := range 1000 {
 		key := "k" + string(rune('a'+i%26)) + strings.Repeat("x", i%7) + string(rune(i))
@@ -103,10 +110,10 @@ func TestMemorySweep(t *testing.T) {
 		if i%2 == 0 {
 			exp = 0 // never
 		}
-		sh.Put(key, &backend.Entry{Expires: exp})
+		sh.Put(key, &memstore.Entry{Expires: exp})
 		sh.Unlock()
 	}
-	if n := m.Len(); n != 1000 {
+	if n := ms.Len(); n != 1000 {
 		t.Fatalf("Len = %d", n)
 	}
 	if n := m.Sweep(); n != 0 {
@@ -116,7 +123,7 @@ func TestMemorySweep(t *testing.T) {
 	if n := m.Sweep(); n != 500 {
 		t.Fatalf("swept %d at expiry, want 500", n)
 	}
-	if n := m.Len(); n != 500 {
+	if n := ms.Len(); n != 500 {
 		t.Fatalf("Len after sweep = %d", n)
 	}
 }
@@ -124,6 +131,7 @@ func TestMemorySweep(t *testing.T) {
 func TestMemoryJanitorBoundsIdleKeys(t *testing.T) {
 	fk := clock.NewFake(time.Unix(1_700_000_000, 0))
 	m := backend.NewMemory(backend.WithClock(fk), backend.WithSweepInterval(20*time.Millisecond))
+	ms := unwrap.Memory(m)
 	defer m.Close()
 	lim, err := ratelimit.New(m, ratelimit.GCRA{Rate: 100, Per: time.Second, Burst: 1})
 	if err != nil {
@@ -134,16 +142,16 @@ func TestMemoryJanitorBoundsIdleKeys(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if n := m.Len(); n != 10000 {
+	if n := ms.Len(); n != 10000 {
 		t.Fatalf("Len = %d, want 10000", n)
 	}
 	// Each key's state is worthless 10ms after its call; the janitor removes it.
 	fk.Advance(time.Second)
 	deadline := time.Now().Add(5 * time.Second)
-	for m.Len() > 0 && time.Now().Before(deadline) {
+	for ms.Len() > 0 && time.Now().Before(deadline) {
 		time.Sleep(10 * time.Millisecond)
 	}
-	if n := m.Len(); n != 0 {
+	if n := ms.Len(); n != 0 {
 		t.Fatalf("%d idle keys left after their expiry", n)
 	}
 }
@@ -152,7 +160,7 @@ func TestSentinelFailover(t *testing.T) {
 	s := testenv.SharedSentinel(t)
 	c := redis.NewFailoverClient(&redis.FailoverOptions{MasterName: s.MasterName, SentinelAddrs: s.SentinelAddrs})
 	defer c.Close()
-	lim, err := ratelimit.New(backend.NewRedis(c, backend.WithPrefix(fmt.Sprintf("failover%d", time.Now().UnixNano()))), ratelimit.TokenBucket{Capacity: 10, Refill: 1, Every: time.Hour})
+	lim, err := ratelimit.New(backendtest.NewRedis(t, c, backend.WithPrefix(fmt.Sprintf("failover%d", time.Now().UnixNano()))), ratelimit.TokenBucket{Capacity: 10, Refill: 1, Every: time.Hour})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -190,23 +198,24 @@ func TestSubscribePublish(t *testing.T) {
 	srv := testenv.SharedRedis(t)
 	c := redis.NewClient(&redis.Options{Addr: srv.Addr})
 	defer c.Close()
-	r := backend.NewRedis(c)
+	r := backendtest.NewRedis(t, c)
+	rs := unwrap.Redis(r)
 	defer r.Close()
 	ctx := context.Background()
-	a, err := r.Subscribe(ctx, "ch1")
+	a, err := rs.Subscribe(ctx, "ch1")
 	if err != nil {
 		t.Fatal(err)
 	}
-	b, _ := r.Subscribe(ctx, "ch1")
-	other, _ := r.Subscribe(ctx, "ch2")
+	b, _ := rs.Subscribe(ctx, "ch1")
+	other, _ := rs.Subscribe(ctx, "ch2")
 	// Subscribe returns before Redis confirms; publish until both receive.
-	got := map[*backend.Subscription]string{}
+	got := map[*redisstore.Subscription]string{}
 	deadline := time.Now().Add(5 * time.Second)
 	for len(got) < 2 && time.Now().Before(deadline) {
-		if err := r.Publish(ctx, "ch1", "hello"); err != nil {
+		if err := rs.Publish(ctx, "ch1", "hello"); err != nil {
 			t.Fatal(err)
 		}
-		for _, s := range []*backend.Subscription{a, b} {
+		for _, s := range []*redisstore.Subscription{a, b} {
 			select {
 			case m := <-s.C:
 				got[s] = m
@@ -244,13 +253,13 @@ func TestMemorySweepReturnsMemory(t *testing.T) {
 		return ms.HeapAlloc
 	}
 	before := heap()
-	tb := m.Table("t")
+	tb := unwrap.Memory(m).Table("t")
 	exp := tb.NowMicros() + 1
 	for i := range 200_000 {
 		key := strconv.Itoa(i)
 		sh := tb.Shard(key)
 		sh.Lock()
-		sh.Put(key, &backend.Entry{Expires: exp})
+		sh.Put(key, &memstore.Entry{Expires: exp})
 		sh.Unlock()
 	}
 	full := heap()

@@ -13,7 +13,9 @@ import (
 
 	"github.com/floodgate-dev/floodgate/backend"
 	"github.com/floodgate-dev/floodgate/internal/backendtest"
+	"github.com/floodgate-dev/floodgate/internal/redisstore"
 	"github.com/floodgate-dev/floodgate/internal/testenv"
+	"github.com/floodgate-dev/floodgate/internal/unwrap"
 	"github.com/floodgate-dev/floodgate/lock"
 	"github.com/floodgate-dev/floodgate/ratelimit"
 )
@@ -53,7 +55,8 @@ func TestClusterFailoverGoRedisDefaults(t *testing.T) {
 	defer cancel()
 	cc := redis.NewClusterClient(&redis.ClusterOptions{Addrs: c.Addrs, ContextTimeoutEnabled: true})
 	defer cc.Close()
-	b := backend.NewRedis(cc, backend.WithPrefix(backendtest.UniquePrefix()))
+	b := backendtest.NewRedis(t, cc, backend.WithPrefix(backendtest.UniquePrefix()))
+	bs := unwrap.Redis(b)
 	lim, err := ratelimit.New(b, ratelimit.GCRA{Rate: 1_000_000, Per: time.Second, Burst: 1_000_000})
 	if err != nil {
 		t.Fatal(err)
@@ -65,7 +68,7 @@ func TestClusterFailoverGoRedisDefaults(t *testing.T) {
 	keys := make([]string, ranges)
 	for i, found := 0, 0; found < ranges; i++ {
 		k := fmt.Sprint("fo", i)
-		if r := b.Slot(k) * ranges / backend.Slots; keys[r] == "" {
+		if r := bs.Slot(k) * ranges / redisstore.Slots; keys[r] == "" {
 			keys[r] = k
 			found++
 		}
@@ -75,7 +78,7 @@ func TestClusterFailoverGoRedisDefaults(t *testing.T) {
 		t.Fatal(err)
 	}
 	masterOf := func(tag string) *testenv.Redis {
-		s := b.Slot(tag)
+		s := bs.Slot(tag)
 		for _, r := range slots {
 			if r.From <= s && s <= r.To {
 				return r.Master
@@ -98,7 +101,7 @@ func TestClusterFailoverGoRedisDefaults(t *testing.T) {
 			lockName = n
 		}
 	}
-	t.Logf("victim %s (slot %d) holds %d of %d keys and lock %q", victim.Addr, b.Slot(keys[0]), nVictim, len(keys), lockName)
+	t.Logf("victim %s (slot %d) holds %d of %d keys and lock %q", victim.Addr, bs.Slot(keys[0]), nVictim, len(keys), lockName)
 
 	// Decisions from 4 workers, each over all keys, until stop.
 	var (

@@ -13,6 +13,8 @@ import (
 	"github.com/floodgate-dev/floodgate/backend"
 	"github.com/floodgate-dev/floodgate/clock"
 	"github.com/floodgate-dev/floodgate/counter"
+	"github.com/floodgate-dev/floodgate/internal/memstore"
+	"github.com/floodgate-dev/floodgate/internal/unwrap"
 	"github.com/floodgate-dev/floodgate/lock"
 	"github.com/floodgate-dev/floodgate/ratelimit"
 )
@@ -24,7 +26,7 @@ type blob struct{ n int }
 
 func (b *blob) MemSize() int { return b.n }
 
-func put(tb *backend.Table, key string, e *backend.Entry) {
+func put(tb *memstore.Table, key string, e *memstore.Entry) {
 	sh := tb.Shard(key)
 	sh.Lock()
 	sh.Put(key, e)
@@ -32,7 +34,7 @@ func put(tb *backend.Table, key string, e *backend.Entry) {
 }
 
 // get looks key up; like any Get it marks the entry used.
-func get(tb *backend.Table, key string) *backend.Entry {
+func get(tb *memstore.Table, key string) *memstore.Entry {
 	sh := tb.Shard(key)
 	sh.Lock()
 	defer sh.Unlock()
@@ -41,7 +43,7 @@ func get(tb *backend.Table, key string) *backend.Entry {
 
 // cost is Memory's estimate for an entry of key whose Value is v.
 func cost(key string, v int) int64 {
-	return backend.EntryOverhead + int64(backend.AllocBytes(len(key))) + int64(v)
+	return memstore.EntryOverhead + int64(memstore.AllocBytes(len(key))) + int64(v)
 }
 
 func newBounded(t *testing.T, maxBytes int64, opts ...backend.Option) (*backend.Memory, *clock.Fake) {
@@ -54,7 +56,7 @@ func newBounded(t *testing.T, maxBytes int64, opts ...backend.Option) (*backend.
 
 func TestAllocBytes(t *testing.T) {
 	for n, want := range map[int]int{-1: 0, 0: 0, 1: 8, 8: 8, 9: 16, 17: 24, 33: 48, 520: 576, 1024: 1024, 1025: 1152, 20000: 20480, 32768: 32768, 32769: 40960} {
-		if got := backend.AllocBytes(n); got != want {
+		if got := memstore.AllocBytes(n); got != want {
 			t.Errorf("AllocBytes(%d) = %d, want %d", n, got, want)
 		}
 	}
@@ -84,11 +86,11 @@ func TestWithMaxBytes(t *testing.T) {
 func TestMemoryBoundRespected(t *testing.T) {
 	const maxBytes = 256 << 10
 	m, _ := newBounded(t, maxBytes)
-	tb := m.EvictableTable("rl")
+	tb := unwrap.Memory(m).EvictableTable("rl")
 	rng := rand.New(rand.NewPCG(1, 2))
 	const n = 20_000
 	for i := range n {
-		put(tb, "key:"+strconv.Itoa(i), &backend.Entry{Value: &blob{rng.IntN(512)}})
+		put(tb, "key:"+strconv.Itoa(i), &memstore.Entry{Value: &blob{rng.IntN(512)}})
 		if i%500 == 0 || i == n-1 {
 			if st := m.Stats(); st.Bytes > maxBytes {
 				t.Fatalf("after %d puts: %d bytes, bound %d", i+1, st.Bytes, maxBytes)
@@ -125,16 +127,16 @@ func TestMemoryBoundRespected(t *testing.T) {
 // (its caller just stored it), and is the only slack over the bound.
 func TestMemoryBoundBigEntry(t *testing.T) {
 	m, _ := newBounded(t, 4096, backend.WithShards(1))
-	tb := m.EvictableTable("rl")
+	tb := unwrap.Memory(m).EvictableTable("rl")
 	for i := range 10 {
-		put(tb, "k"+strconv.Itoa(i), &backend.Entry{})
+		put(tb, "k"+strconv.Itoa(i), &memstore.Entry{})
 	}
-	put(tb, "big", &backend.Entry{Value: &blob{10_000}})
+	put(tb, "big", &memstore.Entry{Value: &blob{10_000}})
 	st := m.Stats()
 	if st.Entries != 1 || st.Bytes != cost("big", 10_000) || get(tb, "big") == nil {
 		t.Fatalf("stats %+v: want only the big entry", st)
 	}
-	put(tb, "next", &backend.Entry{})
+	put(tb, "next", &memstore.Entry{})
 	if st := m.Stats(); st.Entries != 1 || get(tb, "next") == nil {
 		t.Fatalf("stats %+v: the big entry should go for the next one", st)
 	}
@@ -146,10 +148,10 @@ func TestMemoryBoundBigEntry(t *testing.T) {
 func TestEvictExpiredFirst(t *testing.T) {
 	per := cost("k0", 0)
 	m, fk := newBounded(t, 6*per, backend.WithShards(1))
-	tb := m.EvictableTable("rl")
+	tb := unwrap.Memory(m).EvictableTable("rl")
 	now := tb.NowMicros()
 	for i := range 6 {
-		e := &backend.Entry{Expires: now + 3600e6} // live for an hour
+		e := &memstore.Entry{Expires: now + 3600e6} // live for an hour
 		if i == 2 || i == 4 {
 			e.Expires = now + 1e6
 		}
@@ -159,12 +161,12 @@ func TestEvictExpiredFirst(t *testing.T) {
 		t.Fatalf("at the bound: %+v", st)
 	}
 	fk.Advance(2 * time.Second) // k2 and k4 expire
-	put(tb, "k6", &backend.Entry{})
-	put(tb, "k7", &backend.Entry{})
+	put(tb, "k6", &memstore.Entry{})
+	put(tb, "k7", &memstore.Entry{})
 	if st := m.Stats(); st.EvictedExpired != 2 || st.EvictedLRU != 0 || st.Entries != 6 {
 		t.Fatalf("want the 2 expired entries evicted and no live one: %+v", st)
 	}
-	put(tb, "k8", &backend.Entry{})
+	put(tb, "k8", &memstore.Entry{})
 	if st := m.Stats(); st.EvictedExpired != 2 || st.EvictedLRU != 1 {
 		t.Fatalf("want 1 LRU eviction once nothing has expired: %+v", st)
 	}
@@ -185,15 +187,15 @@ func TestEvictExpiredFirst(t *testing.T) {
 // eviction samples.
 func TestEvictLeastRecentlyUsed(t *testing.T) {
 	m, _ := newBounded(t, 4*cost("a", 0), backend.WithShards(1))
-	tb := m.EvictableTable("rl")
+	tb := unwrap.Memory(m).EvictableTable("rl")
 	for _, k := range []string{"a", "b", "c", "d"} {
-		put(tb, k, &backend.Entry{})
+		put(tb, k, &memstore.Entry{})
 	}
-	get(tb, "a")                   // order of use: b c d a
-	put(tb, "e", &backend.Entry{}) // evicts b
-	get(tb, "c")                   // d a e c
-	put(tb, "f", &backend.Entry{}) // evicts d
-	put(tb, "g", &backend.Entry{}) // evicts a
+	get(tb, "a")                    // order of use: b c d a
+	put(tb, "e", &memstore.Entry{}) // evicts b
+	get(tb, "c")                    // d a e c
+	put(tb, "f", &memstore.Entry{}) // evicts d
+	put(tb, "g", &memstore.Entry{}) // evicts a
 	if st := m.Stats(); st.EvictedLRU != 3 || st.Entries != 4 {
 		t.Fatalf("stats %+v", st)
 	}
@@ -209,14 +211,14 @@ func TestEvictLeastRecentlyUsed(t *testing.T) {
 func TestEvictApproximateLRU(t *testing.T) {
 	per := cost("cold:00000", 0)
 	m, _ := newBounded(t, 10_000*per)
-	tb := m.EvictableTable("rl")
+	tb := unwrap.Memory(m).EvictableTable("rl")
 	const hot, rounds, coldPerRound = 500, 100, 500
 	for i := range hot {
-		put(tb, "hot:"+strconv.Itoa(i), &backend.Entry{})
+		put(tb, "hot:"+strconv.Itoa(i), &memstore.Entry{})
 	}
 	for r := range rounds {
 		for i := range coldPerRound {
-			put(tb, fmt.Sprintf("cold:%05d", r*coldPerRound+i), &backend.Entry{})
+			put(tb, fmt.Sprintf("cold:%05d", r*coldPerRound+i), &memstore.Entry{})
 		}
 		for i := range hot {
 			get(tb, "hot:"+strconv.Itoa(i))
@@ -244,9 +246,9 @@ func TestNonEvictableNeverEvicted(t *testing.T) {
 	const maxBytes = 1 << 20
 	m, _ := newBounded(t, maxBytes)
 	ctx := context.Background()
-	pinned := m.Table("pinned")
+	pinned := unwrap.Memory(m).Table("pinned")
 	for i := range 5000 {
-		put(pinned, "p"+strconv.Itoa(i), &backend.Entry{Value: &blob{100}})
+		put(pinned, "p"+strconv.Itoa(i), &memstore.Entry{Value: &blob{100}})
 	}
 	// Real primitives whose state must never be forgotten.
 	var mutexes []lock.Locker
@@ -329,18 +331,19 @@ func TestNonEvictableNeverEvicted(t *testing.T) {
 // that is never evicted, whatever EvictableTable asked before or after.
 func TestTableStaysNonEvictable(t *testing.T) {
 	m, _ := newBounded(t, 1024)
-	if !m.EvictableTable("a").Evictable() {
+	ms := unwrap.Memory(m)
+	if !ms.EvictableTable("a").Evictable() {
 		t.Fatal("EvictableTable made a non-evictable table")
 	}
-	if m.Table("a").Evictable() || m.EvictableTable("a").Evictable() {
+	if ms.Table("a").Evictable() || ms.EvictableTable("a").Evictable() {
 		t.Fatal("Table must make an evictable table non-evictable")
 	}
-	if m.Table("b").Evictable() || m.EvictableTable("b").Evictable() {
+	if ms.Table("b").Evictable() || ms.EvictableTable("b").Evictable() {
 		t.Fatal("EvictableTable must not make a table evictable")
 	}
-	tb := m.Table("a")
+	tb := ms.Table("a")
 	for i := range 100 {
-		put(tb, strconv.Itoa(i), &backend.Entry{})
+		put(tb, strconv.Itoa(i), &memstore.Entry{})
 	}
 	if n := tb.Len(); n != 100 {
 		t.Fatalf("Len = %d", n)
@@ -351,18 +354,19 @@ func TestTableStaysNonEvictable(t *testing.T) {
 // growth, exactly.
 func TestMemoryStats(t *testing.T) {
 	m, fk := newBounded(t, -1)
-	tb := m.Table("t")
-	rl := m.EvictableTable("rl")
+	ms := unwrap.Memory(m)
+	tb := ms.Table("t")
+	rl := ms.EvictableTable("rl")
 	now := tb.NowMicros()
-	put(tb, "a", &backend.Entry{})
-	put(tb, "bb", &backend.Entry{Value: &blob{100}, Expires: now + 1e6})
-	put(rl, "ccc", &backend.Entry{Value: "any value that is no Sizer"})
-	want := cost("a", 0) + cost("bb", 100) + cost("ccc", backend.ValueBytes)
+	put(tb, "a", &memstore.Entry{})
+	put(tb, "bb", &memstore.Entry{Value: &blob{100}, Expires: now + 1e6})
+	put(rl, "ccc", &memstore.Entry{Value: "any value that is no Sizer"})
+	want := cost("a", 0) + cost("bb", 100) + cost("ccc", memstore.ValueBytes)
 	st := m.Stats()
-	if st != (backend.MemoryStats{Entries: 3, Bytes: want, PinnedBytes: want - cost("ccc", backend.ValueBytes), MaxBytes: -1}) {
+	if st != (backend.MemoryStats{Entries: 3, Bytes: want, PinnedBytes: want - cost("ccc", memstore.ValueBytes), MaxBytes: -1}) {
 		t.Fatalf("stats %+v, want %d bytes", st, want)
 	}
-	put(tb, "a", &backend.Entry{Value: &blob{50}}) // replaces
+	put(tb, "a", &memstore.Entry{Value: &blob{50}}) // replaces
 	sh := tb.Shard("bb")
 	sh.Lock()
 	sh.Get("bb").Value.(*blob).n = 300 // grows
@@ -376,7 +380,7 @@ func TestMemoryStats(t *testing.T) {
 	sh.Delete("ccc")
 	sh.Delete("missing")
 	sh.Unlock()
-	want -= cost("ccc", backend.ValueBytes)
+	want -= cost("ccc", memstore.ValueBytes)
 	fk.Advance(time.Second)
 	if n := m.Sweep(); n != 1 {
 		t.Fatalf("swept %d", n)
@@ -399,14 +403,14 @@ func TestEntryOverhead(t *testing.T) {
 	}
 	for _, n := range []int{10_000, 100_000} {
 		m := backend.NewMemory(backend.WithMaxBytes(-1), backend.WithSweepInterval(time.Hour))
-		tb := m.Table("t")
+		tb := unwrap.Memory(m).Table("t")
 		keys := make([]string, n)
 		for i := range keys {
 			keys[i] = fmt.Sprintf("k%015d", i)
 		}
 		before := live()
 		for _, k := range keys {
-			put(tb, k, &backend.Entry{})
+			put(tb, k, &memstore.Entry{})
 		}
 		after := live()
 		measured := float64(after-before) / float64(n)
@@ -427,8 +431,8 @@ func BenchmarkShard(b *testing.B) {
 	b.Run("hit", func(b *testing.B) {
 		m := backend.NewMemory()
 		defer m.Close()
-		tb := m.EvictableTable("rl")
-		put(tb, "user:1", &backend.Entry{Value: &blob{64}})
+		tb := unwrap.Memory(m).EvictableTable("rl")
+		put(tb, "user:1", &memstore.Entry{Value: &blob{64}})
 		sh := tb.Shard("user:1")
 		b.ReportAllocs()
 		for b.Loop() {
@@ -440,7 +444,7 @@ func BenchmarkShard(b *testing.B) {
 	b.Run("churn", func(b *testing.B) {
 		m := backend.NewMemory(backend.WithMaxBytes(8 << 20))
 		defer m.Close()
-		tb := m.EvictableTable("rl")
+		tb := unwrap.Memory(m).EvictableTable("rl")
 		keys := make([]string, 1<<20) // 8 MiB holds about 50,000 of them
 		for i := range keys {
 			keys[i] = "user:" + strconv.Itoa(i)
@@ -451,7 +455,7 @@ func BenchmarkShard(b *testing.B) {
 			sh := tb.Shard(k)
 			sh.Lock()
 			if sh.Get(k) == nil {
-				sh.Put(k, &backend.Entry{})
+				sh.Put(k, &memstore.Entry{})
 			}
 			sh.Unlock()
 		}

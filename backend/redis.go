@@ -2,30 +2,30 @@ package backend
 
 import (
 	"context"
-	"crypto/sha1"
-	"encoding/hex"
 	"errors"
-	"fmt"
-	"net"
-	"strconv"
-	"strings"
-	"sync"
-	"time"
+
+	"github.com/redis/go-redis/v9"
 
 	"github.com/floodgate-dev/floodgate/clock"
+	"github.com/floodgate-dev/floodgate/internal/memstore"
+	"github.com/floodgate-dev/floodgate/internal/redisstore"
+	"github.com/floodgate-dev/floodgate/internal/unwrap"
 )
 
-// Scripter is the narrowest view of a Redis client that floodgate needs: two
-// ways of running a Lua script. Adapters exist for go-redis (NewRedis) and for
-// rueidis (package backend/rueidisadapter); a fault-injecting test wrapper can
-// implement it too.
-//
-// Replies must be normalised to int64, string, []any (nested alike) or nil for
-// a Redis nil reply. An error whose text starts with "NOSCRIPT" means the
-// script is not cached; Redis then retries with Eval.
-type Scripter interface {
-	EvalSha(ctx context.Context, sha1 string, keys []string, args []string) (any, error)
-	Eval(ctx context.Context, src string, keys []string, args []string) (any, error)
+func init() {
+	unwrap.Set(
+		func(b any) *memstore.Store {
+			if m, ok := b.(*Memory); ok && m != nil {
+				return m.s
+			}
+			return nil
+		},
+		func(b any) *redisstore.Store {
+			if r, ok := b.(*Redis); ok && r != nil {
+				return r.r
+			}
+			return nil
+		})
 }
 
 // Redis runs primitives as Lua scripts on a Redis server: one EVALSHA per
@@ -35,291 +35,139 @@ type Scripter interface {
 // is injected with WithClock.
 //
 // A Redis is safe for concurrent use; it holds no state of its own besides the
-// client.
+// client and, once a primitive waits for a message, one pub/sub connection
+// (see Close).
 type Redis struct {
-	s      Scripter
-	direct Scripter // for Direct scripts; nil: s
-	prefix string
-	clk    clock.Clock
-
-	hubOnce sync.Once
-	hub     *hub
+	r *redisstore.Store
 }
 
-// Scripter returns the Scripter r runs its scripts on, for tests that wrap
-// it (to inject faults or replay calls) in a backend of their own.
-func (r *Redis) Scripter() Scripter { return r.s }
-
-// NewRedisScripter returns a Redis backend over any Scripter. It fails only on
-// invalid options.
-func NewRedisScripter(s Scripter, opts ...Option) (*Redis, error) {
-	if s == nil {
-		return nil, errors.New("backend: Redis client is nil")
+// NewRedis returns a Redis backend over a go-redis client: *redis.Client,
+// *redis.ClusterClient, a Sentinel failover client or a *redis.Ring, or a
+// wrapper of the user's own. It returns an error, naming the problem, for a
+// nil client and for invalid options (a prefix with braces); it does not
+// contact Redis.
+//
+// Automatic pipelining: on a *redis.Client (a Sentinel failover client from
+// redis.NewFailoverClient included) and on a *redis.ClusterClient, script
+// calls go through the client's deferred autopipeliner
+// (Client.AsyncAutoPipeline, EXPERIMENTAL in go-redis), so that the calls of
+// concurrent goroutines share pipelines instead of each taking a connection
+// for a round trip: with 64 goroutines each making one call after another,
+// two to four times the decisions per second of plain calls, measured on
+// one local Redis. A call that finds no other call of the backend under way
+// is sent plain when the client has ContextTimeoutEnabled (otherwise alone
+// in a pipeline, which waits on its context without a helper goroutine). The
+// autopipeliner is the client's own, cached by go-redis and shared with any
+// other user of the client (the first call's AutoPipelineOptions win: the
+// client's Options.AutoPipelineOptions, or go-redis's defaults: ordered,
+// one batch at a time); it is made on the first call and closes with the
+// client. Each call waits for its reply or for its context, whichever comes
+// first, whatever ContextTimeoutEnabled says: a call whose context ends
+// returns its context's error at once, while its command, already queued,
+// may still run (the batch runs to its end, bounded by ReadTimeout and
+// WriteTimeout, and its retries are not cut short by the caller's context;
+// see Retries for why that is safe). Errors stay per call: a script that
+// fails fails only its own call, not the other calls of its batch; NOSCRIPT
+// recovery and the Cluster reload below work as for plain calls, and a
+// Cluster client's pipelines follow MOVED and ASK redirections themselves
+// (up to MaxRedirects). If the client cannot give an autopipeliner (the
+// client's AutoPipelineOptions are invalid, or it is closed), calls are
+// plain, as they are on a *redis.Ring (which go-redis does not autopipeline)
+// and on any other UniversalClient, such as a wrapper of the user's own:
+// NewRedis never bypasses a wrapper to reach the client inside it.
+// WithoutAutoPipeline turns it off: every call is then a plain call on the
+// client, as before. Scripts made Direct (the lock scripts) are always
+// plain calls: a lock's release and the next holder's acquire wait for
+// each other, and a batch in flight would add its round trip to each.
+//
+// Deadlines: go-redis honours a context's deadline on the network only when
+// the client is built with ContextTimeoutEnabled: true; otherwise a call to a
+// hung server lasts its ReadTimeout (5s by default in go-redis v9.23). Set
+// it: it costs nothing. For plain calls (see Automatic pipelining) on clients
+// without it (a *redis.Client, *redis.ClusterClient or *redis.Ring whose
+// options say so), every call with a cancellable context waits on the
+// context in a helper goroutine, so the caller still gets an error when ctx
+// ends; the command itself finishes in the background. Pipelined calls need
+// no helper: they wait on their context themselves.
+//
+// Retries: go-redis resends a command whose reply did not arrive (a read
+// timeout, a connection reset) up to MaxRetries times (3 by default), and the
+// first copy may have run already: a lost reply does not mean a lost
+// command. floodgate's scripts are written for it: every mutating call
+// carries an ID that its resends repeat, and a script that sees its own call
+// again answers as the first run did instead of acting twice (locks, the
+// delay queue, idempotency, counters within their replay window). Rate
+// limiters are the exception by design: a resent decision is decided again,
+// so it may spend a second time; that can only deny more, never admit more
+// than the rule allows (package ratelimit). With ContextTimeoutEnabled, the
+// caller's deadline also ends the retries of a plain call.
+//
+// Failover: on a *redis.ClusterClient, a call that fails with a network
+// error, CLUSTERDOWN or TRYAGAIN makes the client reload its slot map
+// (ClusterClient.ReloadState; go-redis runs at most one reload every 200 ms),
+// so the slots of a dead master move to its promoted replica about when the
+// Cluster promotes it, instead of at the next ClusterStateReloadInterval
+// (60 s by default; leave it). During Redis's own failover window (about
+// cluster-node-timeout) calls on that master's keys fail; keys on other
+// masters are unaffected. A Sentinel failover client (redis.NewFailoverClient)
+// follows Sentinel's switch-master messages by itself. Settings that matter:
+// ContextTimeoutEnabled (true), MaxRetries (the default 3 is fine: see
+// Retries), DialTimeout and ReadTimeout (how long a dead or hung node holds a
+// call when the context has no deadline).
+func NewRedis(c redis.UniversalClient, opts ...Option) (*Redis, error) {
+	if c == nil {
+		return nil, errors.New("backend: NewRedis: the redis.UniversalClient is nil")
 	}
 	cfg := newConfig(opts)
 	if cfg.err != nil {
 		return nil, cfg.err
 	}
-	return &Redis{s: s, prefix: cfg.prefix, clk: cfg.clock}, nil
+	s, direct := redisstore.GoRedis(c, !cfg.noAutoPipe)
+	return &Redis{redisstore.New(s, direct, cfg.prefix, cfg.clock)}, nil
+}
+
+// Scripter is the contract of a Redis client adapter: the two ways of running
+// a Lua script that floodgate needs. Package backend/rueidisadapter
+// implements it for rueidis; an application whose Redis client is neither
+// go-redis nor rueidis implements it to run floodgate on that client
+// (NewRedisScripter). It stays public for that reason only: with go-redis,
+// NewRedis takes the client itself, and a fault-injecting wrapper of a
+// go-redis client is a redis.UniversalClient that NewRedis calls through.
+//
+// Replies must be normalised to int64, string, []any (nested alike) or nil for
+// a Redis nil reply. An error whose text starts with "NOSCRIPT" means the
+// script is not cached; the backend then retries with Eval. Pub/sub, with
+// which Lock waiters are woken by a release, and an integer fast path are
+// offered only by the adapters inside floodgate; on a Scripter of an
+// application's own, waiters poll (lock.MaxPoll), with the same results.
+type Scripter interface {
+	EvalSha(ctx context.Context, sha1 string, keys []string, args []string) (any, error)
+	Eval(ctx context.Context, src string, keys []string, args []string) (any, error)
+}
+
+// NewRedisScripter returns a Redis backend over any Scripter: the
+// constructor of client adapters such as rueidisadapter.New, public so that
+// adapters for other clients can be written (see Scripter). It returns an
+// error for a nil Scripter and for invalid options.
+func NewRedisScripter(s Scripter, opts ...Option) (*Redis, error) {
+	if s == nil {
+		return nil, errors.New("backend: NewRedisScripter: the Scripter is nil")
+	}
+	cfg := newConfig(opts)
+	if cfg.err != nil {
+		return nil, cfg.err
+	}
+	return &Redis{redisstore.New(s, nil, cfg.prefix, cfg.clock)}, nil
 }
 
 // Clock returns the injected clock, or nil when time comes from Redis TIME.
-func (r *Redis) Clock() clock.Clock { return r.clk }
+func (r *Redis) Clock() clock.Clock { return r.r.Clock() }
 
 func (*Redis) sealed() {}
 
-// Prefix returns the key prefix.
-func (r *Redis) Prefix() string { return r.prefix }
-
-// NowArg returns the "now" argument of a script: the injected clock's time in
-// microseconds, or "" so that the script calls TIME.
-func (r *Redis) NowArg() string {
-	if r.clk == nil {
-		return ""
-	}
-	return strconv.FormatInt(Micros(r.clk.Now()), 10)
-}
-
-// Key returns "<prefix>:{<tag>}:<suffix>". The tag is escaped so that braces in
-// it cannot move the hash tag: '{', '}' and '%' become %7B, %7D and %25.
-func (r *Redis) Key(tag, suffix string) string {
-	var b strings.Builder
-	b.Grow(len(r.prefix) + len(tag) + len(suffix) + 4)
-	b.WriteString(r.prefix)
-	b.WriteString(":{")
-	writeTag(&b, tag)
-	b.WriteString("}:")
-	b.WriteString(suffix)
-	return b.String()
-}
-
-func writeTag(b *strings.Builder, tag string) {
-	if !strings.ContainsAny(tag, "{}%") {
-		b.WriteString(tag)
-		return
-	}
-	for i := 0; i < len(tag); i++ {
-		switch c := tag[i]; c {
-		case '{':
-			b.WriteString("%7B")
-		case '}':
-			b.WriteString("%7D")
-		case '%':
-			b.WriteString("%25")
-		default:
-			b.WriteByte(c)
-		}
-	}
-}
-
-// Script is a Lua script with its SHA1, ready for EVALSHA.
-type Script struct {
-	src    string
-	sha    string
-	direct bool
-}
-
-// Direct returns a copy of s whose calls are never queued in the client's
-// automatic pipeline (see NewRedisE): each is sent on its own connection at
-// once. For scripts whose calls form a chain where each waits for the one
-// before — a lock's release and the next holder's acquire — a pipeline's
-// batch in flight would add its whole round trip to every link; with go-redis's
-// default ordered autopipeliner, 16 goroutines on one lock took half the
-// acquisitions per second they take with Direct scripts. Clients whose
-// pipelining never holds a command back (rueidis) run Direct scripts as any
-// other.
-func (s *Script) Direct() *Script {
-	c := *s
-	c.direct = true
-	return &c
-}
-
-// NewScript wraps Lua source.
-func NewScript(src string) *Script {
-	h := sha1.Sum([]byte(src))
-	return &Script{src: src, sha: hex.EncodeToString(h[:])}
-}
-
-// Source returns the Lua source.
-func (s *Script) Source() string { return s.src }
-
-// SHA1 returns the hex SHA1 of the source.
-func (s *Script) SHA1() string { return s.sha }
-
-// Run runs the script with EVALSHA and, when Redis does not have it cached,
-// with EVAL (which caches it). Errors are wrapped with "backend: redis:".
-func (r *Redis) Run(ctx context.Context, s *Script, keys []string, args []string) (any, error) {
-	sc := r.scripter(s)
-	return runScript(ctx, r, s,
-		func(sha string) (any, error) { return sc.EvalSha(ctx, sha, keys, args) },
-		func(src string) (any, error) { return sc.Eval(ctx, src, keys, args) })
-}
-
-// scripter is the Scripter that runs s.
-func (r *Redis) scripter(s *Script) Scripter {
-	if s.direct && r.direct != nil {
-		return r.direct
-	}
-	return r.s
-}
-
-// runScript is the one way every Run* method runs a script: evalSha with
-// its SHA1 and, when Redis does not have it cached (NOSCRIPT), eval with its
-// source (which caches it). Errors are wrapped with "backend: redis:".
-func runScript[T any](ctx context.Context, r *Redis, s *Script, evalSha, eval func(string) (T, error)) (T, error) {
-	reply, err := evalSha(s.sha)
-	if err != nil && strings.HasPrefix(err.Error(), "NOSCRIPT") {
-		reply, err = eval(s.src)
-	}
-	if err != nil {
-		var zero T
-		return zero, r.wrap(ctx, err)
-	}
-	return reply, nil
-}
-
-// contextCause returns the context's error when it explains err: the context
-// ended, or err is a network time-out at the context's deadline (a client
-// that derives its socket deadline from ctx times out a hair before ctx does).
-func contextCause(ctx context.Context, err error) error {
-	if ctxErr := ctx.Err(); ctxErr != nil {
-		return ctxErr
-	}
-	var ne net.Error
-	if dl, ok := ctx.Deadline(); ok && errors.As(err, &ne) && ne.Timeout() && time.Until(dl) < 10*time.Millisecond {
-		return context.DeadlineExceeded
-	}
-	return nil
-}
-
-// anyScripter is implemented by Scripters whose client takes arguments as
-// []any (the go-redis adapter).
-type anyScripter interface {
-	evalShaAny(ctx context.Context, sha string, keys []string, args []any) (any, error)
-	evalAny(ctx context.Context, src string, keys []string, args []any) (any, error)
-}
-
-// RunArgs is Run with arguments as values: strings and integers (int, int64).
-// Primitives on a hot path keep their constant arguments pre-built in this
-// form, so that a go-redis client sends them without a conversion per call.
-func (r *Redis) RunArgs(ctx context.Context, s *Script, keys []string, args []any) (any, error) {
-	as, ok := r.scripter(s).(anyScripter)
-	if !ok {
-		strs, err := argStrings(args)
-		if err != nil {
-			return nil, err
-		}
-		return r.Run(ctx, s, keys, strs)
-	}
-	return runScript(ctx, r, s,
-		func(sha string) (any, error) { return as.evalShaAny(ctx, sha, keys, args) },
-		func(src string) (any, error) { return as.evalAny(ctx, src, keys, args) })
-}
-
-// argStrings converts RunArgs's arguments to strings.
-func argStrings(args []any) ([]string, error) {
-	strs := make([]string, len(args))
-	for i, a := range args {
-		switch v := a.(type) {
-		case string:
-			strs[i] = v
-		case int64:
-			strs[i] = strconv.FormatInt(v, 10)
-		case int:
-			strs[i] = strconv.Itoa(v)
-		default:
-			return nil, fmt.Errorf("backend: script argument %d has type %T", i, a)
-		}
-	}
-	return strs, nil
-}
-
-// IntsScripter is an optional fast path of a Scripter for scripts whose
-// reply is an array of integers: the reply comes back as []int64, with no
-// []any of boxed values in between (each a heap allocation). An element
-// that is a Redis nil is 0; a string element holding an integer is parsed.
-// The rueidis adapter implements it; NOSCRIPT is reported as by EvalSha.
-type IntsScripter interface {
-	EvalShaInts(ctx context.Context, sha1 string, keys []string, args []string) ([]int64, error)
-	EvalInts(ctx context.Context, src string, keys []string, args []string) ([]int64, error)
-}
-
-// intsAnyScripter is implemented by Scripters that read an array of
-// integers straight into []int64 from arguments in go-redis's own form (the
-// go-redis adapter, on a client of a go-redis type).
-type intsAnyScripter interface {
-	evalShaInts(ctx context.Context, sha string, keys []string, args []any) ([]int64, error)
-	evalInts(ctx context.Context, src string, keys []string, args []any) ([]int64, error)
-}
-
-// RunInts is RunArgs for a script whose reply is an array of integers, of
-// want elements (any number when want < 0): ReplyInts of RunArgs's reply, or
-// the Scripter's integer fast path when it has one (IntsScripter, or the
-// go-redis adapter's own).
-func (r *Redis) RunInts(ctx context.Context, s *Script, keys []string, args []any, want int) ([]int64, error) {
-	var ints []int64
-	var err error
-	switch is := r.scripter(s).(type) {
-	case intsAnyScripter:
-		ints, err = runScript(ctx, r, s,
-			func(sha string) ([]int64, error) { return is.evalShaInts(ctx, sha, keys, args) },
-			func(src string) ([]int64, error) { return is.evalInts(ctx, src, keys, args) })
-	case IntsScripter:
-		strs, serr := argStrings(args)
-		if serr != nil {
-			return nil, serr
-		}
-		ints, err = runScript(ctx, r, s,
-			func(sha string) ([]int64, error) { return is.EvalShaInts(ctx, sha, keys, strs) },
-			func(src string) ([]int64, error) { return is.EvalInts(ctx, src, keys, strs) })
-	default:
-		reply, rerr := r.RunArgs(ctx, s, keys, args)
-		if rerr != nil {
-			return nil, rerr
-		}
-		return ReplyInts(reply, want)
-	}
-	if err != nil {
-		return nil, err
-	}
-	if want >= 0 && len(ints) != want {
-		return nil, fmt.Errorf("backend: script reply has %d elements, want %d", len(ints), want)
-	}
-	return ints, nil
-}
-
-func (r *Redis) wrap(ctx context.Context, err error) error {
-	if ctxErr := contextCause(ctx, err); ctxErr != nil && !errors.Is(err, ctxErr) {
-		return fmt.Errorf("backend: redis: %w", errors.Join(err, ctxErr))
-	}
-	return fmt.Errorf("backend: redis: %w", err)
-}
-
-// ReplyInts converts a script reply that is an array of integers.
-func ReplyInts(reply any, want int) ([]int64, error) {
-	arr, ok := reply.([]any)
-	if !ok {
-		return nil, fmt.Errorf("backend: unexpected script reply %T", reply)
-	}
-	if want >= 0 && len(arr) != want {
-		return nil, fmt.Errorf("backend: script reply has %d elements, want %d", len(arr), want)
-	}
-	out := make([]int64, len(arr))
-	for i, v := range arr {
-		switch x := v.(type) {
-		case int64:
-			out[i] = x
-		case string:
-			n, err := strconv.ParseInt(x, 10, 64)
-			if err != nil {
-				return nil, fmt.Errorf("backend: script reply element %d: %w", i, err)
-			}
-			out[i] = n
-		case nil:
-			out[i] = 0
-		default:
-			return nil, fmt.Errorf("backend: script reply element %d is %T", i, v)
-		}
-	}
-	return out, nil
-}
+// Close closes the backend's pub/sub connection, if one was opened (by a
+// primitive that waits for messages: lock waiters, delay queue workers,
+// idempotency keys): waiting calls then fall back to polling, and the next
+// wait opens a new connection. It does not close the Redis client, which
+// stays the caller's. Close is idempotent; the backend stays usable.
+func (r *Redis) Close() error { return r.r.Close() }

@@ -40,7 +40,7 @@ func TestSentinelFailoverGoRedisDefaults(t *testing.T) {
 		ContextTimeoutEnabled: true,
 	})
 	defer fc.Close()
-	b := backend.NewRedis(fc, backend.WithPrefix(backendtest.UniquePrefix()))
+	b := backendtest.NewRedis(t, fc, backend.WithPrefix(backendtest.UniquePrefix()))
 	lim, err := ratelimit.New(b, ratelimit.GCRA{Rate: 1_000_000, Per: time.Second, Burst: 1_000_000})
 	if err != nil {
 		t.Fatal(err)

@@ -173,7 +173,7 @@ type floodgateDQ struct {
 }
 
 func newFloodgateDQ(b *testing.B, rc *redis.Client) dqImpl {
-	be, err := backend.NewRedisE(rc)
+	be, err := backend.NewRedis(rc)
 	if err != nil {
 		b.Fatal(err)
 	}

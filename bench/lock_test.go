@@ -135,7 +135,7 @@ func redisLockBackend(b *testing.B, rueidisClient bool) *backend.Redis {
 	if rueidisClient {
 		be, err = rueidisadapter.New(c.rued)
 	} else {
-		be, err = backend.NewRedisE(c.gored)
+		be, err = backend.NewRedis(c.gored)
 	}
 	if err != nil {
 		b.Fatal(err)

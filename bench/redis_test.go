@@ -183,7 +183,7 @@ var throughput = params{rate: redisRate, per: time.Second, limit: redisLimit, wi
 // floodgateCase is a floodgate Limiter of floodgateRules(alg) on the shared
 // clients: lib floodgate-rueidis (rueidisadapter), floodgate-rueidis-fd (the
 // same on the client with MaxFlushDelay), floodgate-goredis
-// (backend.NewRedisE, go-redis's deferred autopipelining by default) or
+// (backend.NewRedis, go-redis's deferred autopipelining by default) or
 // floodgate-goredis-noap (the same with backend.WithoutAutoPipeline: every
 // call a plain go-redis EvalSha).
 func floodgateCase(lib, alg string) redisCase {
@@ -196,9 +196,9 @@ func floodgateCase(lib, alg string) redisCase {
 		case "floodgate-rueidis-fd":
 			be, err = rueidisadapter.New(c.ruedFD)
 		case "floodgate-goredis":
-			be, err = backend.NewRedisE(c.gored)
+			be, err = backend.NewRedis(c.gored)
 		case "floodgate-goredis-noap":
-			be, err = backend.NewRedisE(c.gored, backend.WithoutAutoPipeline())
+			be, err = backend.NewRedis(c.gored, backend.WithoutAutoPipeline())
 		default:
 			panic("unknown floodgate case " + lib)
 		}

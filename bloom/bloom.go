@@ -44,6 +44,7 @@ import (
 	"math"
 
 	"github.com/floodgate-dev/floodgate/backend"
+	"github.com/floodgate-dev/floodgate/internal/unwrap"
 )
 
 const (
@@ -214,9 +215,9 @@ func newCore(b backend.Backend, name string, capacity int64, fpRate float64, kd 
 	g := geo{m: m, k: k, kind: kd, shardLog: shardLog, nshards: nshards}
 	switch b := b.(type) {
 	case *backend.Memory:
-		c.st = newMemStore(b, name, g)
+		c.st = newMemStore(unwrap.Memory(b), name, g)
 	case *backend.Redis:
-		c.st = newRedisStore(b, name, g)
+		c.st = newRedisStore(unwrap.Redis(b), name, g)
 	default:
 		return nil, fmt.Errorf("bloom: unsupported backend %T", b)
 	}

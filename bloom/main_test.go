@@ -71,7 +71,7 @@ func newRedis(t testing.TB) *backend.Redis {
 }
 
 func newRedisOn(t testing.TB, c redis.UniversalClient, prefix string) *backend.Redis {
-	b, err := backend.NewRedisE(c, backend.WithPrefix(prefix))
+	b, err := backend.NewRedis(c, backend.WithPrefix(prefix))
 	if err != nil {
 		t.Fatal(err)
 	}

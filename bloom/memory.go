@@ -3,7 +3,7 @@ package bloom
 import (
 	"context"
 
-	"github.com/floodgate-dev/floodgate/backend"
+	"github.com/floodgate-dev/floodgate/internal/memstore"
 )
 
 // memStore keeps a filter in a Memory backend's "bloom" table under
@@ -12,7 +12,7 @@ import (
 // grown on demand as Redis grows a string), so that filters sharing a name
 // share cells exactly as on Redis.
 type memStore struct {
-	t   *backend.Table
+	t   *memstore.Table
 	key string
 	g   geo
 }
@@ -23,13 +23,13 @@ type memCells struct {
 	shards [][]uint64
 }
 
-func newMemStore(m *backend.Memory, name string, g geo) *memStore {
+func newMemStore(m *memstore.Store, name string, g geo) *memStore {
 	return &memStore{t: m.Table("bloom"), key: g.kind.suffix + ":" + name, g: g}
 }
 
 // cellsLocked returns the filter's cells; with create, it makes them when
 // missing (otherwise it returns nil). The table shard must be locked.
-func (s *memStore) cellsLocked(sh *backend.Shard, create bool) *memCells {
+func (s *memStore) cellsLocked(sh *memstore.Shard, create bool) *memCells {
 	if e := sh.Get(s.key); e != nil {
 		return e.Value.(*memCells)
 	}
@@ -37,7 +37,7 @@ func (s *memStore) cellsLocked(sh *backend.Shard, create bool) *memCells {
 		return nil
 	}
 	mc := &memCells{}
-	sh.Put(s.key, &backend.Entry{Value: mc})
+	sh.Put(s.key, &memstore.Entry{Value: mc})
 	return mc
 }
 

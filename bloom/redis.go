@@ -6,7 +6,7 @@ import (
 	"fmt"
 	"strconv"
 
-	"github.com/floodgate-dev/floodgate/backend"
+	"github.com/floodgate-dev/floodgate/internal/redisstore"
 )
 
 var (
@@ -19,10 +19,10 @@ var (
 	//go:embed lua/reset.lua
 	luaReset string
 
-	addScript      = backend.NewScript(luaAdd)
-	containsScript = backend.NewScript(luaContains)
-	removeScript   = backend.NewScript(luaRemove)
-	resetScript    = backend.NewScript(luaReset)
+	addScript      = redisstore.NewScript(luaAdd)
+	containsScript = redisstore.NewScript(luaContains)
+	removeScript   = redisstore.NewScript(luaRemove)
+	resetScript    = redisstore.NewScript(luaReset)
 )
 
 // redisStore keeps a filter in Redis strings "<prefix>:{<name>}:<kind><i>",
@@ -30,13 +30,13 @@ var (
 // share the hash tag {name}. Cell p of the filter is cell p mod 2^shardLog of
 // key p >> shardLog.
 type redisStore struct {
-	r    *backend.Redis
+	r    *redisstore.Store
 	g    geo
 	keys []string // every shard key, by shard
 	typ  string   // BITFIELD type of a cell: "u1" or "u4"
 }
 
-func newRedisStore(r *backend.Redis, name string, g geo) *redisStore {
+func newRedisStore(r *redisstore.Store, name string, g geo) *redisStore {
 	keys := make([]string, g.nshards)
 	for i := range keys {
 		keys[i] = r.Key(name, g.kind.suffix+strconv.Itoa(i))

@@ -13,6 +13,7 @@ import (
 	"github.com/floodgate-dev/floodgate/clock"
 	"github.com/floodgate-dev/floodgate/counter"
 	"github.com/floodgate-dev/floodgate/internal/testenv"
+	"github.com/floodgate-dev/floodgate/internal/unwrap"
 )
 
 // TestConcurrentAdds: 32 goroutines × 1000 Adds of 1 on one key, on the
@@ -101,6 +102,7 @@ func TestRedisKeyExpiry(t *testing.T) {
 	clk := clock.NewFake(t0.Add(30 * time.Minute))
 	addr := testenv.SharedRedis(t).Addr
 	b := newRedisAt(t, addr, clk)
+	bs := unwrap.Redis(b)
 	raw := redis.NewClient(&redis.Options{Addr: addr, ContextTimeoutEnabled: true})
 	defer raw.Close()
 	cases := []struct {
@@ -121,7 +123,7 @@ func TestRedisKeyExpiry(t *testing.T) {
 		if _, err := c.Add(ctx, "k", 1); err != nil {
 			t.Fatal(err)
 		}
-		all, err := raw.Keys(ctx, b.Prefix()+":*"+tc.name+"*").Result()
+		all, err := raw.Keys(ctx, bs.Prefix()+":*"+tc.name+"*").Result()
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -129,7 +131,7 @@ func TestRedisKeyExpiry(t *testing.T) {
 		// after the replay window.
 		var keys, records []string
 		for _, k := range all {
-			if strings.HasPrefix(k, b.Key("k", "r:")) {
+			if strings.HasPrefix(k, bs.Key("k", "r:")) {
 				records = append(records, k)
 			} else {
 				keys = append(keys, k)
@@ -141,7 +143,7 @@ func TestRedisKeyExpiry(t *testing.T) {
 		if pttl, err := raw.PTTL(ctx, records[0]).Result(); err != nil || pttl > counter.DefaultReplayWindow || pttl < counter.DefaultReplayWindow-2*time.Second {
 			t.Errorf("%s: replay record PTTL %v (%v), want about %v", tc.name, pttl, err, counter.DefaultReplayWindow)
 		}
-		if !strings.HasPrefix(keys[0], b.Key("k", "")) {
+		if !strings.HasPrefix(keys[0], bs.Key("k", "")) {
 			t.Errorf("%s: key %q does not carry the hash tag {k}", tc.name, keys[0])
 		}
 		pttl, err := raw.PTTL(ctx, keys[0]).Result()

@@ -37,6 +37,10 @@ import (
 	"time"
 
 	"github.com/floodgate-dev/floodgate/backend"
+	"github.com/floodgate-dev/floodgate/internal/callid"
+	"github.com/floodgate-dev/floodgate/internal/memstore"
+	"github.com/floodgate-dev/floodgate/internal/redisstore"
+	"github.com/floodgate-dev/floodgate/internal/unwrap"
 )
 
 // Limits of values and periods.
@@ -140,8 +144,8 @@ type Counter struct {
 	margin  int64 // µs a Window key outlives its window on Redis
 	refresh bool
 
-	mem    *backend.Table
-	redis  *backend.Redis
+	mem    *memstore.Table
+	redis  *redisstore.Store
 	suffix string   // Redis key suffix (after the hash tag)
 	args   []string // ARGV[3...] of add.lua
 	replay string   // µs a replay record lives; "" for none
@@ -164,8 +168,8 @@ var luaAdd string
 var luaReset string
 
 var (
-	addScript   = backend.NewScript(luaAdd)
-	resetScript = backend.NewScript(luaReset)
+	addScript   = redisstore.NewScript(luaAdd)
+	resetScript = redisstore.NewScript(luaReset)
 )
 
 // New returns the counters named name on b. It fails with an error naming
@@ -236,9 +240,9 @@ func New(b backend.Backend, name string, opts ...Option) (*Counter, error) {
 	}
 	switch b := b.(type) {
 	case *backend.Memory:
-		c.mem = b.Table("counter/" + c.suffix)
+		c.mem = unwrap.Memory(b).Table("counter/" + c.suffix)
 	case *backend.Redis:
-		c.redis = b
+		c.redis = unwrap.Redis(b)
 		if replay > 0 {
 			c.replay = strconv.FormatInt(replay.Microseconds(), 10)
 		}
@@ -351,7 +355,7 @@ func (c *Counter) do(ctx context.Context, key string, delta int64) (Info, error)
 		args = append(args, c.args...)
 		keys := []string{c.redis.Key(key, c.suffix)}
 		if delta != 0 && c.replay != "" {
-			id := backend.NewCallID()
+			id := callid.New()
 			keys = append(keys, c.redis.Key(key, "r:"+c.suffix+":"+id)) // counters' suffixes start with "c"
 			args = append(args, id, c.replay)
 		}
@@ -359,7 +363,7 @@ func (c *Counter) do(ctx context.Context, key string, delta int64) (Info, error)
 		if err != nil {
 			return Info{}, err
 		}
-		v, err := backend.ReplyInts(raw, 3)
+		v, err := redisstore.ReplyInts(raw, 3)
 		if err != nil {
 			return Info{}, err
 		}

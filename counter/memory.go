@@ -1,6 +1,8 @@
 package counter
 
-import "github.com/floodgate-dev/floodgate/backend"
+import (
+	"github.com/floodgate-dev/floodgate/internal/memstore"
+)
 
 // The Memory engine mirrors lua/add.lua step for step, in int64: the
 // conformance suite demands identical results. An entry holds the value in B
@@ -73,9 +75,9 @@ func (c *Counter) memDo(key string, delta int64) reply {
 
 // putEntry stores (a, b) under key, reusing e when there is one. The shard
 // must be locked.
-func putEntry(sh *backend.Shard, key string, e *backend.Entry, a, b, expires int64) {
+func putEntry(sh *memstore.Shard, key string, e *memstore.Entry, a, b, expires int64) {
 	if e == nil {
-		sh.Put(key, &backend.Entry{A: a, B: b, Expires: expires})
+		sh.Put(key, &memstore.Entry{A: a, B: b, Expires: expires})
 		return
 	}
 	e.A, e.B, e.Expires = a, b, expires

@@ -83,7 +83,7 @@ func TestAddLostReplyResent(t *testing.T) {
 			p := testenv.NewProxy(t, r.Addr)
 			rdb := redis.NewClient(&redis.Options{Addr: p.Addr(), MaxRetries: 2, ContextTimeoutEnabled: true})
 			t.Cleanup(func() { rdb.Close() })
-			c, err := counter.New(backend.NewRedis(rdb, backend.WithPrefix(backendtest.UniquePrefix())), "lost", tc.opts...)
+			c, err := counter.New(backendtest.NewRedis(t, rdb, backend.WithPrefix(backendtest.UniquePrefix())), "lost", tc.opts...)
 			if err != nil {
 				t.Fatal(err)
 			}

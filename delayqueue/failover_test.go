@@ -13,6 +13,7 @@ import (
 	"github.com/floodgate-dev/floodgate/backend"
 	"github.com/floodgate-dev/floodgate/delayqueue"
 	"github.com/floodgate-dev/floodgate/internal/testenv"
+	"github.com/floodgate-dev/floodgate/internal/unwrap"
 )
 
 // TestNothingLostAcrossClusterFailover is issue 14's "a failover is not an
@@ -30,13 +31,14 @@ func TestNothingLostAcrossClusterFailover(t *testing.T) {
 	defer cancel()
 	cc := redis.NewClusterClient(&redis.ClusterOptions{Addrs: c.Addrs, ContextTimeoutEnabled: true})
 	t.Cleanup(func() { cc.Close() })
-	b, err := backend.NewRedisE(cc, backend.WithPrefix(uniquePrefix()))
+	b, err := backend.NewRedis(cc, backend.WithPrefix(uniquePrefix()))
 	if err != nil {
 		t.Fatal(err)
 	}
+	bs := unwrap.Redis(b)
 	t.Cleanup(func() { b.Close() })
 	const name = "fo-jobs" // the queue's keys carry the hash tag {fo-jobs}
-	victim, err := c.MasterOf(ctx, b.Slot(name))
+	victim, err := c.MasterOf(ctx, bs.Slot(name))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -46,7 +48,7 @@ func TestNothingLostAcrossClusterFailover(t *testing.T) {
 		replicated: func() error { return c.WaitReplicated(ctx, victim) },
 		kill:       victim.Kill,
 		wait:       func() error { return c.WaitPromoted(ctx, victim) },
-		what:       fmt.Sprintf("queue %q on slot %d, master %s", name, b.Slot(name), victim.Addr),
+		what:       fmt.Sprintf("queue %q on slot %d, master %s", name, bs.Slot(name), victim.Addr),
 	})
 }
 

@@ -81,7 +81,7 @@ func allBackends() []kindOfBackend {
 			return func() backend.Backend {
 				cc := redis.NewClusterClient(&redis.ClusterOptions{Addrs: addrs, ContextTimeoutEnabled: true})
 				t.Cleanup(func() { cc.Close() })
-				b, err := backend.NewRedisE(cc, opts...)
+				b, err := backend.NewRedis(cc, opts...)
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -109,7 +109,7 @@ func backendOpts(clk clock.Clock) []backend.Option {
 
 func newRedisAt(t testing.TB, addr string, opts []backend.Option) *backend.Redis {
 	c := redis.NewClient(&redis.Options{Addr: addr, ContextTimeoutEnabled: true})
-	b, err := backend.NewRedisE(c, opts...)
+	b, err := backend.NewRedis(c, opts...)
 	if err != nil {
 		t.Fatal(err)
 	}

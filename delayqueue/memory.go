@@ -9,7 +9,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/floodgate-dev/floodgate/backend"
+	"github.com/floodgate-dev/floodgate/internal/memstore"
 )
 
 // memDriver is a queue in a Memory backend. All Queues of one name on one
@@ -17,10 +17,10 @@ import (
 // whose mutex makes every method one atomic step, as a script is on Redis.
 // The methods mirror the scripts in lua/ line by line.
 type memDriver struct {
-	t        *backend.Table
+	t        *memstore.Table
 	q        *memQueue
-	receipts *backend.Table // call ID -> receipt (see rcpt), as lua/claim.lua describes
-	window   int64          // µs: receipts' lifetime
+	receipts *memstore.Table // call ID -> receipt (see rcpt), as lua/claim.lua describes
+	window   int64           // µs: receipts' lifetime
 }
 
 // memQueue is the state of one queue; mu guards everything in it.
@@ -38,14 +38,14 @@ type memJob struct {
 	call    string // the Enqueue's call ID when the caller chose the job's ID
 }
 
-func newMemDriver(m *backend.Memory, name string, window time.Duration) *memDriver {
+func newMemDriver(m *memstore.Store, name string, window time.Duration) *memDriver {
 	t := m.Table("delayqueue")
 	sh := t.Shard(name)
 	sh.Lock()
 	defer sh.Unlock()
 	e := sh.Get(name)
 	if e == nil {
-		e = &backend.Entry{Value: &memQueue{
+		e = &memstore.Entry{Value: &memQueue{
 			jobs:     make(map[string]*memJob),
 			sched:    newZset(),
 			ready:    newZset(),
@@ -104,7 +104,7 @@ func (d *memDriver) set(r rcpt, kind uint64) {
 		e.Tag, e.Expires, e.A, e.Value = kind, expires, 0, nil
 		return
 	}
-	e := &backend.Entry{Tag: kind, Expires: expires}
+	e := &memstore.Entry{Tag: kind, Expires: expires}
 	if kind == rcptClaim {
 		e.A, e.Value = r.attempt, r.id
 	}

@@ -28,7 +28,7 @@ func consumerMain() int {
 	f := strings.Fields(os.Getenv(consumerEnv))
 	c := redis.NewClient(&redis.Options{Addr: f[0], ContextTimeoutEnabled: true})
 	defer c.Close()
-	b, err := backend.NewRedisE(c, backend.WithPrefix(f[1]))
+	b, err := backend.NewRedis(c, backend.WithPrefix(f[1]))
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 1

@@ -89,7 +89,7 @@
 //
 //   - Enqueue without ID draws the job's ID before the script runs, so a job
 //     with it is this call's: success, one job. With ID, the call's ID
-//     (backend.NewCallID) is kept beside the job, for the job's life: a
+//     (callid.New) is kept beside the job, for the job's life: a
 //     resend of this call succeeds; another Enqueue with the ID gets
 //     ErrDuplicate.
 //   - A claim, an ack, a retry, Cancel and Requeue leave a receipt under
@@ -123,6 +123,8 @@ import (
 	"time"
 
 	"github.com/floodgate-dev/floodgate/backend"
+	"github.com/floodgate-dev/floodgate/internal/callid"
+	"github.com/floodgate-dev/floodgate/internal/unwrap"
 )
 
 // Limits.
@@ -358,7 +360,7 @@ type Queue struct {
 // does when it resends a call whose reply was lost: the second run acts no
 // more and answers as the first (extend: with a later deadline; pump: with
 // what it finds). The methods that change a job take the ID of the logical
-// call (backend.NewCallID), which its resends share, and leave a receipt
+// call (callid.New), which its resends share, and leave a receipt
 // for the replay window that a second run answers from; enqueue instead
 // knows its job by the random ID drawn for the call, or by the call ID kept
 // with a job whose ID the caller chose, for the life of the job.
@@ -464,9 +466,9 @@ func New(b backend.Backend, name string, opts ...Option) (*Queue, error) {
 	window := max(cfg.visibility, MinReplayWindow)
 	switch b := b.(type) {
 	case *backend.Memory:
-		q.d = newMemDriver(b, name, window)
+		q.d = newMemDriver(unwrap.Memory(b), name, window)
 	case *backend.Redis:
-		q.d = newRedisDriver(b, name, window)
+		q.d = newRedisDriver(unwrap.Redis(b), name, window)
 	default:
 		return nil, fmt.Errorf("delayqueue: unsupported backend %T", b)
 	}
@@ -557,7 +559,7 @@ func (q *Queue) Enqueue(ctx context.Context, payload []byte, opts ...EnqueueOpti
 		if len(id) > MaxIDLen {
 			return "", fmt.Errorf("delayqueue: ID must be at most %d bytes, got %d", MaxIDLen, len(id))
 		}
-		call = backend.NewCallID()
+		call = callid.New()
 	} else {
 		id = newID() // drawn for this call: a job with it is this call's
 	}
@@ -590,7 +592,7 @@ func (q *Queue) Cancel(ctx context.Context, id string) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
-	ok, err := q.d.cancel(ctx, id, backend.NewCallID())
+	ok, err := q.d.cancel(ctx, id, callid.New())
 	if err != nil {
 		return err
 	}
@@ -644,7 +646,7 @@ func (q *Queue) Requeue(ctx context.Context, id string) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
-	ok, err := q.d.requeue(ctx, id, backend.NewCallID())
+	ok, err := q.d.requeue(ctx, id, callid.New())
 	if err != nil {
 		return err
 	}

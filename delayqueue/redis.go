@@ -8,7 +8,7 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/floodgate-dev/floodgate/backend"
+	"github.com/floodgate-dev/floodgate/internal/redisstore"
 )
 
 var (
@@ -49,8 +49,8 @@ var (
 
 // newScript returns main preceded by common.lua, the clock and receipt
 // functions that the scripts call (Redis scripts cannot import each other).
-func newScript(main string) *backend.Script {
-	return backend.NewScript(luaCommon + "\n" + main)
+func newScript(main string) *redisstore.Script {
+	return redisstore.NewScript(luaCommon + "\n" + main)
 }
 
 // redisDriver keeps a queue in seven keys that share the hash tag {name}:
@@ -61,14 +61,14 @@ func newScript(main string) *backend.Script {
 // channel dq:n carries published due times. Calls that change a job leave a
 // receipt "dq:k:<call ID>" for the replay window (see lua/claim.lua).
 type redisDriver struct {
-	r                                                  *backend.Redis
+	r                                                  *redisstore.Store
 	name                                               string
 	sched, ready, inflight, dead, payload, meta, calls string
 	channel                                            string
 	window                                             string // receipts' lifetime, µs
 }
 
-func newRedisDriver(r *backend.Redis, name string, window time.Duration) *redisDriver {
+func newRedisDriver(r *redisstore.Store, name string, window time.Duration) *redisDriver {
 	return &redisDriver{
 		r:        r,
 		name:     name,
@@ -89,7 +89,7 @@ func (d *redisDriver) receipt(call string) string { return d.r.Key(d.name, "dq:k
 
 func itoa(n int64) string { return strconv.FormatInt(n, 10) }
 
-func (d *redisDriver) run(ctx context.Context, s *backend.Script, keys []string, args ...string) (any, error) {
+func (d *redisDriver) run(ctx context.Context, s *redisstore.Script, keys []string, args ...string) (any, error) {
 	v, err := d.r.Run(ctx, s, keys, args)
 	if err != nil {
 		return nil, fmt.Errorf("delayqueue: %w", err)
@@ -107,7 +107,7 @@ func (d *redisDriver) enqueue(ctx context.Context, id string, payload []byte, at
 	if err != nil {
 		return 0, false, err
 	}
-	v, err := backend.ReplyInts(reply, 2)
+	v, err := redisstore.ReplyInts(reply, 2)
 	if err != nil {
 		return 0, false, fmt.Errorf("delayqueue: %w", err)
 	}
@@ -131,7 +131,7 @@ func (d *redisDriver) pump(ctx context.Context, maxAttempts int) (pumpResult, er
 	if err != nil {
 		return pumpResult{}, err
 	}
-	v, err := backend.ReplyInts(reply, 7)
+	v, err := redisstore.ReplyInts(reply, 7)
 	if err != nil {
 		return pumpResult{}, fmt.Errorf("delayqueue: %w", err)
 	}
@@ -157,7 +157,7 @@ func (d *redisDriver) claim(ctx context.Context, visibility int64, call string) 
 	}
 	id, ok1 := arr[0].(string)
 	payload, ok2 := arr[1].(string)
-	nums, err := backend.ReplyInts(arr[2:], 3)
+	nums, err := redisstore.ReplyInts(arr[2:], 3)
 	if !ok1 || !ok2 || err != nil {
 		return nil, fmt.Errorf("delayqueue: malformed claim reply %v", arr)
 	}
@@ -194,7 +194,7 @@ func (d *redisDriver) retry(ctx context.Context, id string, attempt int, backoff
 	if err != nil {
 		return leaseLost, err
 	}
-	v, err := backend.ReplyInts(reply, 2)
+	v, err := redisstore.ReplyInts(reply, 2)
 	if err != nil {
 		return leaseLost, fmt.Errorf("delayqueue: %w", err)
 	}
@@ -206,7 +206,7 @@ func (d *redisDriver) stats(ctx context.Context) (Stats, error) {
 	if err != nil {
 		return Stats{}, err
 	}
-	v, err := backend.ReplyInts(reply, 4)
+	v, err := redisstore.ReplyInts(reply, 4)
 	if err != nil {
 		return Stats{}, fmt.Errorf("delayqueue: %w", err)
 	}
@@ -226,7 +226,7 @@ func (d *redisDriver) listDead(ctx context.Context, limit int) ([]DeadJob, error
 	for i := 0; i < len(arr); i += 5 {
 		id, ok1 := arr[i].(string)
 		payload, ok2 := arr[i+1].(string)
-		nums, err := backend.ReplyInts(arr[i+2:i+5], 3)
+		nums, err := redisstore.ReplyInts(arr[i+2:i+5], 3)
 		if !ok1 || !ok2 || err != nil {
 			return nil, fmt.Errorf("delayqueue: malformed listdead reply %v", arr[i:i+5])
 		}
@@ -250,7 +250,7 @@ func (d *redisDriver) requeue(ctx context.Context, id, call string) (bool, error
 
 func (d *redisDriver) subscribe(ctx context.Context) (<-chan string, func(), error) {
 	sub, err := d.r.Subscribe(ctx, d.channel)
-	if errors.Is(err, backend.ErrNoPubSub) {
+	if errors.Is(err, redisstore.ErrNoPubSub) {
 		return nil, func() {}, nil
 	}
 	if err != nil {

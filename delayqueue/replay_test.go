@@ -196,7 +196,7 @@ func proxied(t *testing.T, opts ...delayqueue.Option) (*delayqueue.Queue, *teste
 	p := testenv.NewProxy(t, testenv.SharedRedis(t).Addr)
 	rdb := redis.NewClient(&redis.Options{Addr: p.Addr(), MaxRetries: 2, ContextTimeoutEnabled: true})
 	t.Cleanup(func() { rdb.Close() })
-	q, err := delayqueue.New(backend.NewRedis(rdb, backend.WithPrefix(uniquePrefix())), "q",
+	q, err := delayqueue.New(backendtest.NewRedis(t, rdb, backend.WithPrefix(uniquePrefix())), "q",
 		append([]delayqueue.Option{delayqueue.MaxAttempts(5)}, opts...)...)
 	if err != nil {
 		t.Fatal(err)
@@ -394,7 +394,7 @@ func TestEnqueueAcrossStall(t *testing.T) {
 	p := testenv.NewProxy(t, testenv.SharedRedis(t).Addr)
 	rdb := redis.NewClient(&redis.Options{Addr: p.Addr(), ReadTimeout: time.Second, MaxRetries: 3})
 	t.Cleanup(func() { rdb.Close() })
-	q, err := delayqueue.New(backend.NewRedis(rdb, backend.WithPrefix(uniquePrefix())), "q")
+	q, err := delayqueue.New(backendtest.NewRedis(t, rdb, backend.WithPrefix(uniquePrefix())), "q")
 	if err != nil {
 		t.Fatal(err)
 	}

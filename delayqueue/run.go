@@ -9,7 +9,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/floodgate-dev/floodgate/backend"
+	"github.com/floodgate-dev/floodgate/internal/callid"
 )
 
 func microTime(us int64) time.Time { return time.UnixMicro(us) }
@@ -303,7 +303,7 @@ func (q *Queue) pump(ctx context.Context) (pumpResult, error) {
 // claim leases the ready job due first, or returns nil.
 func (q *Queue) claim(ctx context.Context) (*delivery, error) {
 	start := time.Now()
-	d, err := q.d.claim(ctx, q.cfg.visibility.Microseconds(), backend.NewCallID())
+	d, err := q.d.claim(ctx, q.cfg.visibility.Microseconds(), callid.New())
 	if d != nil {
 		d.claimed = start
 	}

@@ -9,6 +9,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/floodgate-dev/floodgate/backend"
+	"github.com/floodgate-dev/floodgate/internal/backendtest"
 	"github.com/floodgate-dev/floodgate/internal/testenv"
 )
 
@@ -34,7 +35,7 @@ func TestNothingLostAcrossSentinelFailover(t *testing.T) {
 		ContextTimeoutEnabled: true,
 	})
 	t.Cleanup(func() { fc.Close() })
-	b := backend.NewRedis(fc, backend.WithPrefix(uniquePrefix()))
+	b := backendtest.NewRedis(t, fc, backend.WithPrefix(uniquePrefix()))
 	t.Cleanup(func() { b.Close() })
 	failoverScenario(ctx, t, b, failover{
 		queue: "sfo-jobs",

@@ -45,7 +45,7 @@ func newMemory(t testing.TB, clk clock.Clock) *backend.Memory {
 func newRedis(t testing.TB, clk clock.Clock) *backend.Redis {
 	c := redis.NewClient(&redis.Options{Addr: testenv.SharedRedis(t).Addr, ContextTimeoutEnabled: true})
 	t.Cleanup(func() { c.Close() })
-	b, err := backend.NewRedisE(c, backend.WithPrefix(uniquePrefix()), backend.WithClock(clk))
+	b, err := backend.NewRedis(c, backend.WithPrefix(uniquePrefix()), backend.WithClock(clk))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -23,7 +23,7 @@ func TestStoreFailure(t *testing.T) {
 	c := redis.NewClient(&redis.Options{Addr: srv.Addr, ContextTimeoutEnabled: true, MaxRetries: -1, DialerRetries: 1,
 		DialTimeout: time.Second, ReadTimeout: time.Second, WriteTimeout: time.Second})
 	t.Cleanup(func() { c.Close() })
-	b, err := backend.NewRedisE(c, backend.WithPrefix(uniquePrefix())) // Redis's own clock
+	b, err := backend.NewRedis(c, backend.WithPrefix(uniquePrefix())) // Redis's own clock
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -30,7 +30,7 @@ const crashLease = time.Second
 func childMain() int {
 	f := strings.Fields(os.Getenv(childEnv))
 	c := redis.NewClient(&redis.Options{Addr: f[0], ContextTimeoutEnabled: true})
-	b, err := backend.NewRedisE(c, backend.WithPrefix(f[1]))
+	b, err := backend.NewRedis(c, backend.WithPrefix(f[1]))
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
@@ -53,7 +53,7 @@ func TestCrashedRunnerSubprocess(t *testing.T) {
 	prefix := uniquePrefix()
 	c := redis.NewClient(&redis.Options{Addr: addr, ContextTimeoutEnabled: true})
 	defer c.Close()
-	b, err := backend.NewRedisE(c, backend.WithPrefix(prefix))
+	b, err := backend.NewRedis(c, backend.WithPrefix(prefix))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -4,7 +4,7 @@ import (
 	"context"
 	"time"
 
-	"github.com/floodgate-dev/floodgate/backend"
+	"github.com/floodgate-dev/floodgate/internal/memstore"
 )
 
 // memDriver keeps keys and tokens in two tables of a Memory backend. A key's
@@ -13,8 +13,8 @@ import (
 // are the backend's clock, in microseconds; entries expire at their
 // deadline, so the janitor removing one changes nothing.
 type memDriver struct {
-	keys   *backend.Table
-	tokens *backend.Table
+	keys   *memstore.Table
+	tokens *memstore.Table
 }
 
 // memRecord is the state of a key. Running records are in flight: wake is
@@ -30,7 +30,7 @@ type memRecord struct {
 	wake     chan struct{}
 }
 
-func newMemDriver(m *backend.Memory, ns string) *memDriver {
+func newMemDriver(m *memstore.Store, ns string) *memDriver {
 	return &memDriver{
 		keys:   m.Table("idempotency.keys/" + ns),
 		tokens: m.Table("idempotency.tokens/" + ns),
@@ -39,7 +39,7 @@ func newMemDriver(m *backend.Memory, ns string) *memDriver {
 
 // live returns the record of key if it has not expired; the shard must be
 // locked.
-func live(sh *backend.Shard, key string, now int64) *memRecord {
+func live(sh *memstore.Shard, key string, now int64) *memRecord {
 	e := sh.Get(key)
 	if e == nil {
 		return nil
@@ -75,13 +75,13 @@ func (d *memDriver) begin(_ context.Context, key, owner, fp string, lease time.D
 		}
 	}
 	r := &memRecord{running: true, owner: owner, deadline: now + lease.Microseconds(), fp: fp, wake: make(chan struct{})}
-	sh.Put(key, &backend.Entry{Value: r, Expires: r.deadline})
+	sh.Put(key, &memstore.Entry{Value: r, Expires: r.deadline})
 	return outcome{state: claimed}, nil
 }
 
 // held returns owner's live in-flight record of key; the shard must be
 // locked.
-func held(sh *backend.Shard, key, owner string, now int64) *memRecord {
+func held(sh *memstore.Shard, key, owner string, now int64) *memRecord {
 	r := live(sh, key, now)
 	if r == nil || !r.running || r.owner != owner {
 		return nil
@@ -118,7 +118,7 @@ func (d *memDriver) complete(_ context.Context, key, owner string, ttl time.Dura
 	close(r.wake)
 	res.val = clone(res.val)
 	nr := &memRecord{owner: owner, deadline: now + ttl.Microseconds(), fp: r.fp, res: res}
-	sh.Put(key, &backend.Entry{Value: nr, Expires: nr.deadline})
+	sh.Put(key, &memstore.Entry{Value: nr, Expires: nr.deadline})
 	return true, nil
 }
 
@@ -135,7 +135,7 @@ func (d *memDriver) abort(_ context.Context, key, owner string) (bool, error) {
 		return false, nil
 	}
 	close(r.wake)
-	sh.Put(key, &backend.Entry{Value: &memRecord{aborted: true, owner: owner, deadline: r.deadline, fp: r.fp}, Expires: r.deadline})
+	sh.Put(key, &memstore.Entry{Value: &memRecord{aborted: true, owner: owner, deadline: r.deadline, fp: r.fp}, Expires: r.deadline})
 	return true, nil
 }
 
@@ -161,7 +161,7 @@ func (d *memDriver) issue(_ context.Context, token string, ttl time.Duration) (b
 		return true, nil // stored by this call already
 	}
 	deadline := now + ttl.Microseconds()
-	sh.Put(token, &backend.Entry{A: deadline, Expires: deadline})
+	sh.Put(token, &memstore.Entry{A: deadline, Expires: deadline})
 	return true, nil
 }
 
@@ -182,7 +182,7 @@ func (d *memDriver) consume(_ context.Context, token, call string) (bool, error)
 		return false, nil
 	}
 	deadline := min(e.A, d.tokens.NowMicros()+ReplayWindow.Microseconds())
-	sh.Put(token, &backend.Entry{A: deadline, Value: call, Expires: deadline})
+	sh.Put(token, &memstore.Entry{A: deadline, Value: call, Expires: deadline})
 	return true, nil
 }
 

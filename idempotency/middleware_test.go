@@ -13,8 +13,8 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/floodgate-dev/floodgate/backend"
 	"github.com/floodgate-dev/floodgate/idempotency"
+	"github.com/floodgate-dev/floodgate/internal/backendtest"
 )
 
 // orders is a handler that creates an order per request it runs: 201 with
@@ -268,7 +268,7 @@ func TestMiddlewareStoreDown(t *testing.T) {
 	// A Redis nobody listens on.
 	c := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1", ContextTimeoutEnabled: true, MaxRetries: -1, DialTimeout: 200 * time.Millisecond})
 	defer c.Close()
-	s := newStore(t, backend.NewRedis(c))
+	s := newStore(t, backendtest.NewRedis(t, c))
 	o := &orders{}
 	isProblem(t, post(newMiddleware(t, s, o), "/orders", "k", "x"), http.StatusServiceUnavailable)
 	if o.runs.Load() != 0 {

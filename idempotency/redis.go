@@ -8,7 +8,7 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/floodgate-dev/floodgate/backend"
+	"github.com/floodgate-dev/floodgate/internal/redisstore"
 )
 
 var (
@@ -25,12 +25,12 @@ var (
 	//go:embed lua/consume.lua
 	luaConsume string
 
-	beginScript    = backend.NewScript(luaBegin)
-	renewScript    = backend.NewScript(luaRenew)
-	completeScript = backend.NewScript(luaComplete)
-	abortScript    = backend.NewScript(luaAbort)
-	issueScript    = backend.NewScript(luaIssue)
-	consumeScript  = backend.NewScript(luaConsume)
+	beginScript    = redisstore.NewScript(luaBegin)
+	renewScript    = redisstore.NewScript(luaRenew)
+	completeScript = redisstore.NewScript(luaComplete)
+	abortScript    = redisstore.NewScript(luaAbort)
+	issueScript    = redisstore.NewScript(luaIssue)
+	consumeScript  = redisstore.NewScript(luaConsume)
 )
 
 // redisDriver keeps a key in one hash "<prefix>:{<key>}:ik[:<ns>]" and a
@@ -38,11 +38,11 @@ var (
 // one key (Cluster-safe). Waiters subscribe to "<prefix>:{<key>}:ic[:<ns>]";
 // complete and abort publish on it when a waiter asked for it.
 type redisDriver struct {
-	r      *backend.Redis
+	r      *redisstore.Store
 	suffix string // "" or ":<ns>"
 }
 
-func newRedisDriver(r *backend.Redis, ns string) *redisDriver {
+func newRedisDriver(r *redisstore.Store, ns string) *redisDriver {
 	d := &redisDriver{r: r}
 	if ns != "" {
 		d.suffix = ":" + ns
@@ -131,7 +131,7 @@ func (d *redisDriver) abort(ctx context.Context, key, owner string) (bool, error
 // client, waiters only poll (at most every MaxPoll).
 func (d *redisDriver) subscribe(ctx context.Context, key string) (<-chan string, func(), error) {
 	sub, err := d.r.Subscribe(ctx, d.channel(key))
-	if errors.Is(err, backend.ErrNoPubSub) {
+	if errors.Is(err, redisstore.ErrNoPubSub) {
 		return nil, func() {}, nil
 	}
 	if err != nil {

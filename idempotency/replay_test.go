@@ -97,7 +97,7 @@ func proxied(t *testing.T, opts ...idempotency.Option) (*idempotency.Store, *tes
 	p := testenv.NewProxy(t, testenv.SharedRedis(t).Addr)
 	rdb := redis.NewClient(&redis.Options{Addr: p.Addr(), MaxRetries: 2, ContextTimeoutEnabled: true})
 	t.Cleanup(func() { rdb.Close() })
-	s := newStore(t, backend.NewRedis(rdb, backend.WithPrefix(uniquePrefix())), opts...)
+	s := newStore(t, backendtest.NewRedis(t, rdb, backend.WithPrefix(uniquePrefix())), opts...)
 	ctx := context.Background()
 	if _, _, err := s.Do(ctx, "warm-up", func(context.Context) ([]byte, error) { return nil, nil }); err != nil {
 		t.Fatal(err)
@@ -203,7 +203,7 @@ func TestDoAcrossStall(t *testing.T) {
 	p := testenv.NewProxy(t, testenv.SharedRedis(t).Addr)
 	rdb := redis.NewClient(&redis.Options{Addr: p.Addr(), ReadTimeout: time.Second, MaxRetries: 3})
 	t.Cleanup(func() { rdb.Close() })
-	s := newStore(t, backend.NewRedis(rdb, backend.WithPrefix(uniquePrefix())))
+	s := newStore(t, backendtest.NewRedis(t, rdb, backend.WithPrefix(uniquePrefix())))
 	ctx := context.Background()
 	if _, _, err := s.Do(ctx, "warm-up", func(context.Context) ([]byte, error) { return nil, nil }); err != nil {
 		t.Fatal(err)

@@ -46,7 +46,7 @@
 //     the lease would have ended) and changes nothing.
 //   - IssueToken draws the token before the script runs, so a live token
 //     with its value is this call's: success, one token.
-//   - ConsumeToken carries a call ID (backend.NewCallID); the token is not
+//   - ConsumeToken carries a call ID (callid.New); the token is not
 //     deleted but marked consumed by that call for ReplayWindow (a minute,
 //     less if the token expires sooner), so a resend answers true again
 //     while any other call gets false.
@@ -67,6 +67,7 @@ import (
 	"time"
 
 	"github.com/floodgate-dev/floodgate/backend"
+	"github.com/floodgate-dev/floodgate/internal/unwrap"
 )
 
 // Sentinel errors. Compare with errors.Is.
@@ -212,9 +213,9 @@ func New(b backend.Backend, opts ...Option) (*Store, error) {
 	s := &Store{cfg: cfg}
 	switch b := b.(type) {
 	case *backend.Memory:
-		s.d = newMemDriver(b, cfg.ns)
+		s.d = newMemDriver(unwrap.Memory(b), cfg.ns)
 	case *backend.Redis:
-		s.d = newRedisDriver(b, cfg.ns)
+		s.d = newRedisDriver(unwrap.Redis(b), cfg.ns)
 	default:
 		return nil, fmt.Errorf("idempotency: unsupported backend %T", b)
 	}

@@ -7,7 +7,7 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/floodgate-dev/floodgate/backend"
+	"github.com/floodgate-dev/floodgate/internal/callid"
 )
 
 // ReplayWindow is how long a consumed token remembers the call that
@@ -68,7 +68,7 @@ func (s *Store) ConsumeToken(ctx context.Context, token string) (bool, error) {
 	if !validToken(token) {
 		return false, nil
 	}
-	ok, err := s.d.consume(ctx, token, backend.NewCallID())
+	ok, err := s.d.consume(ctx, token, callid.New())
 	if err != nil {
 		return false, fmt.Errorf("idempotency: %w", err)
 	}

@@ -8,7 +8,11 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/floodgate-dev/floodgate/backend"
+	"github.com/floodgate-dev/floodgate/internal/backendtest"
+	"github.com/floodgate-dev/floodgate/internal/callid"
+	"github.com/floodgate-dev/floodgate/internal/redisstore"
 	"github.com/floodgate-dev/floodgate/internal/testenv"
+	"github.com/floodgate-dev/floodgate/internal/unwrap"
 )
 
 // The orderings of an abandoned acquire and its cancel, run one script at a
@@ -17,7 +21,8 @@ import (
 func TestCancelOrderings(t *testing.T) {
 	c := redis.NewClient(&redis.Options{Addr: testenv.SharedRedis(t).Addr})
 	t.Cleanup(func() { c.Close() })
-	r := backend.NewRedis(c, backend.WithPrefix("lc"))
+	r := backendtest.NewRedis(t, c, backend.WithPrefix("lc"))
+	rs := unwrap.Redis(r)
 	ctx := context.Background()
 	ttl := 30 * time.Second
 
@@ -26,17 +31,17 @@ func TestCancelOrderings(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		return newRedisDriver(r, t.Name()+NewOwnerID()[:6], o)
+		return newRedisDriver(rs, t.Name()+NewOwnerID()[:6], o)
 	}
 	acquire := func(t *testing.T, d *redisDriver, owner, call string) []int64 {
 		t.Helper()
-		reply, err := r.Run(ctx, acquireScript, d.callKeys(call), []string{
+		reply, err := rs.Run(ctx, acquireScript, d.callKeys(call), []string{
 			"", owner, micros(ttl), "0", "0", micros(3 * time.Second), call, boolArg(d.o.Owner != ""),
 		})
 		if err != nil {
 			t.Fatal(err)
 		}
-		v, err := backend.ReplyInts(reply, 2)
+		v, err := redisstore.ReplyInts(reply, 2)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -44,7 +49,7 @@ func TestCancelOrderings(t *testing.T) {
 	}
 	cancel := func(t *testing.T, d *redisDriver, owner, call string) int64 {
 		t.Helper()
-		reply, err := r.Run(ctx, cancelScript, d.callKeys(call), []string{
+		reply, err := rs.Run(ctx, cancelScript, d.callKeys(call), []string{
 			"", owner, call, micros(ttl), d.channel, boolArg(d.o.Owner != ""),
 		})
 		if err != nil {
@@ -54,19 +59,19 @@ func TestCancelOrderings(t *testing.T) {
 	}
 	free := func(t *testing.T, d *redisDriver) bool {
 		t.Helper()
-		v := acquire(t, d, "probe-"+NewOwnerID(), backend.NewCallID())
+		v := acquire(t, d, "probe-"+NewOwnerID(), callid.New())
 		if v[0] == 1 {
 			if err := d.Release(ctx, ""); err == nil {
 				t.Fatal("released for the empty owner")
 			}
-			_, _ = r.Run(ctx, backend.NewScript("return redis.call('DEL', KEYS[1])"), d.keys[:1], nil)
+			_, _ = rs.Run(ctx, redisstore.NewScript("return redis.call('DEL', KEYS[1])"), d.keys[:1], nil)
 		}
 		return v[0] == 1
 	}
 
 	t.Run("cancel before the acquire lands", func(t *testing.T) {
 		d := newDriver(t, "")
-		owner, call := NewOwnerID(), backend.NewCallID()
+		owner, call := NewOwnerID(), callid.New()
 		if n := cancel(t, d, owner, call); n != 0 {
 			t.Fatalf("cancel of a call that never ran: %d, want 0", n)
 		}
@@ -79,7 +84,7 @@ func TestCancelOrderings(t *testing.T) {
 	})
 	t.Run("cancel after the acquire landed, then resent", func(t *testing.T) {
 		d := newDriver(t, "")
-		owner, call := NewOwnerID(), backend.NewCallID()
+		owner, call := NewOwnerID(), callid.New()
 		first := acquire(t, d, owner, call)
 		if first[0] != 1 {
 			t.Fatalf("acquire: %v", first)
@@ -102,7 +107,7 @@ func TestCancelOrderings(t *testing.T) {
 	})
 	t.Run("a cancelled re-entry gives back one level", func(t *testing.T) {
 		d := newDriver(t, "own")
-		a, b := backend.NewCallID(), backend.NewCallID()
+		a, b := callid.New(), callid.New()
 		ga := acquire(t, d, "own", a)
 		gb := acquire(t, d, "own", b) // re-entry: two levels
 		if ga[0] != 1 || gb[0] != 1 || ga[1] != gb[1] {

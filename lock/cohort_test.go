@@ -14,6 +14,7 @@ import (
 	"github.com/floodgate-dev/floodgate/backend"
 	"github.com/floodgate-dev/floodgate/internal/backendtest"
 	"github.com/floodgate-dev/floodgate/internal/testenv"
+	"github.com/floodgate-dev/floodgate/internal/unwrap"
 	"github.com/floodgate-dev/floodgate/lock"
 	"github.com/floodgate-dev/floodgate/lock/locktest"
 )
@@ -51,7 +52,7 @@ func cohortBackend(t *testing.T, prefix string) (*backend.Redis, *scriptCalls) {
 	t.Cleanup(func() { c.Close() })
 	h := &scriptCalls{}
 	c.AddHook(h)
-	b := backend.NewRedis(c, backend.WithPrefix(prefix))
+	b := backendtest.NewRedis(t, c, backend.WithPrefix(prefix))
 	t.Cleanup(func() { b.Close() })
 	return b, h
 }
@@ -376,7 +377,7 @@ func TestLocalPassRun(t *testing.T) {
 	if rv.lease.Token() != rb.lease.Token()+1 {
 		t.Fatalf("the pass gave token %d after %d, want the next", rv.lease.Token(), rb.lease.Token())
 	}
-	key := b.Key(name, "lk")
+	key := unwrap.Redis(b).Key(name, "lk")
 	h, err := rc.HGetAll(ctx, key).Result()
 	if err != nil {
 		t.Fatal(err)

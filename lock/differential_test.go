@@ -51,7 +51,7 @@ func runDifferential(t *testing.T, c *redis.Client, kind string, seed uint64) {
 	clocks := [2]*clock.Fake{clock.NewFake(start), clock.NewFake(start)}
 	mem := backend.NewMemory(backend.WithClock(clocks[0]))
 	t.Cleanup(func() { mem.Close() })
-	red := backend.NewRedis(c, backend.WithPrefix(backendtest.UniquePrefix()), backend.WithClock(clocks[1]))
+	red := backendtest.NewRedis(t, c, backend.WithPrefix(backendtest.UniquePrefix()), backend.WithClock(clocks[1]))
 	backends := [2]backend.Backend{mem, red}
 	name := "diff"
 

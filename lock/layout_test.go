@@ -16,6 +16,7 @@ import (
 	"github.com/floodgate-dev/floodgate/clock"
 	"github.com/floodgate-dev/floodgate/internal/backendtest"
 	"github.com/floodgate-dev/floodgate/internal/testenv"
+	"github.com/floodgate-dev/floodgate/internal/unwrap"
 	"github.com/floodgate-dev/floodgate/lock"
 )
 
@@ -26,9 +27,10 @@ import (
 // uncontended Lock and Unlock leave no queue behind.
 func TestRedisMutexLayout(t *testing.T) {
 	c, r, clk, start := layoutRedis(t)
+	rs := unwrap.Redis(r)
 	ctx := context.Background()
 	const name = "layout"
-	hash, oldFence := r.Key(name, "lk"), r.Key(name, "lf")
+	hash, oldFence := rs.Key(name, "lk"), rs.Key(name, "lf")
 	// The earlier layout's fence, ahead of the clock (as after a clock step
 	// back): the next token must come from it.
 	ahead := start.UnixMicro() + 1_000_000
@@ -55,7 +57,7 @@ func TestRedisMutexLayout(t *testing.T) {
 		if ttl, err := c.PTTL(ctx, hash).Result(); err != nil || ttl != -1 {
 			t.Fatalf("acquisition %d: lock hash TTL %v (%v), want none", i, ttl, err)
 		}
-		if n, err := c.Exists(ctx, oldFence, r.Key(name, "lq"), r.Key(name, "lw")).Result(); err != nil || n != 0 {
+		if n, err := c.Exists(ctx, oldFence, rs.Key(name, "lq"), rs.Key(name, "lw")).Result(); err != nil || n != 0 {
 			t.Fatalf("acquisition %d: %d of the old fence and the queue keys exist (%v)", i, n, err)
 		}
 		if err := lease.Unlock(ctx); err != nil {
@@ -131,16 +133,17 @@ func checkSharedLayout(t *testing.T, c *redis.Client, hash string, others []stri
 // ended (also one shortened by Extend) stops counting at its deadline.
 func TestRedisRWMutexLayout(t *testing.T) {
 	c, r, clk, start := layoutRedis(t)
+	rs := unwrap.Redis(r)
 	ctx := context.Background()
 	const name = "layout"
-	hash, oldFence := r.Key(name, "rwk"), r.Key(name, "rwf")
-	others := []string{oldFence, r.Key(name, "rwwr"), r.Key(name, "rwww"), r.Key(name, "rwwd")}
+	hash, oldFence := rs.Key(name, "rwk"), rs.Key(name, "rwf")
+	others := []string{oldFence, rs.Key(name, "rwwr"), rs.Key(name, "rwww"), rs.Key(name, "rwwd")}
 	ahead := start.UnixMicro() + 1_000_000
 	if err := c.Set(ctx, oldFence, ahead, 0).Err(); err != nil {
 		t.Fatal(err)
 	}
 	// A writer of the 0.9 layout, live: not seen by this version.
-	if err := c.HSet(ctx, r.Key(name, "rwl"), "o", "old", "c", 1, "t", 5, "d", start.UnixMicro()+3_600_000_000).Err(); err != nil {
+	if err := c.HSet(ctx, rs.Key(name, "rwl"), "o", "old", "c", 1, "t", 5, "d", start.UnixMicro()+3_600_000_000).Err(); err != nil {
 		t.Fatal(err)
 	}
 	rw, err := lock.NewRWMutex(r, name, lock.TTL(time.Millisecond))
@@ -196,16 +199,17 @@ func TestRedisRWMutexLayout(t *testing.T) {
 // TestRedisSemaphoreLayout: as TestRedisRWMutexLayout, for a Semaphore.
 func TestRedisSemaphoreLayout(t *testing.T) {
 	c, r, clk, start := layoutRedis(t)
+	rs := unwrap.Redis(r)
 	ctx := context.Background()
 	const name = "layout"
-	hash, oldFence := r.Key(name, "smk"), r.Key(name, "smf")
-	others := []string{oldFence, r.Key(name, "smw"), r.Key(name, "smwd")}
+	hash, oldFence := rs.Key(name, "smk"), rs.Key(name, "smf")
+	others := []string{oldFence, rs.Key(name, "smw"), rs.Key(name, "smwd")}
 	ahead := start.UnixMicro() + 1_000_000
 	if err := c.Set(ctx, oldFence, ahead, 0).Err(); err != nil {
 		t.Fatal(err)
 	}
 	// Holders of the 0.9 layout, live: not seen by this version.
-	if err := c.ZAdd(ctx, r.Key(name, "smh"), redis.Z{Score: float64(start.UnixMicro() + 3_600_000_000), Member: "old"}).Err(); err != nil {
+	if err := c.ZAdd(ctx, rs.Key(name, "smh"), redis.Z{Score: float64(start.UnixMicro() + 3_600_000_000), Member: "old"}).Err(); err != nil {
 		t.Fatal(err)
 	}
 	sem, err := lock.NewSemaphore(r, name, 2, lock.TTL(time.Millisecond))
@@ -275,5 +279,5 @@ func layoutRedis(t *testing.T) (*redis.Client, *backend.Redis, *clock.Fake, time
 	t.Cleanup(func() { c.Close() })
 	start := time.UnixMicro(1_700_000_000_000_000)
 	clk := clock.NewFake(start)
-	return c, backend.NewRedis(c, backend.WithPrefix(backendtest.UniquePrefix()), backend.WithClock(clk)), clk, start
+	return c, backendtest.NewRedis(t, c, backend.WithPrefix(backendtest.UniquePrefix()), backend.WithClock(clk)), clk, start
 }

@@ -12,6 +12,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/floodgate-dev/floodgate/backend"
+	"github.com/floodgate-dev/floodgate/internal/backendtest"
 	"github.com/floodgate-dev/floodgate/internal/testenv"
 	"github.com/floodgate-dev/floodgate/lock"
 )
@@ -226,7 +227,7 @@ func TestLinearizableUnderFaults(t *testing.T) {
 				if be == nil {
 					c := redis.NewClient(&redis.Options{Addr: addr, ContextTimeoutEnabled: true, MaxRetries: retries, DialTimeout: 200 * time.Millisecond})
 					t.Cleanup(func() { c.Close() })
-					be = backend.NewRedis(c)
+					be = backendtest.NewRedis(t, c)
 					shared = be
 				} else {
 					shared = nil

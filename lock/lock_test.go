@@ -13,7 +13,10 @@ import (
 
 	"github.com/floodgate-dev/floodgate/backend"
 	"github.com/floodgate-dev/floodgate/backend/rueidisadapter"
+	"github.com/floodgate-dev/floodgate/internal/backendtest"
+	"github.com/floodgate-dev/floodgate/internal/redisstore"
 	"github.com/floodgate-dev/floodgate/internal/testenv"
+	"github.com/floodgate-dev/floodgate/internal/unwrap"
 	"github.com/floodgate-dev/floodgate/lock"
 	"github.com/floodgate-dev/floodgate/lock/locktest"
 )
@@ -50,12 +53,13 @@ func redisBackend(addrs ...string) func(t testing.TB) *backend.Redis {
 			c = redis.NewClient(&redis.Options{Addr: addrs[0], ContextTimeoutEnabled: true})
 		}
 		t.Cleanup(func() { c.Close() })
-		return backend.NewRedis(c, backend.WithPrefix("lt"))
+		return backendtest.NewRedis(t, c, backend.WithPrefix("lt"))
 	}
 }
 
 func runRedisConformance(t *testing.T, name string, mk func(testing.TB) *backend.Redis) {
 	drop := mk(t)
+	drops := unwrap.Redis(drop)
 	locktest.Run(t, locktest.Backend{
 		Name: name,
 		New: func(t testing.TB, name string, opts ...lock.Option) lock.Locker {
@@ -66,12 +70,12 @@ func runRedisConformance(t *testing.T, name string, mk func(testing.TB) *backend
 			return l
 		},
 		Drop: func(t testing.TB, name string) {
-			if _, err := drop.Run(context.Background(), backend.NewScript("return redis.call('DEL', KEYS[1])"), []string{drop.Key(name, "lk")}, nil); err != nil {
+			if _, err := drops.Run(context.Background(), redisstore.NewScript("return redis.call('DEL', KEYS[1])"), []string{drops.Key(name, "lk")}, nil); err != nil {
 				t.Fatal(err)
 			}
 		},
 		Waiters: func(t testing.TB, name string) int {
-			n, err := drop.Run(context.Background(), zcard, []string{drop.Key(name, "lq")}, nil)
+			n, err := drops.Run(context.Background(), zcard, []string{drops.Key(name, "lq")}, nil)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -81,7 +85,7 @@ func runRedisConformance(t *testing.T, name string, mk func(testing.TB) *backend
 	})
 }
 
-var zcard = backend.NewScript("return redis.call('ZCARD', KEYS[1])")
+var zcard = redisstore.NewScript("return redis.call('ZCARD', KEYS[1])")
 
 func TestConformanceRedis(t *testing.T) {
 	runRedisConformance(t, "redis", redisBackend(testenv.SharedRedis(t).Addr))

@@ -4,14 +4,14 @@ import (
 	"context"
 	"time"
 
-	"github.com/floodgate-dev/floodgate/backend"
+	"github.com/floodgate-dev/floodgate/internal/memstore"
 )
 
 // memDriver is a mutex in a Memory backend: the state of a lock name is one
 // entry of the "lock" table, guarded by its shard's mutex. Waiters queue in
 // the entry and the releaser wakes the head one; time is the backend's clock.
 type memDriver struct {
-	t    *backend.Table
+	t    *memstore.Table
 	name string
 	o    Options
 }
@@ -31,15 +31,15 @@ type memWaiter struct {
 	wake  chan struct{} // buffered 1
 }
 
-func newMemDriver(m *backend.Memory, name string, o Options) *memDriver {
+func newMemDriver(m *memstore.Store, name string, o Options) *memDriver {
 	return &memDriver{t: m.Table("lock"), name: name, o: o}
 }
 
 // state returns the lock's state; the shard must be locked.
-func (d *memDriver) state(sh *backend.Shard) *memLock {
+func (d *memDriver) state(sh *memstore.Shard) *memLock {
 	e := sh.Get(d.name)
 	if e == nil {
-		e = &backend.Entry{Value: &memLock{}}
+		e = &memstore.Entry{Value: &memLock{}}
 		sh.Put(d.name, e)
 	}
 	return e.Value.(*memLock)

@@ -5,6 +5,7 @@ import (
 	"fmt"
 
 	"github.com/floodgate-dev/floodgate/backend"
+	"github.com/floodgate-dev/floodgate/internal/unwrap"
 )
 
 // NewMutex returns a mutual exclusion lock named name on a Memory or Redis
@@ -29,9 +30,9 @@ func NewMutex(b backend.Backend, name string, opts ...Option) (Locker, error) {
 	}
 	switch b := b.(type) {
 	case *backend.Memory:
-		return NewLocker(newMemDriver(b, name, o), o), nil
+		return NewLocker(newMemDriver(unwrap.Memory(b), name, o), o), nil
 	case *backend.Redis:
-		return NewLocker(newRedisDriver(b, name, o), o), nil
+		return NewLocker(newRedisDriver(unwrap.Redis(b), name, o), o), nil
 	}
 	return nil, fmt.Errorf("lock: unsupported backend %T", b)
 }

@@ -13,6 +13,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/floodgate-dev/floodgate/backend"
+	"github.com/floodgate-dev/floodgate/internal/backendtest"
 	"github.com/floodgate-dev/floodgate/internal/testenv"
 	"github.com/floodgate-dev/floodgate/lock"
 )
@@ -55,7 +56,12 @@ func childMain() int {
 	f := strings.Fields(os.Getenv(childEnv))
 	c := redis.NewClient(&redis.Options{Addr: f[0], PoolSize: 16})
 	defer c.Close()
-	mu, _ := lock.NewMutex(backend.NewRedis(c), f[1], lock.TTL(10*time.Second))
+	b, err := backend.NewRedis(c)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	mu, _ := lock.NewMutex(b, f[1], lock.TTL(10*time.Second))
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	if err := critical(ctx, c, mu, 25); err != nil {
@@ -69,7 +75,7 @@ func TestMutualExclusionTwoProcesses(t *testing.T) {
 	srv := testenv.NewRedis(t)
 	c := redis.NewClient(&redis.Options{Addr: srv.Addr, PoolSize: 16})
 	defer c.Close()
-	mu, _ := lock.NewMutex(backend.NewRedis(c), "shared", lock.TTL(10*time.Second))
+	mu, _ := lock.NewMutex(backendtest.NewRedis(t, c), "shared", lock.TTL(10*time.Second))
 	cmd := exec.Command(os.Args[0], "-test.run=^$")
 	cmd.Env = append(os.Environ(), childEnv+"="+srv.Addr+" shared")
 	cmd.Stderr = os.Stderr

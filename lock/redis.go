@@ -10,8 +10,9 @@ import (
 	"strings"
 	"time"
 
-	"github.com/floodgate-dev/floodgate/backend"
+	"github.com/floodgate-dev/floodgate/internal/callid"
 	"github.com/floodgate-dev/floodgate/internal/luafunc"
+	"github.com/floodgate-dev/floodgate/internal/redisstore"
 	"github.com/floodgate-dev/floodgate/lock/internal/cohort"
 )
 
@@ -24,8 +25,8 @@ var luaCommon string
 // every run, so a script carries only the ones it uses. Lock scripts are
 // Direct: under contention each release and the next acquire wait on each
 // other, and a pipeline batch ahead of them would lengthen every hand-off.
-func script(src string) *backend.Script {
-	return backend.NewScript(withHelpers(luaCommon, src)).Direct()
+func script(src string) *redisstore.Script {
+	return redisstore.NewScript(withHelpers(luaCommon, src)).Direct()
 }
 
 // luaHelper is one local function of lua/common.lua, with the comment
@@ -113,7 +114,7 @@ var (
 // have ended and at least every MaxPoll, for holders that die without
 // releasing and for lost messages.
 type redisDriver struct {
-	r       *backend.Redis
+	r       *redisstore.Store
 	o       Options
 	local   cohort.Queue // the process's local queue of the name (package cohort)
 	tomb    string       // key prefix of tombstones: + call id
@@ -121,7 +122,7 @@ type redisDriver struct {
 	channel string
 }
 
-func newRedisDriver(r *backend.Redis, name string, o Options) *redisDriver {
+func newRedisDriver(r *redisstore.Store, name string, o Options) *redisDriver {
 	return &redisDriver{
 		r:     r,
 		o:     o,
@@ -156,7 +157,7 @@ func (d *redisDriver) callKeys(call string) []string {
 // or queued owner: try gives the call up in the background (see abandon), so
 // that it holds nothing however it lands.
 func (d *redisDriver) try(ctx context.Context, owner string, ttl time.Duration, waiting bool) (Grant, time.Duration, error) {
-	call := backend.NewCallID()
+	call := callid.New()
 	keys := d.callKeys(call)
 	reply, err := d.r.Run(ctx, acquireScript, keys, []string{
 		d.r.NowArg(), owner, micros(ttl), boolArg(d.o.Fair), boolArg(waiting), micros(3 * d.o.MaxPoll),
@@ -164,7 +165,7 @@ func (d *redisDriver) try(ctx context.Context, owner string, ttl time.Duration, 
 	})
 	var v []int64
 	if err == nil {
-		v, err = backend.ReplyInts(reply, 2)
+		v, err = redisstore.ReplyInts(reply, 2)
 	}
 	if err != nil {
 		abandon(ttl, func(ctx context.Context) error {
@@ -219,7 +220,7 @@ func (d *redisDriver) acquire(ctx context.Context, owner string, ttl time.Durati
 	if sub, err := d.r.Subscribe(ctx, d.channel); err == nil {
 		defer sub.Close()
 		wake = sub.C
-	} else if !errors.Is(err, backend.ErrNoPubSub) {
+	} else if !errors.Is(err, redisstore.ErrNoPubSub) {
 		if ctxErr := ctx.Err(); ctxErr != nil {
 			return Grant{}, fmt.Errorf("lock: %w", errors.Join(err, ctxErr))
 		}
@@ -293,7 +294,7 @@ func (d *redisDriver) Release(ctx context.Context, owner string) error {
 	// caller goes to Redis (where the lock is free, or held by another
 	// process, or still ours if the release failed: then it waits there).
 	defer d.local.Released(owner)
-	reply, err := d.r.Run(ctx, releaseScript, d.keys, []string{d.r.NowArg(), endRun(owner), d.channel, backend.NewCallID()})
+	reply, err := d.r.Run(ctx, releaseScript, d.keys, []string{d.r.NowArg(), endRun(owner), d.channel, callid.New()})
 	if err != nil {
 		return fmt.Errorf("lock: %w", err)
 	}
@@ -311,17 +312,17 @@ func (d *redisDriver) Release(ctx context.Context, owner string) error {
 // resend path). When w's call has returned meanwhile, what it got is given
 // up here.
 func (d *redisDriver) handoff(ctx context.Context, owner string, w *cohort.Waiter) error {
-	call := backend.NewCallID()
+	call := callid.New()
 	keys := d.callKeys(call)
 	window := passWindow(w.TTL())
 	sent := time.Now()
 	reply, err := d.r.Run(ctx, handoffScript, keys, []string{
-		d.r.NowArg(), endRun(owner), d.channel, backend.NewCallID(), w.Owner(), micros(w.TTL() + window), call,
+		d.r.NowArg(), endRun(owner), d.channel, callid.New(), w.Owner(), micros(w.TTL() + window), call,
 		strconv.Itoa(passBlock),
 	})
 	var v []int64
 	if err == nil {
-		v, err = backend.ReplyInts(reply, 2)
+		v, err = redisstore.ReplyInts(reply, 2)
 	}
 	if err != nil {
 		if !d.local.HandedTo(w, 0) {

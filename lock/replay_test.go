@@ -15,7 +15,9 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/floodgate-dev/floodgate/backend"
+	"github.com/floodgate-dev/floodgate/internal/backendtest"
 	"github.com/floodgate-dev/floodgate/internal/testenv"
+	"github.com/floodgate-dev/floodgate/internal/unwrap"
 	"github.com/floodgate-dev/floodgate/lock"
 )
 
@@ -34,7 +36,7 @@ func faultyRedis(t *testing.T) (*testenv.Proxy, *backend.Redis, *backend.Redis) 
 	if err := fc.Ping(ctx).Err(); err != nil { // handshake replies count as replies
 		t.Fatal(err)
 	}
-	return p, backend.NewRedis(fc, backend.WithPrefix("lr")), backend.NewRedis(dc, backend.WithPrefix("lr"))
+	return p, backendtest.NewRedis(t, fc, backend.WithPrefix("lr")), backendtest.NewRedis(t, dc, backend.WithPrefix("lr"))
 }
 
 // warm locks and unlocks l once, so that its scripts are loaded: a lost
@@ -215,6 +217,7 @@ func (f lockerFunc) TryLock(ctx context.Context) (*lock.Lease, error) { return f
 // the lock free) nor the queue entry may survive.
 func TestFailedWaiterLeavesFairQueue(t *testing.T) {
 	p, fb, db := faultyRedis(t)
+	dbs := unwrap.Redis(db)
 	name := lockName(t)
 	opts := []lock.Option{lock.TTL(30 * time.Second), lock.Fair(), lock.MaxPoll(10 * time.Second)}
 	holder, _ := lock.NewMutex(db, name, lock.TTL(time.Second), lock.Fair(), lock.MaxPoll(10*time.Second))
@@ -236,7 +239,7 @@ func TestFailedWaiterLeavesFairQueue(t *testing.T) {
 	}
 	end := time.Now().Add(5 * time.Second)
 	for {
-		n, err := db.Run(ctx, zcard, []string{db.Key(name, "lq")}, nil)
+		n, err := dbs.Run(ctx, zcard, []string{dbs.Key(name, "lq")}, nil)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -317,7 +320,7 @@ func TestReplayedCallsActOnce(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	db := backend.NewRedis(c, backend.WithPrefix("lr"))
+	db := backendtest.NewRedis(t, c, backend.WithPrefix("lr"))
 	ctx := context.Background()
 	type kind struct {
 		name string

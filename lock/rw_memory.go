@@ -4,7 +4,7 @@ import (
 	"context"
 	"time"
 
-	"github.com/floodgate-dev/floodgate/backend"
+	"github.com/floodgate-dev/floodgate/internal/memstore"
 )
 
 // rwMem is an RWMutex in a Memory backend: the state of a name is one entry
@@ -12,7 +12,7 @@ import (
 // of lua/rw_acquire.lua and lua/rw_release.lua step by step; waiters are woken
 // through their own channels instead of pub/sub. Time is the backend's clock.
 type rwMem struct {
-	t    *backend.Table
+	t    *memstore.Table
 	name string
 	o    Options
 }
@@ -36,16 +36,16 @@ type memHold struct {
 	deadline int64 // µs, backend clock
 }
 
-func newRWMem(m *backend.Memory, name string, o Options) *rwMem {
+func newRWMem(m *memstore.Store, name string, o Options) *rwMem {
 	return &rwMem{t: m.Table("rwlock"), name: name, o: o}
 }
 
 // state returns the lock's state with the readers whose lease ended
 // removed; the shard must be locked.
-func (m *rwMem) state(sh *backend.Shard, now int64) *memRW {
+func (m *rwMem) state(sh *memstore.Shard, now int64) *memRW {
 	e := sh.Get(m.name)
 	if e == nil {
-		e = &backend.Entry{Value: &memRW{readers: map[string]*memHold{}}}
+		e = &memstore.Entry{Value: &memRW{readers: map[string]*memHold{}}}
 		sh.Put(m.name, e)
 	}
 	st := e.Value.(*memRW)

@@ -6,7 +6,8 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/floodgate-dev/floodgate/backend"
+	"github.com/floodgate-dev/floodgate/internal/callid"
+	"github.com/floodgate-dev/floodgate/internal/redisstore"
 )
 
 var (
@@ -40,13 +41,13 @@ var (
 // but for its fence rwf, which the first acquisition continues above and
 // deletes; its keys have TTLs and expire.
 type rwRedis struct {
-	r       *backend.Redis
+	r       *redisstore.Store
 	o       Options
 	keys    []string // lock hash, fence of 0.9, waiting readers, waiting writers, waiter deadlines
 	channel string
 }
 
-func newRWRedis(r *backend.Redis, name string, o Options) *rwRedis {
+func newRWRedis(r *redisstore.Store, name string, o Options) *rwRedis {
 	return &rwRedis{
 		r: r,
 		o: o,
@@ -107,7 +108,7 @@ func (s rwRedisSide) Extend(ctx context.Context, owner string, ttl time.Duration
 }
 
 func (s rwRedisSide) Release(ctx context.Context, owner string) error {
-	reply, err := s.d.r.Run(ctx, rwReleaseScript, s.d.keys, []string{s.d.r.NowArg(), s.side, owner, s.d.channel, backend.NewCallID()})
+	reply, err := s.d.r.Run(ctx, rwReleaseScript, s.d.keys, []string{s.d.r.NowArg(), s.side, owner, s.d.channel, callid.New()})
 	if err != nil {
 		return fmt.Errorf("lock: %w", err)
 	}

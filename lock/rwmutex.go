@@ -6,6 +6,7 @@ import (
 	"fmt"
 
 	"github.com/floodgate-dev/floodgate/backend"
+	"github.com/floodgate-dev/floodgate/internal/unwrap"
 )
 
 // RWMutex is a distributed reader/writer lock: many readers or one writer
@@ -59,9 +60,9 @@ func NewRWMutex(b backend.Backend, name string, opts ...Option) (*RWMutex, error
 	var side func(byte) Driver
 	switch b := b.(type) {
 	case *backend.Memory:
-		side = newRWMem(b, name, o).side
+		side = newRWMem(unwrap.Memory(b), name, o).side
 	case *backend.Redis:
-		side = newRWRedis(b, name, o).side
+		side = newRWRedis(unwrap.Redis(b), name, o).side
 	default:
 		return nil, fmt.Errorf("lock: unsupported backend %T", b)
 	}

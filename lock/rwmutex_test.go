@@ -11,6 +11,7 @@ import (
 
 	"github.com/floodgate-dev/floodgate/backend"
 	"github.com/floodgate-dev/floodgate/clock"
+	"github.com/floodgate-dev/floodgate/internal/backendtest"
 	"github.com/floodgate-dev/floodgate/internal/testenv"
 	"github.com/floodgate-dev/floodgate/lock"
 	"github.com/floodgate-dev/floodgate/lock/locktest"
@@ -141,7 +142,7 @@ func TestRWMutexFakeClock(t *testing.T) {
 			} else {
 				c := redis.NewClient(&redis.Options{Addr: addr, ContextTimeoutEnabled: true})
 				t.Cleanup(func() { c.Close() })
-				b = backend.NewRedis(c, backend.WithPrefix("lt"), backend.WithClock(clk))
+				b = backendtest.NewRedis(t, c, backend.WithPrefix("lt"), backend.WithClock(clk))
 			}
 			ctx := context.Background()
 			key := locktest.Name(t)

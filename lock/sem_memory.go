@@ -4,7 +4,7 @@ import (
 	"context"
 	"time"
 
-	"github.com/floodgate-dev/floodgate/backend"
+	"github.com/floodgate-dev/floodgate/internal/memstore"
 )
 
 // semMem is a Semaphore in a Memory backend: the state of a name is one
@@ -12,7 +12,7 @@ import (
 // the rules of lua/sem_acquire.lua and lua/sem_release.lua; waiters are woken
 // through their own channels instead of pub/sub. Time is the backend's clock.
 type semMem struct {
-	t       *backend.Table
+	t       *memstore.Table
 	name    string
 	permits int
 	o       Options
@@ -26,16 +26,16 @@ type memSem struct {
 	queue   []*waiter // by place
 }
 
-func newSemMem(m *backend.Memory, name string, permits int, o Options) *semMem {
+func newSemMem(m *memstore.Store, name string, permits int, o Options) *semMem {
 	return &semMem{t: m.Table("semaphore"), name: name, permits: permits, o: o}
 }
 
 // state returns the semaphore's state with the holders whose lease ended
 // removed; the shard must be locked.
-func (d *semMem) state(sh *backend.Shard, now int64) *memSem {
+func (d *semMem) state(sh *memstore.Shard, now int64) *memSem {
 	e := sh.Get(d.name)
 	if e == nil {
-		e = &backend.Entry{Value: &memSem{holders: map[string]*memHold{}}}
+		e = &memstore.Entry{Value: &memSem{holders: map[string]*memHold{}}}
 		sh.Put(d.name, e)
 	}
 	st := e.Value.(*memSem)

@@ -7,7 +7,8 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/floodgate-dev/floodgate/backend"
+	"github.com/floodgate-dev/floodgate/internal/callid"
+	"github.com/floodgate-dev/floodgate/internal/redisstore"
 )
 
 var (
@@ -42,14 +43,14 @@ var (
 // fence smf, which the first acquisition continues above and deletes; its
 // keys have TTLs and expire.
 type semRedis struct {
-	r       *backend.Redis
+	r       *redisstore.Store
 	o       Options
 	permits string
 	keys    []string // lock hash, fence of 0.9, waiters, waiter deadlines
 	channel string
 }
 
-func newSemRedis(r *backend.Redis, name string, permits int, o Options) *semRedis {
+func newSemRedis(r *redisstore.Store, name string, permits int, o Options) *semRedis {
 	return &semRedis{
 		r:       r,
 		o:       o,
@@ -101,7 +102,7 @@ func (d *semRedis) Extend(ctx context.Context, owner string, ttl time.Duration) 
 }
 
 func (d *semRedis) Release(ctx context.Context, owner string) error {
-	reply, err := d.r.Run(ctx, semReleaseScript, d.keys, []string{d.r.NowArg(), owner, d.permits, d.channel, backend.NewCallID()})
+	reply, err := d.r.Run(ctx, semReleaseScript, d.keys, []string{d.r.NowArg(), owner, d.permits, d.channel, callid.New()})
 	if err != nil {
 		return fmt.Errorf("lock: %w", err)
 	}

@@ -6,6 +6,7 @@ import (
 	"math"
 
 	"github.com/floodgate-dev/floodgate/backend"
+	"github.com/floodgate-dev/floodgate/internal/unwrap"
 )
 
 // MaxPermits is the largest number of permits a Semaphore accepts.
@@ -46,9 +47,9 @@ func NewSemaphore(b backend.Backend, name string, permits int, opts ...Option) (
 	}
 	switch b := b.(type) {
 	case *backend.Memory:
-		return NewLocker(newSemMem(b, name, permits, o), o), nil
+		return NewLocker(newSemMem(unwrap.Memory(b), name, permits, o), o), nil
 	case *backend.Redis:
-		return NewLocker(newSemRedis(b, name, permits, o), o), nil
+		return NewLocker(newSemRedis(unwrap.Redis(b), name, permits, o), o), nil
 	}
 	return nil, fmt.Errorf("lock: unsupported backend %T", b)
 }

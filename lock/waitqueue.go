@@ -7,7 +7,8 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/floodgate-dev/floodgate/backend"
+	"github.com/floodgate-dev/floodgate/internal/callid"
+	"github.com/floodgate-dev/floodgate/internal/redisstore"
 )
 
 // This file holds the waiting machinery that RWMutex and Semaphore share on
@@ -123,7 +124,7 @@ type redisAttempt func(ctx context.Context, waiting bool, call string) (g Grant,
 // parseAttempt reads the reply of rw_acquire.lua and sem_acquire.lua:
 // {1, token, 0} or {0, wait_hint_us, place}.
 func parseAttempt(reply any, maxPoll time.Duration) (Grant, time.Duration, int64, error) {
-	v, err := backend.ReplyInts(reply, 3)
+	v, err := redisstore.ReplyInts(reply, 3)
 	if err != nil {
 		return Grant{}, 0, 0, fmt.Errorf("lock: %w", err)
 	}
@@ -146,10 +147,10 @@ func parseAttempt(reply any, maxPoll time.Duration) (Grant, time.Duration, int64
 // error other than ErrLocked: the attempt may land later, or have landed),
 // it gives that call up with cancel in the background (see abandon), which
 // also leaves the queue. ttl bounds the cancel and maxPoll the leave.
-func redisWait(ctx context.Context, r *backend.Redis, channel string, side byte, wait bool, ttl, maxPoll time.Duration,
+func redisWait(ctx context.Context, r *redisstore.Store, channel string, side byte, wait bool, ttl, maxPoll time.Duration,
 	try redisAttempt, leave func(context.Context) error, cancel func(ctx context.Context, call string) error) (Grant, error) {
 	attempt := func(waiting bool) (Grant, time.Duration, int64, error) {
-		call := backend.NewCallID()
+		call := callid.New()
 		g, retry, place, err := try(ctx, waiting, call)
 		if err != nil && !errors.Is(err, ErrLocked) {
 			abandon(ttl, func(ctx context.Context) error { return cancel(ctx, call) })
@@ -164,7 +165,7 @@ func redisWait(ctx context.Context, r *backend.Redis, channel string, side byte,
 	if sub, err := r.Subscribe(ctx, channel); err == nil {
 		defer sub.Close()
 		wake = sub.C
-	} else if !errors.Is(err, backend.ErrNoPubSub) {
+	} else if !errors.Is(err, redisstore.ErrNoPubSub) {
 		if cerr := ctxEnded(ctx); cerr != nil {
 			return Grant{}, fmt.Errorf("lock: %w", errors.Join(err, cerr))
 		}

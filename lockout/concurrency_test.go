@@ -12,6 +12,7 @@ import (
 
 	"github.com/floodgate-dev/floodgate/clock"
 	"github.com/floodgate-dev/floodgate/internal/testenv"
+	"github.com/floodgate-dev/floodgate/internal/unwrap"
 	"github.com/floodgate-dev/floodgate/lockout"
 )
 
@@ -109,6 +110,7 @@ func TestRedisKeyExpiry(t *testing.T) {
 	ctx := context.Background()
 	addr := testenv.SharedRedis(t).Addr
 	b := newRedisAt(t, addr, clock.NewFake(t0))
+	bs := unwrap.Redis(b)
 	raw := redis.NewClient(&redis.Options{Addr: addr, ContextTimeoutEnabled: true})
 	defer raw.Close()
 	g, err := lockout.New(b, lockout.Policy{MaxFailures: 2, Window: 10 * time.Second, BanFor: time.Hour})
@@ -116,13 +118,13 @@ func TestRedisKeyExpiry(t *testing.T) {
 		t.Fatal(err)
 	}
 	ttls := func() map[string]time.Duration {
-		keys, err := raw.Keys(ctx, b.Prefix()+":*").Result()
+		keys, err := raw.Keys(ctx, bs.Prefix()+":*").Result()
 		if err != nil {
 			t.Fatal(err)
 		}
 		out := map[string]time.Duration{}
 		for _, k := range keys {
-			if !strings.HasPrefix(k, b.Key("carol|ip", "")) {
+			if !strings.HasPrefix(k, bs.Key("carol|ip", "")) {
 				t.Errorf("key %q lacks the hash tag {carol|ip}", k)
 			}
 			d, err := raw.PTTL(ctx, k).Result()

@@ -37,6 +37,9 @@ import (
 	"time"
 
 	"github.com/floodgate-dev/floodgate/backend"
+	"github.com/floodgate-dev/floodgate/internal/memstore"
+	"github.com/floodgate-dev/floodgate/internal/redisstore"
+	"github.com/floodgate-dev/floodgate/internal/unwrap"
 )
 
 // Limits of a Policy.
@@ -103,8 +106,8 @@ type Guard struct {
 	max                  int64
 	window, ban          int64  // µs
 	id                   string // hash of the policy, in every stored key
-	mem                  *backend.Table
-	redis                *backend.Redis
+	mem                  *memstore.Table
+	redis                *redisstore.Store
 	banSuffix, logSuffix string
 	args                 []string // ARGV[2...] of fail.lua and check.lua
 }
@@ -119,9 +122,9 @@ var luaCheck string
 var luaClear string
 
 var (
-	failScript  = backend.NewScript(luaFail)
-	checkScript = backend.NewScript(luaCheck)
-	clearScript = backend.NewScript(luaClear)
+	failScript  = redisstore.NewScript(luaFail)
+	checkScript = redisstore.NewScript(luaCheck)
+	clearScript = redisstore.NewScript(luaClear)
 )
 
 // New returns a Guard applying p on b. It fails when b is nil or a field of
@@ -139,9 +142,9 @@ func New(b backend.Backend, p Policy) (*Guard, error) {
 	g.id = strconv.FormatUint(h.Sum64(), 36)
 	switch b := b.(type) {
 	case *backend.Memory:
-		g.mem = b.Table("lockout")
+		g.mem = unwrap.Memory(b).Table("lockout")
 	case *backend.Redis:
-		g.redis = b
+		g.redis = unwrap.Redis(b)
 		g.banSuffix, g.logSuffix = "lo"+g.id+":b", "lo"+g.id+":f"
 		g.args = []string{strconv.FormatInt(g.max, 10), strconv.FormatInt(g.window, 10), strconv.FormatInt(g.ban, 10)}
 	default:
@@ -188,7 +191,7 @@ func (g *Guard) Reset(ctx context.Context, key string) error {
 	return g.clear(ctx, key, true)
 }
 
-func (g *Guard) call(ctx context.Context, key string, s *backend.Script, mem func(string) Status) (Status, error) {
+func (g *Guard) call(ctx context.Context, key string, s *redisstore.Script, mem func(string) Status) (Status, error) {
 	if err := backend.CheckKey(key); err != nil {
 		return Status{}, err
 	}
@@ -203,7 +206,7 @@ func (g *Guard) call(ctx context.Context, key string, s *backend.Script, mem fun
 	if err != nil {
 		return Status{}, err
 	}
-	v, err := backend.ReplyInts(raw, 3)
+	v, err := redisstore.ReplyInts(raw, 3)
 	if err != nil {
 		return Status{}, err
 	}

@@ -3,7 +3,7 @@ package lockout
 import (
 	"time"
 
-	"github.com/floodgate-dev/floodgate/backend"
+	"github.com/floodgate-dev/floodgate/internal/memstore"
 )
 
 // The Memory engine mirrors lua/*.lua step for step, in int64: the
@@ -20,7 +20,7 @@ type state struct {
 func (g *Guard) memKey(key string) string { return g.id + ":" + key }
 
 // stateOf returns the state in e, or nil. The shard must be locked.
-func stateOf(e *backend.Entry) *state {
+func stateOf(e *memstore.Entry) *state {
 	if e == nil {
 		return nil
 	}
@@ -60,7 +60,7 @@ func (g *Guard) memFail(key string) Status {
 	st := stateOf(e)
 	if st == nil {
 		st = &state{}
-		e = &backend.Entry{Value: st}
+		e = &memstore.Entry{Value: st}
 		sh.Put(k, e)
 	}
 	if st.until > now {

@@ -11,6 +11,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/floodgate-dev/floodgate/backend"
+	"github.com/floodgate-dev/floodgate/internal/backendtest"
 	"github.com/floodgate-dev/floodgate/internal/testenv"
 	"github.com/floodgate-dev/floodgate/ratelimit"
 )
@@ -155,7 +156,7 @@ func TestUnreachableRedisRespectsDeadline(t *testing.T) {
 	for _, ctxTimeout := range []bool{false, true} {
 		c := redis.NewClient(&redis.Options{Addr: srv.Addr, MaxRetries: -1, ContextTimeoutEnabled: ctxTimeout})
 		defer c.Close()
-		lim, err := ratelimit.New(backend.NewRedis(c), ratelimit.GCRA{Rate: 1, Per: time.Second, Burst: 5})
+		lim, err := ratelimit.New(backendtest.NewRedis(t, c), ratelimit.GCRA{Rate: 1, Per: time.Second, Burst: 5})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -190,7 +191,7 @@ func TestUnreachableRedisRespectsDeadline(t *testing.T) {
 	ln.Close()
 	dead := redis.NewClient(&redis.Options{Addr: addr, MaxRetries: -1})
 	defer dead.Close()
-	lim2, _ := ratelimit.New(backend.NewRedis(dead), ratelimit.GCRA{Rate: 1, Per: time.Second, Burst: 5})
+	lim2, _ := ratelimit.New(backendtest.NewRedis(t, dead), ratelimit.GCRA{Rate: 1, Per: time.Second, Burst: 5})
 	ctx2, cancel2 := context.WithTimeout(context.Background(), 200*ms)
 	defer cancel2()
 	start := time.Now()

@@ -11,7 +11,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/floodgate-dev/floodgate/backend"
+	"github.com/floodgate-dev/floodgate/internal/memstore"
 	"github.com/floodgate-dev/floodgate/internal/testenv"
 )
 
@@ -118,7 +118,7 @@ return out
 				if out[3*i] != v || gt != wt || gl != wl {
 					t.Fatalf("%s, fake %v %+v: wrote %q read (%s, %s), want %q (%d, %d)", form, fake, k, out[3*i], out[3*i+1], out[3*i+2], v, wt, wl)
 				}
-				e := &backend.Entry{}
+				e := &memstore.Entry{}
 				s := &spec{tag: 1, rate: k.rate}
 				s.drainCommit(e, k.now, k.nl, k.life)
 				if e.A != wt || e.B != wl {

@@ -11,6 +11,7 @@ import (
 	"github.com/floodgate-dev/floodgate/backend"
 	"github.com/floodgate-dev/floodgate/clock"
 	"github.com/floodgate-dev/floodgate/internal/testenv"
+	"github.com/floodgate-dev/floodgate/internal/unwrap"
 	"github.com/floodgate-dev/floodgate/ratelimit"
 	"github.com/redis/go-redis/v9"
 )
@@ -53,7 +54,7 @@ func TestRedisStateEncoding(t *testing.T) {
 	}
 	encoding := func(t *testing.T, rb *backend.Redis) string {
 		t.Helper()
-		keys, err := c.Keys(ctx, rb.Prefix()+":*").Result()
+		keys, err := c.Keys(ctx, unwrap.Redis(rb).Prefix()+":*").Result()
 		if err != nil || len(keys) != 1 {
 			t.Fatalf("keys %v, %v: want one key", keys, err)
 		}
@@ -204,7 +205,7 @@ func TestDrainFormsDecodeAlike(t *testing.T) {
 				if got := allowN(t, rl, "k", lt.n); got != want || !got.Allowed {
 					t.Fatalf("first call: redis %+v, memory %+v", got, want)
 				}
-				keys, err := c.Keys(ctx, rb.Prefix()+":*").Result()
+				keys, err := c.Keys(ctx, unwrap.Redis(rb).Prefix()+":*").Result()
 				if err != nil || len(keys) != 1 {
 					t.Fatalf("keys %v, %v: want one key", keys, err)
 				}

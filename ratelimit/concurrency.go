@@ -14,6 +14,9 @@ import (
 	"unsafe"
 
 	"github.com/floodgate-dev/floodgate/backend"
+	"github.com/floodgate-dev/floodgate/internal/memstore"
+	"github.com/floodgate-dev/floodgate/internal/redisstore"
+	"github.com/floodgate-dev/floodgate/internal/unwrap"
 )
 
 // Concurrency limits how many holders of a key may be active at once: nginx's
@@ -43,14 +46,14 @@ type ConcurrencyLimiter struct {
 	lease int64 // µs
 	id    string
 
-	mem   *backend.Table
-	redis *backend.Redis
+	mem   *memstore.Table
+	redis *redisstore.Store
 }
 
 //go:embed lua/concurrency.lua
 var luaConcurrency string
 
-var concurrencyScript = backend.NewScript(luaConcurrency)
+var concurrencyScript = redisstore.NewScript(luaConcurrency)
 
 // NewConcurrency returns a ConcurrencyLimiter; it fails with an error naming
 // the field when Limit < 0 or Lease is not a positive whole number of
@@ -70,9 +73,9 @@ func NewConcurrency(b backend.Backend, c Concurrency) (*ConcurrencyLimiter, erro
 	cl.id = "c"
 	switch b := b.(type) {
 	case *backend.Memory:
-		cl.mem = b.Table("concurrency")
+		cl.mem = unwrap.Memory(b).Table("concurrency")
 	case *backend.Redis:
-		cl.redis = b
+		cl.redis = unwrap.Redis(b)
 	default:
 		return nil, fmt.Errorf("ratelimit: unsupported backend %T", b)
 	}
@@ -104,7 +107,7 @@ func (c *ConcurrencyLimiter) Acquire(ctx context.Context, key string) (release f
 		if err != nil {
 			return noop, Result{}, fmt.Errorf("ratelimit: %w", err)
 		}
-		ints, err := backend.ReplyInts(reply, 4)
+		ints, err := redisstore.ReplyInts(reply, 4)
 		if err != nil {
 			return noop, Result{}, fmt.Errorf("ratelimit: %w", err)
 		}
@@ -158,14 +161,14 @@ type leaseSet struct {
 	deadlines []int64 // ascending, parallel to ids
 }
 
-// MemSize implements backend.Sizer, so that the memory backend's statistics
+// MemSize implements memstore.Sizer, so that the memory backend's statistics
 // count the leases.
 func (s *leaseSet) MemSize() int {
-	n := backend.AllocBytes(int(unsafe.Sizeof(*s))) +
-		backend.AllocBytes(cap(s.ids)*int(unsafe.Sizeof(""))) +
-		backend.AllocBytes(cap(s.deadlines)*8)
+	n := memstore.AllocBytes(int(unsafe.Sizeof(*s))) +
+		memstore.AllocBytes(cap(s.ids)*int(unsafe.Sizeof(""))) +
+		memstore.AllocBytes(cap(s.deadlines)*8)
 	for _, id := range s.ids {
-		n += backend.AllocBytes(len(id))
+		n += memstore.AllocBytes(len(id))
 	}
 	return n
 }
@@ -187,7 +190,7 @@ func (c *ConcurrencyLimiter) acquireMemory(key, id string) verdict {
 	now := c.mem.NowMicros()
 	e := sh.Get(key)
 	if e == nil {
-		e = &backend.Entry{Value: &leaseSet{}}
+		e = &memstore.Entry{Value: &leaseSet{}}
 		sh.Put(key, e)
 	}
 	st := e.Value.(*leaseSet)

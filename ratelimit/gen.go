@@ -5,7 +5,7 @@ import (
 	"strings"
 	"sync"
 
-	"github.com/floodgate-dev/floodgate/backend"
+	"github.com/floodgate-dev/floodgate/internal/redisstore"
 )
 
 // The fast path of a Limiter whose rules are all drain or fixed-window rules
@@ -29,18 +29,18 @@ const (
 // genCache holds the generated scripts of a process, at most max.
 type genCache struct {
 	mu  sync.Mutex
-	m   map[string]*backend.Script
+	m   map[string]*redisstore.Script
 	max int
 }
 
-var generated = &genCache{m: map[string]*backend.Script{}, max: maxGenerated}
+var generated = &genCache{m: map[string]*redisstore.Script{}, max: maxGenerated}
 
 // fastScript returns the fast-path script of specs, in field order, which
 // must all be drain or fixed-window rules; nil when there are too many rules
 // or the process has generated maxGenerated scripts already.
-func fastScript(specs []spec) *backend.Script { return generated.get(specs) }
+func fastScript(specs []spec) *redisstore.Script { return generated.get(specs) }
 
-func (c *genCache) get(specs []spec) *backend.Script {
+func (c *genCache) get(specs []spec) *redisstore.Script {
 	if len(specs) > maxGenRules {
 		return nil
 	}
@@ -53,7 +53,7 @@ func (c *genCache) get(specs []spec) *backend.Script {
 	if len(c.m) >= c.max {
 		return nil
 	}
-	s := backend.NewScript(src)
+	s := redisstore.NewScript(src)
 	c.m[src] = s
 	return s
 }

@@ -12,13 +12,14 @@ import (
 
 	"github.com/floodgate-dev/floodgate/backend"
 	"github.com/floodgate-dev/floodgate/clock"
+	"github.com/floodgate-dev/floodgate/internal/redisstore"
 	"github.com/floodgate-dev/floodgate/internal/testenv"
 )
 
 // TestGenCacheBound: a process generates at most max scripts; the same rules
 // get the same script, and rule sets the generator does not take get none.
 func TestGenCacheBound(t *testing.T) {
-	c := &genCache{m: map[string]*backend.Script{}, max: 2}
+	c := &genCache{m: map[string]*redisstore.Script{}, max: 2}
 	rule := func(limit int64) []spec {
 		s, err := FixedWindow{Limit: limit, Window: time.Second}.compile()
 		if err != nil {
@@ -58,7 +59,7 @@ func TestGeneratedAndArgumentScriptsAgree(t *testing.T) {
 	mclk, rclk := clock.NewFake(start), clock.NewFake(start)
 	mem := backend.NewMemory(backend.WithClock(mclk))
 	t.Cleanup(func() { mem.Close() })
-	rb, err := backend.NewRedisE(rc, backend.WithClock(rclk), backend.WithPrefix(fmt.Sprintf("gen%d", rand.Int64())))
+	rb, err := backend.NewRedis(rc, backend.WithClock(rclk), backend.WithPrefix(fmt.Sprintf("gen%d", rand.Int64())))
 	if err != nil {
 		t.Fatal(err)
 	}

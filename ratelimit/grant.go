@@ -10,7 +10,7 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/floodgate-dev/floodgate/backend"
+	"github.com/floodgate-dev/floodgate/internal/memstore"
 )
 
 // A grant is what one lease took from a key's budget: units consumed in the
@@ -150,7 +150,7 @@ func (l *Limiter) grantMemory(key string, least, most, hold int64, vs []verdict,
 		}
 	}
 	if e == nil {
-		e = &backend.Entry{}
+		e = &memstore.Entry{}
 		sh.Put(key, e)
 	}
 	l.commitMemory(e, now, n, pending)

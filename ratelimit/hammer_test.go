@@ -15,6 +15,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/floodgate-dev/floodgate/backend"
+	"github.com/floodgate-dev/floodgate/internal/backendtest"
 	"github.com/floodgate-dev/floodgate/internal/testenv"
 	"github.com/floodgate-dev/floodgate/ratelimit"
 )
@@ -75,7 +76,11 @@ func hammerMain() int {
 	f := strings.Fields(os.Getenv(hammerEnv))
 	c := redis.NewClient(&redis.Options{Addr: f[0], PoolSize: 32})
 	defer c.Close()
-	b := backend.NewRedis(c, backend.WithPrefix(f[1]))
+	b, err := backend.NewRedis(c, backend.WithPrefix(f[1]))
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 2
+	}
 	l, err := ratelimit.New(b, hammerRules()[f[2]])
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
@@ -110,7 +115,7 @@ func TestHammerTwoProcesses(t *testing.T) {
 			prefix := uniquePrefix(t)
 			c := redis.NewClient(&redis.Options{Addr: sharedRedisAddr(t), PoolSize: 32})
 			defer c.Close()
-			lim, err := ratelimit.New(backend.NewRedis(c, backend.WithPrefix(prefix)), rule)
+			lim, err := ratelimit.New(backendtest.NewRedis(t, c, backend.WithPrefix(prefix)), rule)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -205,7 +210,7 @@ func TestHammerTwoProcessesLeased(t *testing.T) {
 			prefix := uniquePrefix(t)
 			c := redis.NewClient(&redis.Options{Addr: sharedRedisAddr(t), PoolSize: 32})
 			defer c.Close()
-			l, err := ratelimit.New(backend.NewRedis(c, backend.WithPrefix(prefix)), rule)
+			l, err := ratelimit.New(backendtest.NewRedis(t, c, backend.WithPrefix(prefix)), rule)
 			if err != nil {
 				t.Fatal(err)
 			}

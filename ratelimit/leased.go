@@ -345,7 +345,7 @@ func (l *Leased) instant() instant {
 		return instant{us: m.NowMicros()}
 	}
 	if c := l.lim.b.Clock(); c != nil {
-		return instant{us: backend.Micros(c.Now())}
+		return instant{us: c.Now().UnixMicro()}
 	}
 	return instant{local: time.Now()}
 }
@@ -373,7 +373,7 @@ func (l *Leased) since(t int64, sent time.Time) int64 {
 		return m.NowMicros() - t
 	}
 	if c := l.lim.b.Clock(); c != nil {
-		return backend.Micros(c.Now()) - t
+		return c.Now().UnixMicro() - t
 	}
 	return int64((time.Since(sent) + time.Microsecond - 1) / time.Microsecond)
 }

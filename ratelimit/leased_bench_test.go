@@ -66,7 +66,7 @@ func BenchmarkHotKey(b *testing.B) {
 							c := redis.NewClient(&redis.Options{Addr: testenv.SharedRedis(b).Addr})
 							b.Cleanup(func() { c.Close() })
 							rc0 = c
-							r, err := backend.NewRedisE(c, backend.WithPrefix(prefix))
+							r, err := backend.NewRedis(c, backend.WithPrefix(prefix))
 							if err != nil {
 								b.Fatal(err)
 							}

@@ -9,6 +9,7 @@ import (
 
 	"github.com/floodgate-dev/floodgate/backend"
 	"github.com/floodgate-dev/floodgate/clock"
+	"github.com/floodgate-dev/floodgate/internal/unwrap"
 	"github.com/floodgate-dev/floodgate/ratelimit"
 )
 
@@ -62,8 +63,9 @@ func TestLeasedGiveBackResent(t *testing.T) {
 		ctx := context.Background()
 		clk := clock.NewFake(t0)
 		plain := newRedis(t, clk)
-		rs := &resendGiveBacks{Scripter: plain.Scripter()}
-		resending, err := backend.NewRedisScripter(rs, backend.WithPrefix(plain.Prefix()), backend.WithClock(clk))
+		plains := unwrap.Redis(plain)
+		rs := &resendGiveBacks{Scripter: plains.Scripter()}
+		resending, err := backend.NewRedisScripter(rs, backend.WithPrefix(plains.Prefix()), backend.WithClock(clk))
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -66,7 +66,7 @@ func processes(t *testing.T, bk string, clk clock.Clock, p int, rules []ratelimi
 			if clk != nil {
 				o = append(o, backend.WithClock(clk))
 			}
-			rb, err := backend.NewRedisE(c, o...)
+			rb, err := backend.NewRedis(c, o...)
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -42,6 +42,9 @@ import (
 	"unsafe"
 
 	"github.com/floodgate-dev/floodgate/backend"
+	"github.com/floodgate-dev/floodgate/internal/memstore"
+	"github.com/floodgate-dev/floodgate/internal/redisstore"
+	"github.com/floodgate-dev/floodgate/internal/unwrap"
 )
 
 // Result is the decision of one call. Every field is exact for every rule; the
@@ -113,13 +116,13 @@ type Limiter struct {
 	logTag uint64 // shared log of the SlidingLog rules
 	logMax int64  // longest SlidingLog window, µs
 
-	mem      *backend.Table
-	redis    *backend.Redis
-	stateKey string          // suffix of the state key on Redis
-	logKey   string          // suffix of the log key, "" without SlidingLog rules
-	fast     *backend.Script // the generated fast path (gen.go), or nil: limits.lua
-	byField  []int           // the rule of each field, which orders the fast path's reply
-	reqArgs  []any           // limits.lua's arguments of a request after n
+	mem      *memstore.Table
+	redis    *redisstore.Store
+	stateKey string             // suffix of the state key on Redis
+	logKey   string             // suffix of the log key, "" without SlidingLog rules
+	fast     *redisstore.Script // the generated fast path (gen.go), or nil: limits.lua
+	byField  []int              // the rule of each field, which orders the fast path's reply
+	reqArgs  []any              // limits.lua's arguments of a request after n
 }
 
 //go:embed lua/codec.lua
@@ -130,7 +133,7 @@ var luaLimits string
 
 var (
 	// limitsScript decides any Limiter, and several in AllowAll.
-	limitsScript = backend.NewScript(luaCodec + luaLimits)
+	limitsScript = redisstore.NewScript(luaCodec + luaLimits)
 )
 
 // New returns a Limiter that admits a request only when every rule admits it.
@@ -184,9 +187,9 @@ func New(b backend.Backend, rules ...Rule) (*Limiter, error) {
 		// bound: an evicted key starts afresh. Each entry's Expires is when
 		// every rule of the key is back to full, so an expired entry costs
 		// nothing to forget.
-		l.mem = b.EvictableTable("ratelimit")
+		l.mem = unwrap.Memory(b).EvictableTable("ratelimit")
 	case *backend.Redis:
-		l.redis = b
+		l.redis = unwrap.Redis(b)
 		l.scriptArgs()
 	default:
 		return nil, fmt.Errorf("ratelimit: unsupported backend %T", b)
@@ -410,7 +413,7 @@ func (l *Limiter) allowMemory(key string, n int64, vs []verdict) {
 	}
 	if ok && n > 0 {
 		if e == nil {
-			e = &backend.Entry{}
+			e = &memstore.Entry{}
 			sh.Put(key, e)
 		}
 		l.commitMemory(e, now, n, pending)
@@ -422,7 +425,7 @@ func (l *Limiter) allowMemory(key string, n int64, vs []verdict) {
 // the key has no state) and its log lg (nil when none), changing nothing. It
 // returns the verdict and, for a drain or fixed-window rule that admits, what
 // commitRule stores. The shard of e must be locked.
-func (l *Limiter) checkRule(i int, e *backend.Entry, lg *logState, now, n int64) (verdict, int64) {
+func (l *Limiter) checkRule(i int, e *memstore.Entry, lg *logState, now, n int64) (verdict, int64) {
 	s := &l.specs[i]
 	switch s.kind {
 	case kindFixed:
@@ -439,7 +442,7 @@ func (l *Limiter) checkRule(i int, e *backend.Entry, lg *logState, now, n int64)
 // commitUntil returns what commitRule(i, e, now, n, pending) will return,
 // without changing e, for a rule kept in the state key: 0 for SlidingLog
 // rules, whose log has a key of its own. The shard of e must be locked.
-func (l *Limiter) commitUntil(i int, e *backend.Entry, now, pending int64) int64 {
+func (l *Limiter) commitUntil(i int, e *memstore.Entry, now, pending int64) int64 {
 	s := &l.specs[i]
 	switch s.kind {
 	case kindFixed:
@@ -461,7 +464,7 @@ func (l *Limiter) commitUntil(i int, e *backend.Entry, now, pending int64) int64
 // and returns the time the state is worthless. For a SlidingLog rule it
 // appends to the Limiter's shared log, so it must run once per decision for
 // all SlidingLog rules. The shard of e must be locked.
-func (l *Limiter) commitRule(i int, e *backend.Entry, now, n, pending, life int64) int64 {
+func (l *Limiter) commitRule(i int, e *memstore.Entry, now, n, pending, life int64) int64 {
 	s := &l.specs[i]
 	switch s.kind {
 	case kindFixed:
@@ -477,7 +480,7 @@ func (l *Limiter) commitRule(i int, e *backend.Entry, now, n, pending, life int6
 
 // commitMemory applies an admitted decision; the shard must be locked. Its
 // loop is commitRule's switch, inlined: this is the hot path.
-func (l *Limiter) commitMemory(e *backend.Entry, now, n int64, pending []int64) {
+func (l *Limiter) commitMemory(e *memstore.Entry, now, n int64, pending []int64) {
 	var life int64
 	if len(l.specs) == 1 && l.specs[0].kind == kindDrain {
 		life = ceilDiv(pending[0], l.specs[0].rate)
@@ -623,18 +626,18 @@ func waitN(ctx context.Context, n int64, allow func() (Result, error)) error {
 	}
 }
 
-// MemSize implements backend.Sizer, so that the memory bound counts the rule
+// MemSize implements memstore.Sizer, so that the memory bound counts the rule
 // states beyond the entry's inline cell.
 func (ms *memState) MemSize() int {
-	n := backend.AllocBytes(int(unsafe.Sizeof(*ms))) +
-		backend.AllocBytes(cap(ms.cells)*int(unsafe.Sizeof(cell{}))) +
-		backend.AllocBytes(cap(ms.windows)*int(unsafe.Sizeof((*slidingState)(nil)))) +
-		backend.AllocBytes(cap(ms.logs)*int(unsafe.Sizeof((*logState)(nil))))
+	n := memstore.AllocBytes(int(unsafe.Sizeof(*ms))) +
+		memstore.AllocBytes(cap(ms.cells)*int(unsafe.Sizeof(cell{}))) +
+		memstore.AllocBytes(cap(ms.windows)*int(unsafe.Sizeof((*slidingState)(nil)))) +
+		memstore.AllocBytes(cap(ms.logs)*int(unsafe.Sizeof((*logState)(nil))))
 	for _, w := range ms.windows {
-		n += backend.AllocBytes(int(unsafe.Sizeof(*w))) + backend.AllocBytes(cap(w.counts)*8)
+		n += memstore.AllocBytes(int(unsafe.Sizeof(*w))) + memstore.AllocBytes(cap(w.counts)*8)
 	}
 	for _, l := range ms.logs {
-		n += backend.AllocBytes(int(unsafe.Sizeof(*l))) + backend.AllocBytes(cap(l.ts)*8)
+		n += memstore.AllocBytes(int(unsafe.Sizeof(*l))) + memstore.AllocBytes(cap(l.ts)*8)
 	}
 	return n
 }

@@ -90,7 +90,7 @@ func newRedisOn(t testing.TB, c redis.UniversalClient, clk clock.Clock) *backend
 	if clk != nil {
 		opts = append(opts, backend.WithClock(clk))
 	}
-	b, err := backend.NewRedisE(c, opts...)
+	b, err := backend.NewRedis(c, opts...)
 	if err != nil {
 		t.Fatal(err)
 	}

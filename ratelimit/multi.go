@@ -15,6 +15,8 @@ import (
 	"weak"
 
 	"github.com/floodgate-dev/floodgate/backend"
+	"github.com/floodgate-dev/floodgate/internal/memstore"
+	"github.com/floodgate-dev/floodgate/internal/redisstore"
 )
 
 // Request is one part of an AllowAll call: N units for Key against every rule
@@ -128,7 +130,7 @@ type memRule struct {
 
 // memReq is one request in allowAllMemory.
 type memReq struct {
-	sh     *backend.Shard
+	sh     *memstore.Shard
 	off    int  // index of its first rule
 	denied bool // a rule denies it on its own
 }
@@ -142,12 +144,12 @@ type stateID struct {
 	tag uint64
 }
 
-func allowAllMemory(t *backend.Table, reqs []Request, results []Result) bool {
+func allowAllMemory(t *memstore.Table, reqs []Request, results []Result) bool {
 	var (
 		rb [16]memRule
 		vb [16]verdict
 		qb [8]memReq
-		sb [8]*backend.Shard
+		sb [8]*memstore.Shard
 	)
 	total := 0
 	for _, q := range reqs {
@@ -161,7 +163,7 @@ func allowAllMemory(t *backend.Table, reqs []Request, results []Result) bool {
 		vs = vb[:total]
 	}
 	if len(reqs) > len(qb) {
-		mreqs, shards = make([]memReq, 0, len(reqs)), make([]*backend.Shard, 0, len(reqs))
+		mreqs, shards = make([]memReq, 0, len(reqs)), make([]*memstore.Shard, 0, len(reqs))
 	}
 	var index map[stateID]int32
 	if total > indexAbove {
@@ -203,7 +205,7 @@ func allowAllMemory(t *backend.Table, reqs []Request, results []Result) bool {
 	// Lock every shard once, in address order: concurrent calls take their
 	// shards in one order, so they cannot deadlock. As in allowMemory the
 	// clock is read before locking.
-	slices.SortFunc(shards, func(a, b *backend.Shard) int {
+	slices.SortFunc(shards, func(a, b *memstore.Shard) int {
 		return cmp.Compare(uintptr(unsafe.Pointer(a)), uintptr(unsafe.Pointer(b)))
 	})
 	shards = slices.Compact(shards)
@@ -247,7 +249,7 @@ func allowAllMemory(t *backend.Table, reqs []Request, results []Result) bool {
 					continue
 				}
 				if e == nil {
-					e = &backend.Entry{}
+					e = &memstore.Entry{}
 					m.sh.Put(q.Key, e)
 				}
 				e.Expires = max(e.Expires, l.commitRule(j, e, now, r.n, r.pending, life))
@@ -295,21 +297,21 @@ const (
 // clusters holds the Redis backends whose store answered CROSSSLOT to an
 // AllowAll call: their calls are grouped by hash slot from then on. Keys are
 // weak, and an entry goes when its backend does.
-var clusters sync.Map // weak.Pointer[backend.Redis] → struct{}
+var clusters sync.Map // weak.Pointer[redisstore.Store] → struct{}
 
-func isCluster(r *backend.Redis) bool {
+func isCluster(r *redisstore.Store) bool {
 	_, ok := clusters.Load(weak.Make(r))
 	return ok
 }
 
-func markCluster(r *backend.Redis) {
+func markCluster(r *redisstore.Store) {
 	wp := weak.Make(r)
 	if _, loaded := clusters.LoadOrStore(wp, struct{}{}); !loaded {
-		runtime.AddCleanup(r, func(wp weak.Pointer[backend.Redis]) { clusters.Delete(wp) }, wp)
+		runtime.AddCleanup(r, func(wp weak.Pointer[redisstore.Store]) { clusters.Delete(wp) }, wp)
 	}
 }
 
-func allowAllRedis(ctx context.Context, r *backend.Redis, reqs []Request, results []Result) (bool, error) {
+func allowAllRedis(ctx context.Context, r *redisstore.Store, reqs []Request, results []Result) (bool, error) {
 	if !isCluster(r) {
 		allowed, err := runAllowAll(ctx, r, reqs, results, modeDecide, nil)
 		if err == nil || !strings.Contains(err.Error(), "CROSSSLOT") {
@@ -323,7 +325,7 @@ func allowAllRedis(ctx context.Context, r *backend.Redis, reqs []Request, result
 // runAllowAll runs limits.lua once for reqs, whose keys must share a hash
 // slot on a Cluster, and fills results. When out is not nil, it also gets
 // the verdicts of reqs[0]'s rules.
-func runAllowAll(ctx context.Context, r *backend.Redis, reqs []Request, results []Result, mode string, out []verdict) (bool, error) {
+func runAllowAll(ctx context.Context, r *redisstore.Store, reqs []Request, results []Result, mode string, out []verdict) (bool, error) {
 	nkeys, nargs, nrules := 0, 2, 0
 	for _, q := range reqs {
 		nkeys += 2
@@ -386,7 +388,7 @@ func (g *slotGroup) scatter(results []Result) {
 
 // allowAllSlots is AllowAll on a Redis Cluster: atomic within a hash slot,
 // check-then-commit across slots.
-func allowAllSlots(ctx context.Context, r *backend.Redis, reqs []Request, results []Result) (bool, error) {
+func allowAllSlots(ctx context.Context, r *redisstore.Store, reqs []Request, results []Result) (bool, error) {
 	var groups []*slotGroup
 	bySlot := map[int]*slotGroup{}
 	for i, q := range reqs {

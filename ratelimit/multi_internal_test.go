@@ -11,20 +11,23 @@ import (
 
 	"github.com/floodgate-dev/floodgate/backend"
 	"github.com/floodgate-dev/floodgate/internal/backendtest"
+	"github.com/floodgate-dev/floodgate/internal/redisstore"
 	"github.com/floodgate-dev/floodgate/internal/testenv"
+	"github.com/floodgate-dev/floodgate/internal/unwrap"
 )
 
-// TestHashSlot compares backend.KeySlot and backend.Redis.Slot with the Cluster's CLUSTER KEYSLOT, on the
+// TestHashSlot compares redisstore.KeySlot and redisstore.Store.Slot with the Cluster's CLUSTER KEYSLOT, on the
 // keys floodgate builds (escaped braces included) and on raw keys with every
 // hash-tag corner.
 func TestHashSlot(t *testing.T) {
 	ctx := context.Background()
 	cc := redis.NewClusterClient(&redis.ClusterOptions{Addrs: testenv.SharedCluster(t).Addrs})
 	t.Cleanup(func() { cc.Close() })
-	b, err := backend.NewRedisE(cc, backend.WithPrefix("fg"))
+	b, err := backend.NewRedis(cc, backend.WithPrefix("fg"))
 	if err != nil {
 		t.Fatal(err)
 	}
+	bs := unwrap.Redis(b)
 	raw := []string{"foo", "{}", "foo{}bar", "foo{bar", "foo}bar{", "{a}{b}", "}{a}", "{{a}}", "", "a{b}c"}
 	tags := []string{"a", "user:42", "a}b{c", "{x}", "%7B", "100%", "é", strings.Repeat("z", backend.MaxKeyLen)}
 	rng := rand.New(rand.NewPCG(1, 2))
@@ -36,12 +39,12 @@ func TestHashSlot(t *testing.T) {
 		tags = append(tags, string(k))
 	}
 	for _, tag := range tags {
-		raw = append(raw, b.Key(tag, "d1234"))
-		if got, want := b.Slot(tag), backend.KeySlot(b.Key(tag, "")); got != want {
+		raw = append(raw, bs.Key(tag, "d1234"))
+		if got, want := bs.Slot(tag), redisstore.KeySlot(bs.Key(tag, "")); got != want {
 			t.Errorf("Slot(%q) = %d, KeySlot of its key %d", tag, got, want)
 		}
 	}
-	if !b.Cluster() {
+	if !bs.Cluster() {
 		t.Error("a backend on a go-redis ClusterClient does not report Cluster()")
 	}
 	for _, k := range raw {
@@ -49,7 +52,7 @@ func TestHashSlot(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if got := backend.KeySlot(k); int64(got) != want {
+		if got := redisstore.KeySlot(k); int64(got) != want {
 			t.Errorf("KeySlot(%q) = %d, CLUSTER KEYSLOT says %d", k, got, want)
 		}
 	}
@@ -75,19 +78,20 @@ func TestAllowAllMarksCluster(t *testing.T) {
 		}
 	}
 	cluster := backendtest.Cluster(t, nil)
+	clusters := unwrap.Redis(cluster)
 	call(cluster, "user:98", "user:2964") // one slot: one script
-	if isCluster(cluster) {
+	if isCluster(clusters) {
 		t.Fatal("a call within one slot marked the backend as a Cluster")
 	}
 	call(cluster, "alice", "bob")
-	if !isCluster(cluster) {
+	if !isCluster(clusters) {
 		t.Fatal("a call across slots did not mark the backend as a Cluster")
 	}
 	call(cluster, "alice", "bob", "user:98")
 
 	standalone := backendtest.Redis(t, nil)
 	call(standalone, "alice", "bob")
-	if isCluster(standalone) {
+	if isCluster(unwrap.Redis(standalone)) {
 		t.Fatal("a standalone Redis was marked as a Cluster")
 	}
 }

@@ -18,6 +18,7 @@ import (
 	"github.com/floodgate-dev/floodgate/clock"
 	"github.com/floodgate-dev/floodgate/internal/backendtest"
 	"github.com/floodgate-dev/floodgate/internal/testenv"
+	"github.com/floodgate-dev/floodgate/internal/unwrap"
 	"github.com/floodgate-dev/floodgate/ratelimit"
 )
 
@@ -488,12 +489,12 @@ func TestAllowAllClusterSlots(t *testing.T) {
 	cc := redis.NewClusterClient(&redis.ClusterOptions{Addrs: testenv.SharedCluster(t).Addrs, ContextTimeoutEnabled: true})
 	t.Cleanup(func() { cc.Close() })
 	clk := clock.NewFake(t0)
-	b, err := backend.NewRedisE(cc, backendtest.Options(clk)...)
+	b, err := backend.NewRedis(cc, backendtest.Options(clk)...)
 	if err != nil {
 		t.Fatal(err)
 	}
 	slot := func(key string) int64 {
-		s, err := cc.ClusterKeySlot(ctx, b.Key(key, "x")).Result()
+		s, err := cc.ClusterKeySlot(ctx, unwrap.Redis(b).Key(key, "x")).Result()
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -581,7 +582,7 @@ func TestAllowAllClusterRace(t *testing.T) {
 			clk := clock.NewFake(t0)
 			opts := backendtest.Options(clk)
 			rule := ratelimit.FixedWindow{Limit: 3, Window: time.Minute}
-			direct, err := backend.NewRedisE(cc, opts...) // the other client
+			direct, err := backend.NewRedis(cc, opts...) // the other client
 			if err != nil {
 				t.Fatal(err)
 			}

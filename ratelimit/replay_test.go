@@ -84,7 +84,7 @@ func TestLostReplyThroughProxy(t *testing.T) {
 	p := testenv.NewProxy(t, testenv.SharedRedis(t).Addr)
 	rdb := redis.NewClient(&redis.Options{Addr: p.Addr(), MaxRetries: 2, ContextTimeoutEnabled: true})
 	t.Cleanup(func() { rdb.Close() })
-	b := backend.NewRedis(rdb, backend.WithPrefix(backendtest.UniquePrefix()))
+	b := backendtest.NewRedis(t, rdb, backend.WithPrefix(backendtest.UniquePrefix()))
 	ctx := context.Background()
 
 	lim, err := ratelimit.New(b, ratelimit.FixedWindow{Limit: 3, Window: time.Hour})

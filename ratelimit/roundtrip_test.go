@@ -9,6 +9,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/floodgate-dev/floodgate/backend"
+	"github.com/floodgate-dev/floodgate/internal/backendtest"
 	"github.com/floodgate-dev/floodgate/internal/testenv"
 	"github.com/floodgate-dev/floodgate/ratelimit"
 )
@@ -40,7 +41,7 @@ func TestOneRoundTripPerDecision(t *testing.T) {
 	defer c.Close()
 	h := &countHook{}
 	c.AddHook(h)
-	lim, err := ratelimit.New(backend.NewRedis(c, backend.WithPrefix(uniquePrefix(t))),
+	lim, err := ratelimit.New(backendtest.NewRedis(t, c, backend.WithPrefix(uniquePrefix(t))),
 		ratelimit.FixedWindow{Limit: 100, Window: time.Minute},
 		ratelimit.SlidingWindow{Limit: 100, Window: time.Minute},
 		ratelimit.SlidingLog{Limit: 100, Window: time.Minute},

@@ -4,7 +4,7 @@ import (
 	"math"
 	"sort"
 
-	"github.com/floodgate-dev/floodgate/backend"
+	"github.com/floodgate-dev/floodgate/internal/memstore"
 )
 
 // The memory engine mirrors the Lua scripts in lua/ step for step, in int64
@@ -27,7 +27,7 @@ const (
 
 // memState is the per-key value of the memory table: every rule state of a
 // user key, so that one shard lock covers an atomic multi-rule decision. The
-// first drain or fixed-window rule lives inline in the backend.Entry (Tag, A,
+// first drain or fixed-window rule lives inline in the memstore.Entry (Tag, A,
 // B) so that a single-rule limiter allocates nothing beyond the entry.
 type memState struct {
 	cells   []cell
@@ -41,7 +41,7 @@ type cell struct {
 }
 
 // cellOf returns the (a, b) pair of the rule tagged tag, or nil.
-func cellOf(e *backend.Entry, tag uint64) (*int64, *int64) {
+func cellOf(e *memstore.Entry, tag uint64) (*int64, *int64) {
 	if e == nil {
 		return nil, nil
 	}
@@ -59,7 +59,7 @@ func cellOf(e *backend.Entry, tag uint64) (*int64, *int64) {
 }
 
 // newCell makes room for the rule tagged tag; e must not hold it yet.
-func newCell(e *backend.Entry, tag uint64) (*int64, *int64) {
+func newCell(e *memstore.Entry, tag uint64) (*int64, *int64) {
 	if e.Tag == 0 {
 		e.Tag = tag
 		return &e.A, &e.B
@@ -70,7 +70,7 @@ func newCell(e *backend.Entry, tag uint64) (*int64, *int64) {
 	return &c.a, &c.b
 }
 
-func memStateOf(e *backend.Entry) *memState {
+func memStateOf(e *memstore.Entry) *memState {
 	ms, ok := e.Value.(*memState)
 	if !ok {
 		ms = &memState{}
@@ -116,7 +116,7 @@ func drainLevel(s *spec, t, level, now int64) int64 {
 
 // drainCheck returns the verdict and, when allowed, the new level for
 // drainCommit.
-func (s *spec) drainCheck(e *backend.Entry, now, n int64) (verdict, int64) {
+func (s *spec) drainCheck(e *memstore.Entry, now, n int64) (verdict, int64) {
 	var level int64
 	if a, b := cellOf(e, s.tag); a != nil {
 		level = drainLevel(s, *a, *b, now)
@@ -146,7 +146,7 @@ func (s *spec) drainCheckAt(level, n int64) (verdict, int64) {
 // drainCommit stores the level nl computed by drainCheck in a key that lives
 // life µs (what commitLife returns, or lifeUnknown) and returns the time the
 // state is worthless.
-func (s *spec) drainCommit(e *backend.Entry, now, nl, life int64) int64 {
+func (s *spec) drainCommit(e *memstore.Entry, now, nl, life int64) int64 {
 	a, b := cellOf(e, s.tag)
 	if a == nil {
 		a, b = newCell(e, s.tag)
@@ -169,7 +169,7 @@ func (s *spec) drainCommit(e *backend.Entry, now, nl, life int64) int64 {
 // later window (a call that read the clock just before another's commit, or
 // a clock stepped back) keeps counting in that window: the memory backend has
 // one counter per key, and forgetting the newer count would over-admit.
-func (s *spec) fixedWindow(e *backend.Entry, now int64) (wid, count int64) {
+func (s *spec) fixedWindow(e *memstore.Entry, now int64) (wid, count int64) {
 	wid = now / s.window
 	if a, b := cellOf(e, s.tag); a != nil && *a >= wid {
 		return *a, *b
@@ -178,7 +178,7 @@ func (s *spec) fixedWindow(e *backend.Entry, now int64) (wid, count int64) {
 }
 
 // fixedCheck returns the verdict and, when allowed, the new count.
-func (s *spec) fixedCheck(e *backend.Entry, now, n int64) (verdict, int64) {
+func (s *spec) fixedCheck(e *memstore.Entry, now, n int64) (verdict, int64) {
 	wid, c := s.fixedWindow(e, now)
 	left := (wid+1)*s.window - now
 	var reset int64
@@ -197,7 +197,7 @@ func (s *spec) fixedCheck(e *backend.Entry, now, n int64) (verdict, int64) {
 	return verdict{statusAllowed, s.limit - c - n, 0, reset, 0}, c + n
 }
 
-func (s *spec) fixedCommit(e *backend.Entry, now, count int64) int64 {
+func (s *spec) fixedCommit(e *memstore.Entry, now, count int64) int64 {
 	wid, _ := s.fixedWindow(e, now)
 	a, b := cellOf(e, s.tag)
 	if a == nil {
@@ -207,7 +207,7 @@ func (s *spec) fixedCommit(e *backend.Entry, now, count int64) int64 {
 	return (wid + 1) * s.window
 }
 
-func (s *spec) fixedReset(e *backend.Entry, now int64) {
+func (s *spec) fixedReset(e *memstore.Entry, now int64) {
 	if a, b := cellOf(e, s.tag); a != nil && *a == now/s.window {
 		*b = 0
 	}
@@ -223,7 +223,7 @@ type slidingState struct {
 	nonexists bool
 }
 
-func (s *spec) slidingOf(e *backend.Entry) *slidingState {
+func (s *spec) slidingOf(e *memstore.Entry) *slidingState {
 	if e == nil {
 		return nil
 	}
@@ -262,7 +262,7 @@ func (s *spec) slidingView(w *slidingState, now int64) (total, lo, hi, cur int64
 
 func (w *slidingState) bucket(id int64) int64 { return w.counts[id%int64(len(w.counts))] }
 
-func (s *spec) slidingCheck(e *backend.Entry, now, n int64) verdict {
+func (s *spec) slidingCheck(e *memstore.Entry, now, n int64) verdict {
 	w := s.slidingOf(e)
 	total, lo, hi, cur, _ := s.slidingView(w, now)
 	var reset int64
@@ -290,7 +290,7 @@ func (s *spec) slidingCheck(e *backend.Entry, now, n int64) verdict {
 	return verdict{statusAllowed, s.limit - total - n, 0, reset, 0}
 }
 
-func (s *spec) slidingCommit(e *backend.Entry, now, n int64) int64 {
+func (s *spec) slidingCommit(e *memstore.Entry, now, n int64) int64 {
 	w := s.slidingOf(e)
 	if w == nil {
 		w = &slidingState{tag: s.tag, counts: make([]int64, s.buckets+1), nonexists: true}
@@ -319,7 +319,7 @@ type logState struct {
 	ts  []int64 // admission times, ascending
 }
 
-func logOf(e *backend.Entry, tag uint64) *logState {
+func logOf(e *memstore.Entry, tag uint64) *logState {
 	if e == nil {
 		return nil
 	}
@@ -374,7 +374,7 @@ func (s *spec) logCheck(lg *logState, now, n int64) verdict {
 	return verdict{statusAllowed, s.limit - c - n, 0, reset, 0}
 }
 
-func logCommit(e *backend.Entry, tag uint64, maxWindow, now, n int64) int64 {
+func logCommit(e *memstore.Entry, tag uint64, maxWindow, now, n int64) int64 {
 	lg := logOf(e, tag)
 	if lg == nil {
 		lg = &logState{tag: tag}

@@ -5,7 +5,7 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/floodgate-dev/floodgate/backend"
+	"github.com/floodgate-dev/floodgate/internal/redisstore"
 )
 
 // BreakerOptions configure the circuit breaker in front of a remote store.
@@ -137,7 +137,7 @@ func (s *breakerSet) of(key string) int {
 	if s.slot == nil {
 		return 0
 	}
-	return s.slot(key) * len(s.b) / backend.Slots
+	return s.slot(key) * len(s.b) / redisstore.Slots
 }
 
 // allow reports whether a call touching the breakers idx may go to the

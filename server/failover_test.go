@@ -11,7 +11,9 @@ import (
 
 	"github.com/floodgate-dev/floodgate/backend"
 	"github.com/floodgate-dev/floodgate/internal/backendtest"
+	"github.com/floodgate-dev/floodgate/internal/redisstore"
 	"github.com/floodgate-dev/floodgate/internal/testenv"
+	"github.com/floodgate-dev/floodgate/internal/unwrap"
 	"github.com/floodgate-dev/floodgate/server/config"
 )
 
@@ -83,12 +85,12 @@ func testClusterFailover(t *testing.T, fullCoverage bool) {
 	rs := s.rules.Load()
 	slotOf := func(user string) int {
 		entries := []config.Entry{{Key: "user", Value: user}}
-		return rb.Slot(stateKey(rs.cfg.Domains["api"].Match(entries), entries))
+		return unwrap.Redis(rb).Slot(stateKey(rs.cfg.Domains["api"].Match(entries), entries))
 	}
 	users := make([]string, slotRanges)
 	for i, found := 0, 0; found < slotRanges; i++ {
 		u := fmt.Sprint("u", i)
-		if r := slotOf(u) * slotRanges / backend.Slots; users[r] == "" {
+		if r := slotOf(u) * slotRanges / redisstore.Slots; users[r] == "" {
 			users[r] = u
 			found++
 		}

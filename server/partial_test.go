@@ -14,7 +14,9 @@ import (
 
 	"github.com/floodgate-dev/floodgate/backend"
 	"github.com/floodgate-dev/floodgate/internal/backendtest"
+	"github.com/floodgate-dev/floodgate/internal/redisstore"
 	"github.com/floodgate-dev/floodgate/internal/testenv"
+	"github.com/floodgate-dev/floodgate/internal/unwrap"
 	"github.com/floodgate-dev/floodgate/server/config"
 )
 
@@ -32,7 +34,8 @@ func TestClusterPartialOutage(t *testing.T) {
 	}
 	defer closer.Close()
 	rb := b.(*backend.Redis)
-	if !rb.Cluster() {
+	rbs := unwrap.Redis(rb)
+	if !rbs.Cluster() {
 		t.Fatal("the rueidis backend on a Cluster does not say it is one")
 	}
 	m := NewMetrics()
@@ -50,13 +53,13 @@ func TestClusterPartialOutage(t *testing.T) {
 	rs := s.rules.Load()
 	slotOf := func(user string) int {
 		entries := []config.Entry{{Key: "user", Value: user}}
-		return rb.Slot(stateKey(rs.cfg.Domains["api"].Match(entries), entries))
+		return rbs.Slot(stateKey(rs.cfg.Domains["api"].Match(entries), entries))
 	}
 	var dead, healthy []string
 	for i := 0; len(dead) < 6 || len(healthy) < 12; i++ {
 		u := fmt.Sprint("u", i)
 		switch sl := slotOf(u); {
-		case sl < 21*backend.Slots/slotRanges && len(dead) < 6:
+		case sl < 21*redisstore.Slots/slotRanges && len(dead) < 6:
 			dead = append(dead, u)
 		case sl > 5600 && len(healthy) < 12:
 			healthy = append(healthy, u)

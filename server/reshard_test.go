@@ -18,6 +18,7 @@ import (
 	"github.com/floodgate-dev/floodgate/backend"
 	"github.com/floodgate-dev/floodgate/internal/backendtest"
 	"github.com/floodgate-dev/floodgate/internal/testenv"
+	"github.com/floodgate-dev/floodgate/internal/unwrap"
 	"github.com/floodgate-dev/floodgate/ratelimit"
 	"github.com/floodgate-dev/floodgate/server/config"
 )
@@ -91,6 +92,7 @@ func TestClusterReshardUnderLoad(t *testing.T) {
 	}
 	defer closer.Close()
 	rb := b.(*backend.Redis)
+	rbs := unwrap.Redis(rb)
 	// A generous Timeout and no breaker: this test is about what the store
 	// answers during a reshard, not how fast a loaded machine answers it.
 	s, err := NewService(b, Options{Timeout: 10 * time.Second, Breaker: BreakerOptions{Failures: -1}})
@@ -103,14 +105,14 @@ func TestClusterReshardUnderLoad(t *testing.T) {
 	limit := s.rules.Load().cfg.Domains["api"].Match([]config.Entry{{Key: "user", Value: "x"}})
 	userSlot := func(u string) int {
 		entries := []config.Entry{{Key: "user", Value: u}}
-		return rb.Slot(stateKey(limit, entries))
+		return rbs.Slot(stateKey(limit, entries))
 	}
 
 	gc := redis.NewClusterClient(&redis.ClusterOptions{Addrs: c.Addrs})
 	defer gc.Close()
 	var redirects redirectCounter
 	gc.OnNewNode(func(n *redis.Client) { n.AddHook(&redirects) })
-	lim, err := ratelimit.New(backend.NewRedis(gc, backend.WithPrefix(prefix+"rl")),
+	lim, err := ratelimit.New(backendtest.NewRedis(t, gc, backend.WithPrefix(prefix+"rl")),
 		ratelimit.FixedWindow{Limit: reshardLimit, Window: 24 * time.Hour})
 	if err != nil {
 		t.Fatal(err)
@@ -201,7 +203,7 @@ func TestClusterReshardUnderLoad(t *testing.T) {
 	var svcKeys, rlKeys []string
 	rounds, during := 0, 0
 	for finished := false; ; rounds++ {
-		sk, rk := pick(rounds, "u", userSlot), pick(rounds, "k", rb.Slot)
+		sk, rk := pick(rounds, "u", userSlot), pick(rounds, "k", rbs.Slot)
 		svcKeys, rlKeys = append(svcKeys, sk...), append(rlKeys, rk...)
 		var wg sync.WaitGroup
 		wg.Go(func() { round(sk, decideSvc) })
@@ -347,6 +349,7 @@ func TestClusterMigratingSlotKeepsCount(t *testing.T) {
 	}
 	defer closer.Close()
 	rb := b.(*backend.Redis)
+	rbs := unwrap.Redis(rb)
 	s, err := NewService(b, Options{Timeout: 10 * time.Second, Breaker: BreakerOptions{Failures: -1}})
 	if err != nil {
 		t.Fatal(err)
@@ -357,7 +360,7 @@ func TestClusterMigratingSlotKeepsCount(t *testing.T) {
 	limit := s.rules.Load().cfg.Domains["api"].Match([]config.Entry{{Key: "user", Value: "x"}})
 	gc := redis.NewClusterClient(&redis.ClusterOptions{Addrs: c.Addrs})
 	defer gc.Close()
-	lim, err := ratelimit.New(backend.NewRedis(gc, backend.WithPrefix(prefix+"rl")),
+	lim, err := ratelimit.New(backendtest.NewRedis(t, gc, backend.WithPrefix(prefix+"rl")),
 		ratelimit.FixedWindow{Limit: reshardLimit, Window: 24 * time.Hour})
 	if err != nil {
 		t.Fatal(err)
@@ -365,10 +368,10 @@ func TestClusterMigratingSlotKeepsCount(t *testing.T) {
 	const slot = 7
 	var user, key string
 	for i := 0; user == "" || key == ""; i++ {
-		if u := fmt.Sprint("u", i); user == "" && rb.Slot(stateKey(limit, []config.Entry{{Key: "user", Value: u}})) == slot {
+		if u := fmt.Sprint("u", i); user == "" && rbs.Slot(stateKey(limit, []config.Entry{{Key: "user", Value: u}})) == slot {
 			user = u
 		}
-		if k := fmt.Sprint("k", i); key == "" && rb.Slot(k) == slot {
+		if k := fmt.Sprint("k", i); key == "" && rbs.Slot(k) == slot {
 			key = k
 		}
 	}

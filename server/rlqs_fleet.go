@@ -8,6 +8,9 @@ import (
 	"strconv"
 
 	"github.com/floodgate-dev/floodgate/backend"
+	"github.com/floodgate-dev/floodgate/internal/memstore"
+	"github.com/floodgate-dev/floodgate/internal/redisstore"
+	"github.com/floodgate-dev/floodgate/internal/unwrap"
 )
 
 // The fleet of an RLQS bucket is every data plane (every stream, on any
@@ -20,7 +23,7 @@ import (
 //go:embed rlqs_share.lua
 var luaQuotaShare string
 
-var quotaShareScript = backend.NewScript(luaQuotaShare)
+var quotaShareScript = redisstore.NewScript(luaQuotaShare)
 
 // quotaScale is the fixed point of fleet rates: demands are in thousandths
 // of a request per second, grants in thousandths of a request per unit of
@@ -69,18 +72,19 @@ func quotaShare(ctx context.Context, b backend.Backend, key, member string, dema
 	budget, evenPart := p.split(limit)
 	switch b := b.(type) {
 	case *backend.Memory:
-		return quotaShareMemory(b.Table("rlqs"), key, member, demand, limit, ttlUS, budget, evenPart, first), nil
+		return quotaShareMemory(unwrap.Memory(b).Table("rlqs"), key, member, demand, limit, ttlUS, budget, evenPart, first), nil
 	case *backend.Redis:
-		args := []string{b.NowArg(), member, strconv.FormatInt(demand, 10), strconv.FormatInt(limit, 10),
+		r := unwrap.Redis(b)
+		args := []string{r.NowArg(), member, strconv.FormatInt(demand, 10), strconv.FormatInt(limit, 10),
 			strconv.FormatInt(ttlUS, 10), strconv.FormatInt(budget, 10), strconv.FormatInt(evenPart, 10), "0"}
 		if first {
 			args[7] = "1"
 		}
-		raw, err := b.Run(ctx, quotaShareScript, []string{b.Key(key, "rlqs")}, args)
+		raw, err := r.Run(ctx, quotaShareScript, []string{r.Key(key, "rlqs")}, args)
 		if err != nil {
 			return quotaGrant{}, err
 		}
-		v, err := backend.ReplyInts(raw, 3)
+		v, err := redisstore.ReplyInts(raw, 3)
 		if err != nil {
 			return quotaGrant{}, err
 		}
@@ -95,17 +99,17 @@ type fleetMember struct{ demand, grant, expires int64 }
 // fleetMap is the Value of a Memory fleet's entry.
 type fleetMap map[string]fleetMember
 
-// MemSize implements backend.Sizer: the map and its keys, roughly.
+// MemSize implements memstore.Sizer: the map and its keys, roughly.
 func (m fleetMap) MemSize() int {
 	n := 48 + len(m)*48
 	for k := range m {
-		n += backend.AllocBytes(len(k))
+		n += memstore.AllocBytes(len(k))
 	}
 	return n
 }
 
 // quotaShareMemory is rlqs_share.lua on Memory, step for step.
-func quotaShareMemory(t *backend.Table, key, member string, demand, limit, ttl, budget, evenPart int64, first bool) quotaGrant {
+func quotaShareMemory(t *memstore.Table, key, member string, demand, limit, ttl, budget, evenPart int64, first bool) quotaGrant {
 	sh := t.Shard(key)
 	sh.Lock()
 	defer sh.Unlock()
@@ -152,7 +156,7 @@ func quotaShareMemory(t *backend.Table, key, member string, demand, limit, ttl, 
 	grant = max(grant, 0)
 	fleet[member] = fleetMember{demand: demand, grant: grant, expires: now + ttl}
 	if e == nil {
-		sh.Put(key, &backend.Entry{Value: fleet, Expires: last + 1000*1000})
+		sh.Put(key, &memstore.Entry{Value: fleet, Expires: last + 1000*1000})
 	} else {
 		e.Value, e.Expires = fleet, last+1000*1000
 	}

@@ -117,7 +117,7 @@ func twoClients(t *testing.T, addr string, opts ...backend.Option) (backend.Back
 	opts = append([]backend.Option{backend.WithPrefix(backendtest.UniquePrefix())}, opts...)
 	gc := redis.NewClient(&redis.Options{Addr: addr, ContextTimeoutEnabled: true})
 	t.Cleanup(func() { gc.Close() })
-	b1, err := backend.NewRedisE(gc, opts...)
+	b1, err := backend.NewRedis(gc, opts...)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -362,7 +362,7 @@ func TestRLQSStoreDown(t *testing.T) {
 			start := clk.Now()
 			gc := redis.NewClient(&redis.Options{Addr: r.Addr, ContextTimeoutEnabled: true})
 			t.Cleanup(func() { gc.Close() })
-			b, err := backend.NewRedisE(gc, backend.WithPrefix(backendtest.UniquePrefix()), backend.WithClock(clk))
+			b, err := backend.NewRedis(gc, backend.WithPrefix(backendtest.UniquePrefix()), backend.WithClock(clk))
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/floodgate-dev/floodgate/backend"
+	"github.com/floodgate-dev/floodgate/internal/unwrap"
 	"github.com/floodgate-dev/floodgate/ratelimit"
 	"github.com/floodgate-dev/floodgate/server/config"
 )
@@ -56,8 +57,8 @@ type store struct {
 func newStore(name string, b backend.Backend, timeout time.Duration, o BreakerOptions) *store {
 	rb, remote := b.(*backend.Redis)
 	var slot func(string) int
-	if remote && rb.Cluster() {
-		slot = rb.Slot
+	if r := unwrap.Redis(rb); remote && r.Cluster() {
+		slot = r.Slot
 	}
 	return &store{name: name, b: b, remote: remote, timeout: timeout, breakers: newBreakerSet(o, slot)}
 }

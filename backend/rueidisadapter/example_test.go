@@ -4,9 +4,11 @@ import (
 	"context"
 	"fmt"
 	"log"
+	"time"
 
 	"github.com/floodgate-dev/floodgate/backend"
 	"github.com/floodgate-dev/floodgate/backend/rueidisadapter"
+	"github.com/floodgate-dev/floodgate/ratelimit"
 	"github.com/redis/rueidis"
 )
 
@@ -25,11 +27,15 @@ func ExampleNew() {
 		log.Fatal(err)
 	}
 
-	// Scripts run with EVALSHA, falling back to EVAL on NOSCRIPT.
-	hits := backend.NewScript(`return redis.call("INCR", KEYS[1])`)
-	n, err := r.Run(context.Background(), hits, []string{r.Key("user:42", "hits")}, nil)
+	// The backend goes wherever a backend.Backend is taken. Scripts run
+	// with EVALSHA, falling back to EVAL on NOSCRIPT.
+	lim, err := ratelimit.New(r, ratelimit.GCRA{Rate: 10, Per: time.Second, Burst: 20})
 	if err != nil {
 		log.Fatal(err)
 	}
-	fmt.Println(n.(int64) > 0) // Redis integers arrive as int64
+	res, err := lim.Allow(context.Background(), "user:42")
+	if err != nil {
+		log.Fatal(err)
+	}
+	fmt.Println(res.Allowed)
 }

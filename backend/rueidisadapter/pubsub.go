@@ -7,17 +7,17 @@ import (
 
 	"github.com/redis/rueidis"
 
-	"github.com/floodgate-dev/floodgate/backend"
+	"github.com/floodgate-dev/floodgate/internal/redisstore"
 )
 
-var _ backend.PubSubber = scripter{}
+var _ redisstore.PubSubber = scripter{}
 
-// OpenPubSub implements backend.PubSubber. Each subscribed channel runs
+// OpenPubSub implements redisstore.PubSubber. Each subscribed channel runs
 // Client.Receive in its own goroutine (over RESP3 rueidis multiplexes pub/sub
 // on its shared connection); a Receive that ends with an error (a
 // disconnection) is started again after a short pause, until Unsubscribe or
 // Close.
-func (s scripter) OpenPubSub(_ context.Context, deliver func(channel, payload string)) (backend.PubSubConn, error) {
+func (s scripter) OpenPubSub(_ context.Context, deliver func(channel, payload string)) (redisstore.PubSubConn, error) {
 	return &pubsub{c: s.c, deliver: deliver, subs: map[string]context.CancelFunc{}}, nil
 }
 

@@ -2,7 +2,7 @@
 // github.com/redis/rueidis client instead of go-redis, so that a program that
 // already uses rueidis does not need a second Redis client.
 //
-// The backend it returns behaves as the one from backend.NewRedisE: the same
+// The backend it returns behaves as the one from backend.NewRedis: the same
 // keys, the same scripts (EVALSHA, then EVAL when the server answers
 // NOSCRIPT) and the same reply values. Scripts go through Client.Do, which
 // rueidis auto-pipelines: concurrent decisions share a few connections and are
@@ -23,7 +23,7 @@
 // (ClientOption.DisableRetry turns that off), and EVALSHA is not one, so a
 // script call whose reply is lost is not resent: the caller gets the error,
 // although the script may have run. floodgate's primitives are written for
-// both that and go-redis's resends (see backend.NewRedisE): a failed Lock
+// both that and go-redis's resends (see backend.NewRedis): a failed Lock
 // holds nothing, a resent Add counts once, and so on.
 //
 // Throughput: when many goroutines decide at once and client and Redis
@@ -41,6 +41,7 @@ import (
 	"slices"
 
 	"github.com/floodgate-dev/floodgate/backend"
+	"github.com/floodgate-dev/floodgate/internal/redisstore"
 	"github.com/redis/rueidis"
 )
 
@@ -84,9 +85,9 @@ func (s scripter) Eval(ctx context.Context, src string, keys []string, args []st
 	return normalise(s.c.Do(ctx, cmd))
 }
 
-var _ backend.IntsScripter = scripter{}
+var _ redisstore.IntsScripter = scripter{}
 
-// EvalShaInts is EvalSha for a reply of integers: backend.IntsScripter.
+// EvalShaInts is EvalSha for a reply of integers: redisstore.IntsScripter.
 func (s scripter) EvalShaInts(ctx context.Context, sha string, keys []string, args []string) ([]int64, error) {
 	cmd, err := s.evalSha(sha, keys, args)
 	if err != nil {
@@ -95,7 +96,7 @@ func (s scripter) EvalShaInts(ctx context.Context, sha string, keys []string, ar
 	return ints(s.c.Do(ctx, cmd))
 }
 
-// EvalInts is Eval for a reply of integers: backend.IntsScripter.
+// EvalInts is Eval for a reply of integers: redisstore.IntsScripter.
 func (s scripter) EvalInts(ctx context.Context, src string, keys []string, args []string) ([]int64, error) {
 	cmd, err := s.eval(src, keys, args)
 	if err != nil {

@@ -12,7 +12,9 @@ import (
 	"time"
 
 	"github.com/floodgate-dev/floodgate/backend"
+	"github.com/floodgate-dev/floodgate/internal/redisstore"
 	"github.com/floodgate-dev/floodgate/internal/testenv"
+	"github.com/floodgate-dev/floodgate/internal/unwrap"
 	"github.com/redis/go-redis/v9"
 	"github.com/redis/rueidis"
 )
@@ -80,8 +82,9 @@ func TestNormalise(t *testing.T) {
 	for _, p := range protocols {
 		t.Run(p.name, func(t *testing.T) {
 			r := newBackend(t, newClient(t, rueidis.ClientOption{InitAddress: []string{addr}, AlwaysRESP2: p.resp2, DisableCache: p.resp2}))
+			rs := unwrap.Redis(r)
 			for _, tc := range replyCases {
-				got, err := r.Run(ctx, backend.NewScript(tc.src), []string{r.Key("norm", "k")}, []string{"x\x00y"})
+				got, err := rs.Run(ctx, redisstore.NewScript(tc.src), []string{rs.Key("norm", "k")}, []string{"x\x00y"})
 				if err != nil {
 					t.Errorf("%s: %v", tc.name, err)
 					continue
@@ -105,15 +108,16 @@ func TestSameAsGoRedis(t *testing.T) {
 		t.Run(fmt.Sprintf("go-redis RESP%d", proto), func(t *testing.T) {
 			gc := redis.NewClient(&redis.Options{Addr: addr, Protocol: proto})
 			t.Cleanup(func() { _ = gc.Close() })
-			g, err := backend.NewRedisE(gc)
+			g, err := backend.NewRedis(gc)
 			if err != nil {
 				t.Fatal(err)
 			}
+			gs := unwrap.Redis(g)
 			for _, tc := range replyCases {
 				if proto == 3 && tc.booleans {
 					continue
 				}
-				got, err := g.Run(ctx, backend.NewScript(tc.src), []string{g.Key("norm", "k")}, []string{"x\x00y"})
+				got, err := gs.Run(ctx, redisstore.NewScript(tc.src), []string{gs.Key("norm", "k")}, []string{"x\x00y"})
 				if err != nil {
 					t.Errorf("%s: %v", tc.name, err)
 					continue
@@ -133,9 +137,9 @@ func TestSameAsGoRedis(t *testing.T) {
 				`return redis.call("NOSUCHCOMMAND")`,
 				`error("raised")`,
 			} {
-				keys := []string{g.Key("err", "s")}
-				_, gerr := g.Run(ctx, backend.NewScript(src), keys, nil)
-				_, rerr := r.Run(ctx, backend.NewScript(src), keys, nil)
+				keys := []string{gs.Key("err", "s")}
+				_, gerr := gs.Run(ctx, redisstore.NewScript(src), keys, nil)
+				_, rerr := unwrap.Redis(r).Run(ctx, redisstore.NewScript(src), keys, nil)
 				if gerr == nil || rerr == nil || gerr.Error() != rerr.Error() {
 					t.Errorf("%s: go-redis gives error %v, this adapter %v", src, gerr, rerr)
 				}
@@ -150,7 +154,8 @@ func TestRESP3Types(t *testing.T) {
 	for _, p := range protocols {
 		t.Run(p.name, func(t *testing.T) {
 			r := newBackend(t, newClient(t, rueidis.ClientOption{InitAddress: []string{addr}, AlwaysRESP2: p.resp2, DisableCache: p.resp2}))
-			got, err := r.Run(ctx, backend.NewScript(`redis.setresp(3); return {double = 3.5}`), nil, nil)
+			rs := unwrap.Redis(r)
+			got, err := rs.Run(ctx, redisstore.NewScript(`redis.setresp(3); return {double = 3.5}`), nil, nil)
 			var want any = 3.5
 			if p.resp2 {
 				want = "3.5" // Redis sends a RESP3 double as a bulk string over RESP2
@@ -158,7 +163,7 @@ func TestRESP3Types(t *testing.T) {
 			if err != nil || !reflect.DeepEqual(got, want) {
 				t.Errorf("double: got %#v, %v; want %#v", got, err, want)
 			}
-			got, err = r.Run(ctx, backend.NewScript(`redis.setresp(3); return {map = {b = 2, a = "x"}}`), nil, nil)
+			got, err = rs.Run(ctx, redisstore.NewScript(`redis.setresp(3); return {map = {b = 2, a = "x"}}`), nil, nil)
 			if err != nil {
 				t.Fatalf("map: %v", err)
 			}
@@ -170,7 +175,7 @@ func TestRESP3Types(t *testing.T) {
 			if want := map[any]any{"a": "x", "b": int64(2)}; !reflect.DeepEqual(pairs, want) {
 				t.Errorf("map: got %#v, want the pairs %#v", got, want)
 			}
-			got, err = r.Run(ctx, backend.NewScript(`redis.setresp(3); return {set = {z = true}}`), nil, nil)
+			got, err = rs.Run(ctx, redisstore.NewScript(`redis.setresp(3); return {set = {z = true}}`), nil, nil)
 			if want := []any{"z"}; err != nil || !reflect.DeepEqual(got, want) {
 				t.Errorf("set: got %#v, %v; want %#v", got, err, want)
 			}
@@ -185,6 +190,7 @@ func TestErrorReply(t *testing.T) {
 		t.Run(p.name, func(t *testing.T) {
 			c := newClient(t, rueidis.ClientOption{InitAddress: []string{addr}, AlwaysRESP2: p.resp2, DisableCache: p.resp2})
 			r := newBackend(t, c)
+			rs := unwrap.Redis(r)
 			s := scripter{c}
 
 			for _, msg := range []string{"MYERR something went wrong", "ERR with the usual code"} {
@@ -196,7 +202,7 @@ func TestErrorReply(t *testing.T) {
 				if re, ok := rueidis.IsRedisErr(err); !ok || re.IsNil() {
 					t.Errorf("Eval %s: error %T is not a *rueidis.RedisError", src, err)
 				}
-				_, err = r.Run(ctx, backend.NewScript(src), nil, nil)
+				_, err = rs.Run(ctx, redisstore.NewScript(src), nil, nil)
 				if err == nil || !strings.HasPrefix(err.Error(), "backend: redis: "+msg) {
 					t.Errorf("Run %s: got %v, want an error with text %q", src, err, msg)
 				}
@@ -207,13 +213,13 @@ func TestErrorReply(t *testing.T) {
 			}
 
 			// A runtime error: Redis's own text, "ERR ..." kept as go-redis keeps it.
-			_, err := r.Run(ctx, backend.NewScript(`redis.call("SET", KEYS[1], "x"); return redis.call("INCR", KEYS[1])`), []string{r.Key("err", "s")}, nil)
+			_, err := rs.Run(ctx, redisstore.NewScript(`redis.call("SET", KEYS[1], "x"); return redis.call("INCR", KEYS[1])`), []string{rs.Key("err", "s")}, nil)
 			if err == nil || !strings.HasPrefix(err.Error(), "backend: redis: ERR ") {
 				t.Errorf("INCR of a string: got %v, want an ERR reply", err)
 			}
 
 			// An error inside an array is an element, as in go-redis.
-			got, err := r.Run(ctx, backend.NewScript(`return {1, redis.error_reply("INNER bad")}`), nil, nil)
+			got, err := rs.Run(ctx, redisstore.NewScript(`return {1, redis.error_reply("INNER bad")}`), nil, nil)
 			arr, _ := got.([]any)
 			if err != nil || len(arr) != 2 || arr[0] != int64(1) {
 				t.Fatalf("nested error: got %#v, %v", got, err)
@@ -230,8 +236,9 @@ func TestNoScript(t *testing.T) {
 	ctx := context.Background()
 	c := newClient(t, rueidis.ClientOption{InitAddress: []string{addr}})
 	r := newBackend(t, c)
+	rs := unwrap.Redis(r)
 
-	script := backend.NewScript(fmt.Sprintf("-- %d\nreturn {tonumber(ARGV[1]) + 1, KEYS[1]}", time.Now().UnixNano()))
+	script := redisstore.NewScript(fmt.Sprintf("-- %d\nreturn {tonumber(ARGV[1]) + 1, KEYS[1]}", time.Now().UnixNano()))
 	_, err := scripter{c}.EvalSha(ctx, script.SHA1(), []string{"k"}, []string{"1"})
 	if err == nil || !strings.HasPrefix(err.Error(), "NOSCRIPT") {
 		t.Fatalf("EvalSha of an unknown script: got %v, want NOSCRIPT", err)
@@ -239,10 +246,10 @@ func TestNoScript(t *testing.T) {
 	if re, ok := rueidis.IsRedisErr(err); !ok || !re.IsNoScript() {
 		t.Errorf("EvalSha of an unknown script: %#v is not a NOSCRIPT *rueidis.RedisError", err)
 	}
-	key := r.Key("ns", "a")
+	key := rs.Key("ns", "a")
 	want := []any{int64(42), key}
 	for i := 0; i < 3; i++ {
-		got, err := r.Run(ctx, script, []string{key}, []string{"41"})
+		got, err := rs.Run(ctx, script, []string{key}, []string{"41"})
 		if err != nil || !reflect.DeepEqual(got, want) {
 			t.Fatalf("run %d: got %#v, %v; want %#v", i, got, err, want)
 		}
@@ -251,7 +258,7 @@ func TestNoScript(t *testing.T) {
 		}
 	}
 	// After a Run the script is cached: EVALSHA alone works.
-	if _, err := r.Run(ctx, script, []string{key}, []string{"41"}); err != nil {
+	if _, err := rs.Run(ctx, script, []string{key}, []string{"41"}); err != nil {
 		t.Fatal(err)
 	}
 	if got, err := (scripter{c}).EvalSha(ctx, script.SHA1(), []string{key}, []string{"41"}); err != nil || !reflect.DeepEqual(got, want) {
@@ -266,8 +273,9 @@ func TestConcurrent(t *testing.T) {
 	// whether any script went on a dedicated connection instead.
 	c := newClient(t, rueidis.ClientOption{InitAddress: []string{addr}, PipelineMultiplex: -1})
 	r := newBackend(t, c)
-	script := backend.NewScript(`local n = redis.call("INCRBY", KEYS[1], ARGV[1]); return {tonumber(ARGV[1]) * 2, ARGV[1], KEYS[1], n}`)
-	counter := r.Key("conc", "n")
+	rs := unwrap.Redis(r)
+	script := redisstore.NewScript(`local n = redis.call("INCRBY", KEYS[1], ARGV[1]); return {tonumber(ARGV[1]) * 2, ARGV[1], KEYS[1], n}`)
+	counter := rs.Key("conc", "n")
 	if err := c.Do(ctx, c.B().ScriptFlush().Build()).Error(); err != nil {
 		t.Fatal(err)
 	}
@@ -284,7 +292,7 @@ func TestConcurrent(t *testing.T) {
 			for i := 0; i < calls; i++ {
 				n := w*calls + i + 1
 				arg := strconv.Itoa(n)
-				got, err := r.Run(ctx, script, []string{counter}, []string{arg})
+				got, err := rs.Run(ctx, script, []string{counter}, []string{arg})
 				if err != nil {
 					errs <- fmt.Errorf("worker %d call %d: %v", w, i, err)
 					return
@@ -350,11 +358,12 @@ func TestNew(t *testing.T) {
 	addr := startRedis(t)
 	c := newClient(t, rueidis.ClientOption{InitAddress: []string{addr}})
 	r := newBackend(t, c, backend.WithPrefix("x"))
-	if got, want := r.Key("user{1}", "tokens"), "x:{user%7B1%7D}:tokens"; got != want {
+	rs := unwrap.Redis(r)
+	if got, want := rs.Key("user{1}", "tokens"), "x:{user%7B1%7D}:tokens"; got != want {
 		t.Errorf("Key = %q, want %q", got, want)
 	}
-	if r.Prefix() != "x" || r.NowArg() != "" {
-		t.Errorf("Prefix = %q, NowArg = %q; want x and \"\"", r.Prefix(), r.NowArg())
+	if rs.Prefix() != "x" || rs.NowArg() != "" {
+		t.Errorf("Prefix = %q, NowArg = %q; want x and \"\"", rs.Prefix(), rs.NowArg())
 	}
 	if _, err := New(c, backend.WithPrefix("a{b")); err == nil {
 		t.Error("New accepted a prefix with a brace")
@@ -362,7 +371,7 @@ func TestNew(t *testing.T) {
 	if _, err := New(nil); err == nil {
 		t.Error("New accepted a nil client")
 	}
-	if got := newBackend(t, c).Key("k", "s"); got != "fg:{k}:s" {
+	if got := unwrap.Redis(newBackend(t, c)).Key("k", "s"); got != "fg:{k}:s" {
 		t.Errorf("default Key = %q", got)
 	}
 }
@@ -372,7 +381,7 @@ func TestCanceledContext(t *testing.T) {
 	r := newBackend(t, newClient(t, rueidis.ClientOption{InitAddress: []string{addr}}))
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
-	_, err := r.Run(ctx, backend.NewScript(`return 1`), nil, nil)
+	_, err := unwrap.Redis(r).Run(ctx, redisstore.NewScript(`return 1`), nil, nil)
 	if !errors.Is(err, context.Canceled) {
 		t.Errorf("Run with a canceled context: got %v, want context.Canceled", err)
 	}
@@ -402,13 +411,14 @@ func TestCluster(t *testing.T) {
 		t.Fatalf("client mode %q, want cluster", c.Mode())
 	}
 	r := newBackend(t, c)
-	script := backend.NewScript(`redis.call("SET", KEYS[1], ARGV[1]); redis.call("SET", KEYS[2], ARGV[1]); return {redis.call("GET", KEYS[1]), #KEYS}`)
-	got, err := r.Run(ctx, script, []string{r.Key("u", "a"), r.Key("u", "b")}, []string{"v"})
+	rs := unwrap.Redis(r)
+	script := redisstore.NewScript(`redis.call("SET", KEYS[1], ARGV[1]); redis.call("SET", KEYS[2], ARGV[1]); return {redis.call("GET", KEYS[1]), #KEYS}`)
+	got, err := rs.Run(ctx, script, []string{rs.Key("u", "a"), rs.Key("u", "b")}, []string{"v"})
 	if want := []any{"v", int64(2)}; err != nil || !reflect.DeepEqual(got, want) {
 		t.Errorf("cluster Run: got %#v, %v; want %#v", got, err, want)
 	}
 	// Keys in different slots: an error, as go-redis gets CROSSSLOT, not a panic.
-	_, err = r.Run(ctx, script, []string{r.Key("u1", "a"), r.Key("u2", "a")}, []string{"v"})
+	_, err = rs.Run(ctx, script, []string{rs.Key("u1", "a"), rs.Key("u2", "a")}, []string{"v"})
 	if err == nil || !strings.Contains(err.Error(), "CROSSSLOT") {
 		t.Errorf("cross-slot Run: got %v, want a CROSSSLOT error", err)
 	}
@@ -427,7 +437,7 @@ func BenchmarkRunGoRedis(b *testing.B) {
 	addr := startRedis(b)
 	gc := redis.NewClient(&redis.Options{Addr: addr})
 	b.Cleanup(func() { _ = gc.Close() })
-	r, err := backend.NewRedisE(gc)
+	r, err := backend.NewRedis(gc)
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -436,10 +446,10 @@ func BenchmarkRunGoRedis(b *testing.B) {
 
 func benchRun(b *testing.B, r *backend.Redis) {
 	ctx := context.Background()
-	script := backend.NewScript(`return {1, tonumber(ARGV[1]), 1000000}`)
-	keys := []string{r.Key("bench", "tokens"), r.Key("bench", "ts")}
+	script := redisstore.NewScript(`return {1, tonumber(ARGV[1]), 1000000}`)
+	keys := []string{unwrap.Redis(r).Key("bench", "tokens"), unwrap.Redis(r).Key("bench", "ts")}
 	args := []string{"10", "1", "1700000000000000"}
-	if _, err := r.Run(ctx, script, keys, args); err != nil {
+	if _, err := unwrap.Redis(r).Run(ctx, script, keys, args); err != nil {
 		b.Fatal(err)
 	}
 	b.ReportAllocs()
@@ -447,7 +457,7 @@ func benchRun(b *testing.B, r *backend.Redis) {
 	b.ResetTimer()
 	b.RunParallel(func(pb *testing.PB) {
 		for pb.Next() {
-			if _, err := r.Run(ctx, script, keys, args); err != nil {
+			if _, err := unwrap.Redis(r).Run(ctx, script, keys, args); err != nil {
 				b.Error(err)
 				return
 			}
@@ -455,7 +465,7 @@ func benchRun(b *testing.B, r *backend.Redis) {
 	})
 }
 
-// TestRunIntsSameAsGoRedis: Redis.RunInts through this adapter's
+// TestRunIntsSameAsGoRedis: Store.RunInts through this adapter's
 // IntsScripter fast path gives what the go-redis adapter's generic path
 // (RunArgs then ReplyInts) gives: integers, nil elements as 0, integer
 // strings parsed; errors and wrong lengths alike.
@@ -464,10 +474,11 @@ func TestRunIntsSameAsGoRedis(t *testing.T) {
 	ctx := context.Background()
 	gc := redis.NewClient(&redis.Options{Addr: addr})
 	t.Cleanup(func() { _ = gc.Close() })
-	g, err := backend.NewRedisE(gc)
+	g, err := backend.NewRedis(gc)
 	if err != nil {
 		t.Fatal(err)
 	}
+	gs := unwrap.Redis(g)
 	for _, proto := range []int{2, 3} {
 		r := newBackend(t, newClient(t, rueidis.ClientOption{InitAddress: []string{addr}, AlwaysRESP2: proto == 2, DisableCache: proto == 2}))
 		for _, tc := range []struct {
@@ -481,10 +492,10 @@ func TestRunIntsSameAsGoRedis(t *testing.T) {
 			{`return {1, "x"}`, -1, false},
 			{`return redis.error_reply("MYERR nope")`, -1, false},
 		} {
-			s := backend.NewScript(tc.src)
-			keys, args := []string{g.Key("ints", "k")}, []any{int64(7)}
-			gi, gerr := g.RunInts(ctx, s, keys, args, tc.want)
-			ri, rerr := r.RunInts(ctx, s, keys, args, tc.want)
+			s := redisstore.NewScript(tc.src)
+			keys, args := []string{gs.Key("ints", "k")}, []any{int64(7)}
+			gi, gerr := gs.RunInts(ctx, s, keys, args, tc.want)
+			ri, rerr := unwrap.Redis(r).RunInts(ctx, s, keys, args, tc.want)
 			if (gerr == nil) != tc.ok || (rerr == nil) != tc.ok {
 				t.Errorf("RESP%d %s: go-redis %v %v, rueidis %v %v; want ok %v", proto, tc.src, gi, gerr, ri, rerr, tc.ok)
 				continue

@@ -31,7 +31,12 @@ func main() {
 	if *addr != "" {
 		c := redis.NewClient(&redis.Options{Addr: *addr, ContextTimeoutEnabled: true})
 		defer c.Close()
-		b = backend.NewRedis(c)
+		rb, err := backend.NewRedis(c)
+		if err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			os.Exit(1)
+		}
+		b = rb
 		where = "redis " + *addr
 	}
 

@@ -16,9 +16,13 @@ func main() {
 	rdb := redis.NewClient(&redis.Options{Addr: "localhost:6379", ContextTimeoutEnabled: true})
 	defer rdb.Close()
 
+	b, err := backend.NewRedis(rdb)
+	if err != nil {
+		log.Fatal(err) // a nil client or an invalid option, named
+	}
 	// Both rules are decided in one script call: a denied request consumes
 	// nothing from either.
-	lim, err := ratelimit.New(backend.NewRedis(rdb),
+	lim, err := ratelimit.New(b,
 		ratelimit.Named("burst", ratelimit.GCRA{Rate: 10, Per: time.Second, Burst: 20}),
 		ratelimit.Named("daily", ratelimit.FixedWindow{Limit: 10000, Window: 24 * time.Hour}),
 	)

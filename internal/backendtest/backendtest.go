@@ -89,7 +89,7 @@ func Redis(t testing.TB, clk clock.Clock) *backend.Redis {
 func RedisAt(t testing.TB, addr string, clk clock.Clock) *backend.Redis {
 	c := redis.NewClient(&redis.Options{Addr: addr, ContextTimeoutEnabled: true})
 	t.Cleanup(func() { c.Close() })
-	b, err := backend.NewRedisE(c, Options(clk)...)
+	b, err := backend.NewRedis(c, Options(clk)...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -101,10 +101,20 @@ func RedisAt(t testing.TB, addr string, clk clock.Clock) *backend.Redis {
 func Cluster(t testing.TB, clk clock.Clock) *backend.Redis {
 	cc := redis.NewClusterClient(&redis.ClusterOptions{Addrs: testenv.SharedCluster(t).Addrs, ContextTimeoutEnabled: true})
 	t.Cleanup(func() { cc.Close() })
-	b, err := backend.NewRedisE(cc, Options(clk)...)
+	b, err := backend.NewRedis(cc, Options(clk)...)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { b.Close() })
+	return b
+}
+
+// NewRedis is backend.NewRedis for tests, which it fails on an error.
+func NewRedis(t testing.TB, c redis.UniversalClient, opts ...backend.Option) *backend.Redis {
+	t.Helper()
+	b, err := backend.NewRedis(c, opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
 	return b
 }

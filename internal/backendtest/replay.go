@@ -7,6 +7,8 @@ import (
 
 	"github.com/floodgate-dev/floodgate/backend"
 	"github.com/floodgate-dev/floodgate/clock"
+	"github.com/floodgate-dev/floodgate/internal/redisstore"
+	"github.com/floodgate-dev/floodgate/internal/unwrap"
 )
 
 // Replaying returns a backend on the shared standalone Redis on which every
@@ -18,7 +20,7 @@ import (
 // Replays() counts the doubled calls.
 func Replaying(t testing.TB, clk clock.Clock) (*backend.Redis, *Replayer) {
 	inner := Redis(t, clk)
-	rp := &Replayer{s: inner.Scripter()}
+	rp := &Replayer{s: unwrap.Redis(inner).Scripter()}
 	b, err := backend.NewRedisScripter(rp, Options(clk)...)
 	if err != nil {
 		t.Fatal(err)
@@ -28,7 +30,7 @@ func Replaying(t testing.TB, clk clock.Clock) (*backend.Redis, *Replayer) {
 
 // Replayer is the Scripter of a Replaying backend.
 type Replayer struct {
-	s backend.Scripter
+	s redisstore.Scripter
 	n atomic.Int64
 }
 

@@ -16,7 +16,7 @@ import (
 const MaxRequests = 10_000_000
 
 // maxMicros is the end of the time range of the limiters: 2^53 µs after the
-// Unix epoch, in the year 2255 (see backend.Micros).
+// Unix epoch, in the year 2255 (see package internal/memstore).
 const maxMicros = int64(1) << 53
 
 // Traffic is a sequence of requests. Times are integer microseconds since

@@ -8,7 +8,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/floodgate-dev/floodgate/backend"
+	"github.com/floodgate-dev/floodgate/internal/callid"
 	"github.com/floodgate-dev/floodgate/lock"
 )
 
@@ -686,7 +686,7 @@ func (d sharedSide) try(ctx context.Context, owner string, ttl time.Duration, wa
 // call carry one call id, and a call that fails with an error other than
 // ErrLocked takes back what an attempt whose reply was lost took (undo).
 func (d sharedSide) Acquire(ctx context.Context, owner string, ttl time.Duration, wait bool) (g lock.Grant, err error) {
-	call := backend.NewCallID()
+	call := callid.New()
 	defer func() {
 		if err != nil && !errors.Is(err, lock.ErrLocked) {
 			undoInBackground(ctx, ttl, func(ctx context.Context) error { return d.undo(ctx, owner, call) })

@@ -308,7 +308,7 @@ import (
 	"time"
 	"unicode/utf8"
 
-	"github.com/floodgate-dev/floodgate/backend"
+	"github.com/floodgate-dev/floodgate/internal/callid"
 	"github.com/floodgate-dev/floodgate/lock"
 	"github.com/floodgate-dev/floodgate/lock/internal/cohort"
 )
@@ -544,7 +544,7 @@ func retry(ctx context.Context, repeat bool, f func() error) error {
 // its turn in the process (see Local hand-off), which may come with the
 // lock, handed over by the release of the process's previous holder.
 func (d *dbDriver) Acquire(ctx context.Context, owner string, ttl time.Duration, wait bool) (lock.Grant, error) {
-	call := backend.NewCallID()
+	call := callid.New()
 	if !wait || !d.useLocal {
 		return d.acquire(ctx, owner, ttl, wait, call)
 	}

@@ -1,4 +1,4 @@
-package backend
+package redisstore
 
 import "strings"
 
@@ -9,7 +9,7 @@ const Slots = 16384
 // returns: CRC16 (XMODEM) of the escaped tag, modulo Slots. On a standalone
 // Redis it means nothing but is still defined, so callers can use it to
 // spread anything per slot range.
-func (r *Redis) Slot(tag string) int {
+func (r *Store) Slot(tag string) int {
 	if !strings.ContainsAny(tag, "{}%") {
 		return int(crc16(tag) % Slots)
 	}
@@ -34,7 +34,7 @@ func KeySlot(key string) int {
 // Cluster reports whether r runs on a Redis Cluster client (as the adapter
 // that made it says): keys of different slots may then live on different
 // nodes, which fail on their own.
-func (r *Redis) Cluster() bool {
+func (r *Store) Cluster() bool {
 	c, ok := r.s.(interface{ Cluster() bool })
 	return ok && c.Cluster()
 }

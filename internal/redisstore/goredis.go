@@ -1,4 +1,4 @@
-package backend
+package redisstore
 
 import (
 	"context"
@@ -12,105 +12,26 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// NewRedis returns a Redis backend over a go-redis client: *redis.Client,
-// *redis.ClusterClient, a Sentinel failover client or a *redis.Ring. It panics
-// on nothing; invalid options (a prefix with braces) and a nil client make it
-// return a backend whose every call fails — use NewRedisE to see the error at
-// construction.
-func NewRedis(c redis.UniversalClient, opts ...Option) *Redis {
-	r, err := NewRedisE(c, opts...)
-	if err != nil {
-		return &Redis{s: errScripter{err}}
-	}
-	return r
-}
-
-// NewRedisE is NewRedis that reports invalid options and a nil client.
-//
-// Automatic pipelining: on a *redis.Client (a Sentinel failover client from
-// redis.NewFailoverClient included) and on a *redis.ClusterClient, script
-// calls go through the client's deferred autopipeliner
-// (Client.AsyncAutoPipeline, EXPERIMENTAL in go-redis), so that the calls of
-// concurrent goroutines share pipelines instead of each taking a connection
-// for a round trip: with 64 goroutines each making one call after another,
-// two to four times the decisions per second of plain calls, measured on
-// one local Redis. A call that finds no other call of the backend under way
-// is sent plain when the client has ContextTimeoutEnabled (otherwise alone
-// in a pipeline, which waits on its context without a helper goroutine). The
-// autopipeliner is the client's own, cached by go-redis and shared with any
-// other user of the client (the first call's AutoPipelineOptions win: the
-// client's Options.AutoPipelineOptions, or go-redis's defaults: ordered,
-// one batch at a time); it is made on the first call and closes with the
-// client. Each call waits for its reply or for its context, whichever comes
-// first, whatever ContextTimeoutEnabled says: a call whose context ends
-// returns its context's error at once, while its command, already queued,
-// may still run (the batch runs to its end, bounded by ReadTimeout and
-// WriteTimeout, and its retries are not cut short by the caller's context;
-// see Retries for why that is safe). Errors stay per call: a script that
-// fails fails only its own call, not the other calls of its batch; NOSCRIPT
-// recovery and the Cluster reload below work as for plain calls, and a
-// Cluster client's pipelines follow MOVED and ASK redirections themselves
-// (up to MaxRedirects). If the client cannot give an autopipeliner (the
-// client's AutoPipelineOptions are invalid, or it is closed), calls are
-// plain, as they are on a *redis.Ring (which go-redis does not autopipeline)
-// and on any other UniversalClient, such as a wrapper of the user's own:
-// NewRedis never bypasses a wrapper to reach the client inside it.
-// WithoutAutoPipeline turns it off: every call is then a plain call on the
-// client, as before. Scripts made Direct (the lock scripts) are always
-// plain calls: see Script.Direct.
-//
-// Deadlines: go-redis honours a context's deadline on the network only when
-// the client is built with ContextTimeoutEnabled: true; otherwise a call to a
-// hung server lasts its ReadTimeout (5s by default in go-redis v9.23). Set
-// it: it costs nothing. For plain calls (see Automatic pipelining) on clients
-// without it (a *redis.Client, *redis.ClusterClient or *redis.Ring whose
-// options say so), every call with a cancellable context waits on the
-// context in a helper goroutine, so the caller still gets an error when ctx
-// ends; the command itself finishes in the background. Pipelined calls need
-// no helper: they wait on their context themselves.
-//
-// Retries: go-redis resends a command whose reply did not arrive (a read
-// timeout, a connection reset) up to MaxRetries times (3 by default), and the
-// first copy may have run already: a lost reply does not mean a lost
-// command. floodgate's scripts are written for it: every mutating call
-// carries an ID that its resends repeat, and a script that sees its own call
-// again answers as the first run did instead of acting twice (locks, the
-// delay queue, idempotency, counters within their replay window). Rate
-// limiters are the exception by design: a resent decision is decided again,
-// so it may spend a second time; that can only deny more, never admit more
-// than the rule allows (package ratelimit). With ContextTimeoutEnabled, the
-// caller's deadline also ends the retries of a plain call.
-//
-// Failover: on a *redis.ClusterClient, a call that fails with a network
-// error, CLUSTERDOWN or TRYAGAIN makes the client reload its slot map
-// (ClusterClient.ReloadState; go-redis runs at most one reload every 200 ms),
-// so the slots of a dead master move to its promoted replica about when the
-// Cluster promotes it, instead of at the next ClusterStateReloadInterval
-// (60 s by default; leave it). During Redis's own failover window (about
-// cluster-node-timeout) calls on that master's keys fail; keys on other
-// masters are unaffected. A Sentinel failover client (redis.NewFailoverClient)
-// follows Sentinel's switch-master messages by itself. Settings that matter:
-// ContextTimeoutEnabled (true), MaxRetries (the default 3 is fine: see
-// Retries), DialTimeout and ReadTimeout (how long a dead or hung node holds a
-// call when the context has no deadline).
-func NewRedisE(c redis.UniversalClient, opts ...Option) (*Redis, error) {
-	if c == nil {
-		return nil, errors.New("backend: Redis client is nil")
-	}
+// GoRedis returns the Scripters of a backend.Redis over the go-redis client
+// c (see backend.NewRedis, whose documentation describes the behaviour): s
+// for every script, and direct for the scripts made Direct, or nil when s
+// runs them too. With autoPipeline, calls on a *redis.Client or a
+// *redis.ClusterClient go through the client's deferred autopipeliner, and
+// direct is a Scripter of plain calls. c must not be nil.
+func GoRedis(c redis.UniversalClient, autoPipeline bool) (s, direct Scripter) {
 	g := goRedis{c: c, guard: !contextTimeoutEnabled(c), known: knownClient(c)}
-	if !newConfig(opts).noAutoPipe {
+	if autoPipeline {
 		g.ap = newAutoPipe(c)
 	}
 	if !g.known {
-		return NewRedisScripter(g, opts...)
+		return g, nil
 	}
-	r, err := NewRedisScripter(goRedisInts{g}, opts...)
-	if err == nil && g.ap != nil {
-		direct := g
-		direct.ap = nil
-		r.direct = goRedisInts{direct}
+	if g.ap != nil {
+		plain := g
+		plain.ap = nil
+		direct = goRedisInts{plain}
 	}
-	return r, err
+	return goRedisInts{g}, direct
 }
 
 // knownClient reports whether c is of a go-redis client type (not a
@@ -205,7 +126,7 @@ type goRedis struct {
 }
 
 // goRedisInts is goRedis on a client of a go-redis type, which also
-// offers Redis.RunInts its IntSliceCmd path. A wrapper of the user's own
+// offers Store.RunInts its IntSliceCmd path. A wrapper of the user's own
 // gets goRedis alone, so that its EvalSha and Eval methods see every call.
 type goRedisInts struct{ goRedis }
 
@@ -238,7 +159,7 @@ func (g goRedis) evalStrings(ctx context.Context, name, payload string, keys []s
 }
 
 // evalShaAny and evalAny take go-redis's own argument form, so that
-// Redis.RunArgs passes pre-built arguments without converting them.
+// Store.RunArgs passes pre-built arguments without converting them.
 func (g goRedis) evalShaAny(ctx context.Context, sha string, keys []string, args []any) (any, error) {
 	return g.evalCmd(ctx, "evalsha", sha, keys, args)
 }
@@ -278,7 +199,7 @@ func (g goRedis) run(ctx context.Context, cmdArgs []any, keyed bool) (any, error
 // evalShaInts and evalInts run a script whose reply is an array of
 // integers into an IntSliceCmd, which reads the reply straight into
 // []int64 (a Redis nil element is 0, an integer in a string is parsed)
-// with no boxed []any in between. Redis.RunInts uses them when the client
+// with no boxed []any in between. Store.RunInts uses them when the client
 // is of a go-redis type (goRedisInts), never on a wrapper.
 func (g goRedisInts) evalShaInts(ctx context.Context, sha string, keys []string, args []any) ([]int64, error) {
 	return g.evalIntsCmd(ctx, "evalsha", sha, keys, args)
@@ -424,15 +345,6 @@ func normal(v any, err error) (any, error) {
 		return nil, nil
 	}
 	return v, err
-}
-
-type errScripter struct{ err error }
-
-func (e errScripter) EvalSha(context.Context, string, []string, []string) (any, error) {
-	return nil, e.err
-}
-func (e errScripter) Eval(context.Context, string, []string, []string) (any, error) {
-	return nil, e.err
 }
 
 // OpenPubSub implements PubSubber with a go-redis PubSub, which reconnects

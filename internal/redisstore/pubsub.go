@@ -1,4 +1,4 @@
-package backend
+package redisstore
 
 import (
 	"context"
@@ -52,7 +52,7 @@ type hub struct {
 // connection, opened on first use; a channel is subscribed on Redis while at
 // least one Subscription of it is open. It returns ErrNoPubSub when the client
 // has no pub/sub.
-func (r *Redis) Subscribe(ctx context.Context, channel string) (*Subscription, error) {
+func (r *Store) Subscribe(ctx context.Context, channel string) (*Subscription, error) {
 	r.hubOnce.Do(func() {
 		if ps, ok := r.s.(PubSubber); ok {
 			r.hub = &hub{ps: ps, subs: map[string]map[*Subscription]struct{}{}}
@@ -65,7 +65,7 @@ func (r *Redis) Subscribe(ctx context.Context, channel string) (*Subscription, e
 }
 
 // Publish runs PUBLISH through a script, so that it works with any Scripter.
-func (r *Redis) Publish(ctx context.Context, channel, payload string) error {
+func (r *Store) Publish(ctx context.Context, channel, payload string) error {
 	_, err := r.Run(ctx, publishScript, nil, []string{channel, payload})
 	return err
 }
@@ -124,7 +124,7 @@ func (h *hub) deliver(channel, payload string) {
 // Subscriptions stop receiving. It does not close the Redis client, which
 // stays the caller's. Close is idempotent; the backend stays usable for
 // scripts.
-func (r *Redis) Close() error {
+func (r *Store) Close() error {
 	if r.hub == nil {
 		return nil
 	}

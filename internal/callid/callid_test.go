@@ -1,11 +1,11 @@
-package backend
+package callid
 
 import "testing"
 
-func TestNewCallIDUnique(t *testing.T) {
+func TestNewUnique(t *testing.T) {
 	seen := map[string]bool{}
 	for range 10000 {
-		id := NewCallID()
+		id := New()
 		if seen[id] || len(id) > 30 || len(id) < 18 {
 			t.Fatalf("call ID %q repeated or of odd length", id)
 		}

@@ -1,4 +1,7 @@
-package backend
+// Package callid makes the identifiers that floodgate's primitives give each
+// logical call they send to a store, so that a script can tell a client's
+// resend of a call from a new call.
+package callid
 
 import (
 	"crypto/rand"
@@ -17,7 +20,7 @@ var callPrefix = func() string {
 
 var callSeq atomic.Uint64
 
-// NewCallID returns an identifier for one logical call of a primitive: the
+// New returns an identifier for one logical call of a primitive: the
 // script runs that a client's retries make of that call carry the same ID,
 // so the script can tell a replay from a new call and answer it as the first
 // run did. IDs are unique across processes (a per-process random prefix and
@@ -26,6 +29,6 @@ var callSeq atomic.Uint64
 //
 // Retries of a call reuse its ID; a new call (a new attempt the caller
 // decides on, such as the next wait of a Lock) takes a new one.
-func NewCallID() string {
+func New() string {
 	return callPrefix + "-" + strconv.FormatUint(callSeq.Add(1), 36)
 }

@@ -1,14 +1,14 @@
-package backend
+package redisstore
 
-import "testing"
+import (
+	"context"
+	"testing"
+)
 
 // TestSlot checks Slot against slots Redis itself reports (CLUSTER KEYSLOT)
 // for these tags, and that escaping is applied first.
 func TestSlot(t *testing.T) {
-	r, err := NewRedisScripter(errScripter{}, WithPrefix("fg"))
-	if err != nil {
-		t.Fatal(err)
-	}
+	r := New(errScripter{}, nil, "fg", nil)
 	for tag, want := range map[string]int{
 		"foo":       12182, // CLUSTER KEYSLOT foo
 		"bar":       5061,
@@ -23,4 +23,15 @@ func TestSlot(t *testing.T) {
 	if r.Cluster() {
 		t.Error("a scripter that does not say it is a Cluster's reported as one")
 	}
+}
+
+// errScripter fails every call.
+type errScripter struct{ err error }
+
+func (e errScripter) EvalSha(context.Context, string, []string, []string) (any, error) {
+	return nil, e.err
+}
+
+func (e errScripter) Eval(context.Context, string, []string, []string) (any, error) {
+	return nil, e.err
 }
