@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"os"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -269,7 +270,7 @@ func newZK(b *testing.B) *zk.Conn {
 }
 
 // zkPath maps a lock name to a ZooKeeper path of this test binary.
-var zkRoot = "/floodgate-bench-" + lock.NewOwnerID()
+var zkRoot = fmt.Sprintf("/floodgate-bench-%d-%d", os.Getpid(), time.Now().UnixNano())
 
 func zkPath(name string) string { return zkRoot + "/" + name }
 

@@ -13,6 +13,7 @@ import (
 	"github.com/floodgate-dev/floodgate/internal/redisstore"
 	"github.com/floodgate-dev/floodgate/internal/testenv"
 	"github.com/floodgate-dev/floodgate/internal/unwrap"
+	"github.com/floodgate-dev/floodgate/lock/internal/lockdriver"
 )
 
 // The orderings of an abandoned acquire and its cancel, run one script at a
@@ -27,11 +28,11 @@ func TestCancelOrderings(t *testing.T) {
 	ttl := 30 * time.Second
 
 	newDriver := func(t *testing.T, owner string) *redisDriver {
-		o, err := BuildOptions([]Option{TTL(ttl), Owner(owner)})
+		o, err := lockdriver.BuildOptions([]Option{TTL(ttl), Owner(owner)})
 		if err != nil {
 			t.Fatal(err)
 		}
-		return newRedisDriver(rs, t.Name()+NewOwnerID()[:6], o)
+		return newRedisDriver(rs, t.Name()+lockdriver.NewOwnerID()[:6], o)
 	}
 	acquire := func(t *testing.T, d *redisDriver, owner, call string) []int64 {
 		t.Helper()
@@ -59,7 +60,7 @@ func TestCancelOrderings(t *testing.T) {
 	}
 	free := func(t *testing.T, d *redisDriver) bool {
 		t.Helper()
-		v := acquire(t, d, "probe-"+NewOwnerID(), callid.New())
+		v := acquire(t, d, "probe-"+lockdriver.NewOwnerID(), callid.New())
 		if v[0] == 1 {
 			if err := d.Release(ctx, ""); err == nil {
 				t.Fatal("released for the empty owner")
@@ -71,7 +72,7 @@ func TestCancelOrderings(t *testing.T) {
 
 	t.Run("cancel before the acquire lands", func(t *testing.T) {
 		d := newDriver(t, "")
-		owner, call := NewOwnerID(), callid.New()
+		owner, call := lockdriver.NewOwnerID(), callid.New()
 		if n := cancel(t, d, owner, call); n != 0 {
 			t.Fatalf("cancel of a call that never ran: %d, want 0", n)
 		}
@@ -84,7 +85,7 @@ func TestCancelOrderings(t *testing.T) {
 	})
 	t.Run("cancel after the acquire landed, then resent", func(t *testing.T) {
 		d := newDriver(t, "")
-		owner, call := NewOwnerID(), callid.New()
+		owner, call := lockdriver.NewOwnerID(), callid.New()
 		first := acquire(t, d, owner, call)
 		if first[0] != 1 {
 			t.Fatalf("acquire: %v", first)

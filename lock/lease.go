@@ -5,45 +5,24 @@ import (
 	"errors"
 	"sync"
 	"time"
+
+	"github.com/floodgate-dev/floodgate/lock/internal/lockdriver"
 )
 
-// Driver is the store side of a lock: the Memory and Redis backends here, and
-// those of lock/sqllock and lock/zklock. Applications use Lockers; a Driver is
-// for implementing a new store. Every method must be atomic in the store.
-type Driver interface {
-	// Acquire takes the lock for owner with a lease of ttl, judged by the
-	// store's clock. The holding owner acquires again at once, with the same
-	// token: one more hold level when Options.Owner was set; without it the
-	// owner id is one Lock call's own, and the Memory and Redis drivers treat
-	// a second acquire as a resend of that call, adding no level. Their
-	// Acquire leaves nothing held when it returns an error, even if its
-	// request runs in the store later. When wait is false Acquire makes one attempt
-	// and returns ErrLocked if another owner holds the lock; when wait is true
-	// it blocks until acquired or ctx ends, and then returns ctx's error.
-	Acquire(ctx context.Context, owner string, ttl time.Duration, wait bool) (Grant, error)
-	// Extend makes owner's lease end ttl from now, by the store's clock. It
-	// returns ErrNotHeld when owner does not hold the lock (the lease expired
-	// or was taken over); it never acquires.
-	Extend(ctx context.Context, owner string, ttl time.Duration) error
-	// Release drops one hold level of owner. It returns ErrNotHeld when owner
-	// does not hold the lock.
-	Release(ctx context.Context, owner string) error
+func init() {
+	lockdriver.SetConstructors(
+		func(d lockdriver.Driver, o lockdriver.Options) any { return newLocker(d, o) },
+		func(r, w lockdriver.Driver, o lockdriver.Options) any { return newRWLocker(r, w, o) })
 }
 
-// Grant is what a successful Acquire returns.
-type Grant struct {
-	// Token is the fencing token: strictly increasing per lock name across
-	// all holders; the same for every hold level of one holding.
-	Token int64
-}
-
-// NewLocker returns a Locker over a Driver, with leases, AutoRenew and Lost
-// handled here. Backends call it; o comes from BuildOptions.
-func NewLocker(d Driver, o Options) Locker { return &locker{d: d, o: o} }
+// newLocker returns a Locker over a Driver, with leases, AutoRenew and Lost
+// handled here; o comes from lockdriver.BuildOptions. The stores of
+// lock/sqllock and lock/zklock reach it as lockdriver.NewLocker.
+func newLocker(d lockdriver.Driver, o lockdriver.Options) Locker { return &locker{d: d, o: o} }
 
 type locker struct {
-	d Driver
-	o Options
+	d lockdriver.Driver
+	o lockdriver.Options
 }
 
 func (l *locker) Lock(ctx context.Context) (*Lease, error) { return l.acquire(ctx, true) }
@@ -56,19 +35,18 @@ func (l *locker) acquire(ctx context.Context, wait bool) (*Lease, error) {
 	}
 	owner := l.o.Owner
 	if owner == "" {
-		owner = NewOwnerID()
+		owner = lockdriver.NewOwnerID()
 	}
-	return Acquire(ctx, l.d, owner, l.o, wait)
+	return acquireLease(ctx, l.d, owner, l.o, wait)
 }
 
-// Acquire takes d for owner and wraps the grant in a Lease; Lockers with
-// several drivers (RWMutex) call it.
+// acquireLease takes d for owner and wraps the grant in a Lease.
 //
 // The lease's local deadline counts from the moment the acquiring request was
 // sent. When Acquire waited, that moment is unknown here, so a grant that
 // arrives more than a TTL after the call began is confirmed with an Extend,
 // and the deadline counts from that request.
-func Acquire(ctx context.Context, d Driver, owner string, o Options, wait bool) (*Lease, error) {
+func acquireLease(ctx context.Context, d lockdriver.Driver, owner string, o lockdriver.Options, wait bool) (*Lease, error) {
 	for {
 		start := time.Now()
 		g, err := d.Acquire(ctx, owner, o.TTL, wait)
@@ -95,7 +73,7 @@ func Acquire(ctx context.Context, d Driver, owner string, o Options, wait bool) 
 
 // Lease is a held lock. Its methods are safe for concurrent use.
 type Lease struct {
-	d     Driver
+	d     lockdriver.Driver
 	owner string
 	token int64
 	ttl   time.Duration
@@ -110,7 +88,7 @@ type Lease struct {
 	renewing sync.WaitGroup
 }
 
-func newLease(d Driver, owner string, token int64, start time.Time, o Options) *Lease {
+func newLease(d lockdriver.Driver, owner string, token int64, start time.Time, o lockdriver.Options) *Lease {
 	l := &Lease{
 		d:        d,
 		owner:    owner,

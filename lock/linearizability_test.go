@@ -15,6 +15,7 @@ import (
 	"github.com/floodgate-dev/floodgate/internal/backendtest"
 	"github.com/floodgate-dev/floodgate/internal/testenv"
 	"github.com/floodgate-dev/floodgate/lock"
+	"github.com/floodgate-dev/floodgate/lock/internal/lockdriver"
 )
 
 // fencedRegister is the protected resource: a value in Redis that accepts a
@@ -238,7 +239,7 @@ func TestLinearizableUnderFaults(t *testing.T) {
 				}
 				return mu
 			}
-			reg := fencedRegister{c: rc, key: fmt.Sprintf("register:%d:%s", i, lock.NewOwnerID()), fence: true}
+			reg := fencedRegister{c: rc, key: fmt.Sprintf("register:%d:%s", i, lockdriver.NewOwnerID()), fence: true}
 			done := make(chan struct{})
 			switch {
 			case sc.fault != nil:

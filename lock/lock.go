@@ -11,6 +11,10 @@
 // protect and let the resource reject stale tokens (see Fence), because a
 // lease alone cannot stop a holder that was paused past its TTL.
 //
+// Every constructor returns an interface: NewMutex and NewSemaphore a
+// Locker, NewRWMutex an RWLocker, here and in lock/sqllock and lock/zklock,
+// so that code written against them runs on every store.
+//
 //	mu, _ := lock.NewMutex(b, "invoice:42", lock.TTL(10*time.Second), lock.AutoRenew())
 //	lease, err := mu.Lock(ctx)
 //	if err != nil { ... }
@@ -23,11 +27,10 @@ package lock
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"errors"
-	"fmt"
 	"time"
+
+	"github.com/floodgate-dev/floodgate/lock/internal/lockdriver"
 )
 
 // Sentinel errors. Compare with errors.Is.
@@ -39,8 +42,9 @@ var (
 	ErrNotHeld = errors.New("lock: not held")
 )
 
-// Locker acquires a lock. Mutex, the read and write sides of RWMutex, and
-// Semaphore are Lockers; so are the sqllock and zklock backends.
+// Locker acquires a lock. NewMutex and NewSemaphore return one, and so do
+// the sides of an RWLocker and the constructors of lock/sqllock and
+// lock/zklock.
 type Locker interface {
 	// Lock waits until the lock is held or ctx ends. Waiters are woken by the
 	// release of the lock (with a bounded fallback poll for holders that die
@@ -55,85 +59,62 @@ type Locker interface {
 	TryLock(ctx context.Context) (*Lease, error)
 }
 
-// Option configures a Locker.
-type Option func(*Options)
-
-// Options are the settings of a Locker, exported for the backends in
-// sub-packages; applications use the Option functions.
-type Options struct {
-	TTL       time.Duration // lease length; default 30s
-	AutoRenew bool          // renew at TTL/3 while held
-	Owner     string        // fixed owner id: reentrant; "" = a new random owner per Lock
-	Fair      bool          // FIFO among waiters
-	// MaxPoll bounds the fallback poll of a waiter, for holders that die
-	// without releasing; default 1s.
-	MaxPoll time.Duration
+// RWLocker is a readers–writer lock: many readers or one writer hold it at
+// once. It is the write side's Locker (Lock, TryLock) with the read side's
+// RLock and TryRLock; RLocker gives the read side as a Locker of its own, for
+// code that takes a Locker. NewRWMutex returns one on Memory and Redis, and
+// sqllock.NewRWMutex and zklock.NewRWMutex on their stores.
+//
+// Constructors return interfaces (Locker, RWLocker), not concrete types, so
+// that every store's locks are the same values: code written against a
+// Locker runs on Memory, Redis, SQL and ZooKeeper alike.
+type RWLocker interface {
+	// Lock and TryLock take the write side: Lock waits while another owner
+	// holds either side (and, with Fair, while waiters are ahead of it);
+	// TryLock returns ErrLocked then.
+	Locker
+	// RLock takes the read side: it waits while another owner holds the
+	// write side or a writer waits ahead of it, until held or ctx ends, and
+	// then returns ctx's error and holds nothing.
+	RLock(ctx context.Context) (*Lease, error)
+	// TryRLock makes one attempt at the read side and returns ErrLocked when
+	// a writer holds the lock or waits for it.
+	TryRLock(ctx context.Context) (*Lease, error)
+	// RLocker returns the read side as a Locker: its Lock is RLock, its
+	// TryLock TryRLock.
+	RLocker() Locker
 }
+
+// Option configures a Locker.
+type Option func(*options)
+
+// options are the settings the Options fill in: lockdriver.Options, which the
+// stores of lock/sqllock and lock/zklock read too.
+type options = lockdriver.Options
 
 // DefaultTTL is the lease length when TTL is not given.
 const DefaultTTL = 30 * time.Second
 
 // TTL sets the lease length (default 30s). It must be at least 1ms.
-func TTL(d time.Duration) Option { return func(o *Options) { o.TTL = d } }
+func TTL(d time.Duration) Option { return func(o *options) { o.TTL = d } }
 
 // AutoRenew renews the lease at TTL/3 while it is held, retrying transient
 // errors; Lease.Lost closes when a renewal finds the lease gone or when the
 // last confirmed deadline passes.
-func AutoRenew() Option { return func(o *Options) { o.AutoRenew = true } }
+func AutoRenew() Option { return func(o *options) { o.AutoRenew = true } }
 
 // Owner makes the Locker reentrant for the owner id: Lock by the same owner
 // while it holds the lock succeeds at once and increases a hold count; each
 // Unlock releases one level. Without Owner, every Lock call is a new owner
 // and nothing re-enters: a resend of the same acquire (a client retrying
-// after a lost reply) gets the same lease back, not a second level.
-func Owner(id string) Option { return func(o *Options) { o.Owner = id } }
+// after a lost reply) gets the same lease back, not a second level. The id
+// must be at most 256 bytes.
+func Owner(id string) Option { return func(o *options) { o.Owner = id } }
 
 // Fair makes waiters acquire in the order they started waiting. Without it, a
 // newcomer may take a lock that was just released before the longest waiter.
-func Fair() Option { return func(o *Options) { o.Fair = true } }
+func Fair() Option { return func(o *options) { o.Fair = true } }
 
-// MaxPoll bounds the fallback poll of waiters (default 1s): a waiter also
-// retries this often in case the holder died without releasing.
-func MaxPoll(d time.Duration) Option { return func(o *Options) { o.MaxPoll = d } }
-
-// BuildOptions applies opts over the defaults and validates them. Backends
-// call it; the error names the bad option.
-func BuildOptions(opts []Option) (Options, error) {
-	o := Options{TTL: DefaultTTL, MaxPoll: time.Second}
-	for _, opt := range opts {
-		if opt != nil {
-			opt(&o)
-		}
-	}
-	if o.TTL < time.Millisecond {
-		return o, fmt.Errorf("lock: TTL must be >= 1ms, got %v", o.TTL)
-	}
-	if o.TTL%time.Millisecond != 0 {
-		return o, fmt.Errorf("lock: TTL must be a whole number of milliseconds, got %v", o.TTL)
-	}
-	if o.MaxPoll < time.Millisecond {
-		return o, fmt.Errorf("lock: MaxPoll must be >= 1ms, got %v", o.MaxPoll)
-	}
-	if len(o.Owner) > 256 {
-		return o, fmt.Errorf("lock: Owner must be at most 256 bytes, got %d", len(o.Owner))
-	}
-	return o, nil
-}
-
-// CheckName validates a lock name: non-empty, at most 512 bytes.
-func CheckName(name string) error {
-	if name == "" {
-		return errors.New("lock: name is empty")
-	}
-	if len(name) > 512 {
-		return fmt.Errorf("lock: name must be at most 512 bytes, got %d", len(name))
-	}
-	return nil
-}
-
-// NewOwnerID returns a random owner id.
-func NewOwnerID() string {
-	var b [12]byte
-	_, _ = rand.Read(b[:])
-	return hex.EncodeToString(b[:])
-}
+// MaxPoll bounds the fallback poll of waiters (default 1s; at least 1ms): a
+// waiter also retries this often in case the holder died without releasing.
+func MaxPoll(d time.Duration) Option { return func(o *options) { o.MaxPoll = d } }

@@ -18,7 +18,7 @@ import (
 	"github.com/floodgate-dev/floodgate/internal/testenv"
 	"github.com/floodgate-dev/floodgate/internal/unwrap"
 	"github.com/floodgate-dev/floodgate/lock"
-	"github.com/floodgate-dev/floodgate/lock/locktest"
+	"github.com/floodgate-dev/floodgate/lock/internal/locktest"
 )
 
 func TestMain(m *testing.M) {

@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/floodgate-dev/floodgate/internal/memstore"
+	"github.com/floodgate-dev/floodgate/lock/internal/lockdriver"
 )
 
 // memDriver is a mutex in a Memory backend: the state of a lock name is one
@@ -13,7 +14,7 @@ import (
 type memDriver struct {
 	t    *memstore.Table
 	name string
-	o    Options
+	o    lockdriver.Options
 }
 
 // memLock is the entry value of a lock name.
@@ -31,7 +32,7 @@ type memWaiter struct {
 	wake  chan struct{} // buffered 1
 }
 
-func newMemDriver(m *memstore.Store, name string, o Options) *memDriver {
+func newMemDriver(m *memstore.Store, name string, o lockdriver.Options) *memDriver {
 	return &memDriver{t: m.Table("lock"), name: name, o: o}
 }
 
@@ -45,7 +46,7 @@ func (d *memDriver) state(sh *memstore.Shard) *memLock {
 	return e.Value.(*memLock)
 }
 
-func (d *memDriver) Acquire(ctx context.Context, owner string, ttl time.Duration, wait bool) (Grant, error) {
+func (d *memDriver) Acquire(ctx context.Context, owner string, ttl time.Duration, wait bool) (lockdriver.Grant, error) {
 	var w *memWaiter
 	defer func() {
 		if w != nil {
@@ -59,7 +60,7 @@ func (d *memDriver) Acquire(ctx context.Context, owner string, ttl time.Duration
 			return g, nil
 		}
 		if !wait {
-			return Grant{}, err
+			return lockdriver.Grant{}, err
 		}
 		if w == nil {
 			w = &memWaiter{owner: owner, wake: make(chan struct{}, 1)}
@@ -74,7 +75,7 @@ func (d *memDriver) Acquire(ctx context.Context, owner string, ttl time.Duration
 		select {
 		case <-ctx.Done():
 			t.Stop()
-			return Grant{}, ctx.Err()
+			return lockdriver.Grant{}, ctx.Err()
 		case <-w.wake:
 		case <-t.C:
 		}
@@ -84,7 +85,7 @@ func (d *memDriver) Acquire(ctx context.Context, owner string, ttl time.Duration
 
 // try makes one attempt. On failure it returns how long to wait at most
 // before trying again: until the holder's lease ends, capped by MaxPoll.
-func (d *memDriver) try(owner string, ttl time.Duration, w *memWaiter) (Grant, time.Duration, error) {
+func (d *memDriver) try(owner string, ttl time.Duration, w *memWaiter) (lockdriver.Grant, time.Duration, error) {
 	sh := d.t.Shard(d.name)
 	sh.Lock()
 	defer sh.Unlock()
@@ -97,12 +98,12 @@ func (d *memDriver) try(owner string, ttl time.Duration, w *memWaiter) (Grant, t
 			if d.o.Owner != "" {
 				st.count++
 			}
-			return Grant{Token: st.token}, 0, nil
+			return lockdriver.Grant{Token: st.token}, 0, nil
 		}
-		return Grant{}, min(time.Duration(st.deadline-now)*time.Microsecond, d.o.MaxPoll), ErrLocked
+		return lockdriver.Grant{}, min(time.Duration(st.deadline-now)*time.Microsecond, d.o.MaxPoll), ErrLocked
 	}
 	if d.o.Fair && len(st.waiters) > 0 && st.waiters[0] != w {
-		return Grant{}, d.o.MaxPoll, ErrLocked
+		return lockdriver.Grant{}, d.o.MaxPoll, ErrLocked
 	}
 	if w != nil {
 		st.remove(w)
@@ -110,7 +111,7 @@ func (d *memDriver) try(owner string, ttl time.Duration, w *memWaiter) (Grant, t
 	st.fence++
 	st.owner, st.count, st.token = owner, 1, st.fence
 	st.deadline = now + ttl.Microseconds()
-	return Grant{Token: st.token}, 0, nil
+	return lockdriver.Grant{Token: st.token}, 0, nil
 }
 
 func (st *memLock) remove(w *memWaiter) {

@@ -6,6 +6,7 @@ import (
 
 	"github.com/floodgate-dev/floodgate/backend"
 	"github.com/floodgate-dev/floodgate/internal/unwrap"
+	"github.com/floodgate-dev/floodgate/lock/internal/lockdriver"
 )
 
 // NewMutex returns a mutual exclusion lock named name on a Memory or Redis
@@ -21,18 +22,18 @@ func NewMutex(b backend.Backend, name string, opts ...Option) (Locker, error) {
 	if b == nil {
 		return nil, errors.New("lock: backend is nil")
 	}
-	if err := CheckName(name); err != nil {
+	if err := lockdriver.CheckName(name); err != nil {
 		return nil, err
 	}
-	o, err := BuildOptions(opts)
+	o, err := lockdriver.BuildOptions(opts)
 	if err != nil {
 		return nil, err
 	}
 	switch b := b.(type) {
 	case *backend.Memory:
-		return NewLocker(newMemDriver(unwrap.Memory(b), name, o), o), nil
+		return newLocker(newMemDriver(unwrap.Memory(b), name, o), o), nil
 	case *backend.Redis:
-		return NewLocker(newRedisDriver(unwrap.Redis(b), name, o), o), nil
+		return newLocker(newRedisDriver(unwrap.Redis(b), name, o), o), nil
 	}
 	return nil, fmt.Errorf("lock: unsupported backend %T", b)
 }

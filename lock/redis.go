@@ -14,6 +14,7 @@ import (
 	"github.com/floodgate-dev/floodgate/internal/luafunc"
 	"github.com/floodgate-dev/floodgate/internal/redisstore"
 	"github.com/floodgate-dev/floodgate/lock/internal/cohort"
+	"github.com/floodgate-dev/floodgate/lock/internal/lockdriver"
 )
 
 //go:embed lua/common.lua
@@ -115,14 +116,14 @@ var (
 // releasing and for lost messages.
 type redisDriver struct {
 	r       *redisstore.Store
-	o       Options
+	o       lockdriver.Options
 	local   cohort.Queue // the process's local queue of the name (package cohort)
 	tomb    string       // key prefix of tombstones: + call id
 	keys    []string     // lock, fence, queue, waiter deadlines
 	channel string
 }
 
-func newRedisDriver(r *redisstore.Store, name string, o Options) *redisDriver {
+func newRedisDriver(r *redisstore.Store, name string, o lockdriver.Options) *redisDriver {
 	return &redisDriver{
 		r:     r,
 		o:     o,
@@ -156,7 +157,7 @@ func (d *redisDriver) callKeys(call string) []string {
 // (an error other than ErrLocked), the attempt may still have taken the lock
 // or queued owner: try gives the call up in the background (see abandon), so
 // that it holds nothing however it lands.
-func (d *redisDriver) try(ctx context.Context, owner string, ttl time.Duration, waiting bool) (Grant, time.Duration, error) {
+func (d *redisDriver) try(ctx context.Context, owner string, ttl time.Duration, waiting bool) (lockdriver.Grant, time.Duration, error) {
 	call := callid.New()
 	keys := d.callKeys(call)
 	reply, err := d.r.Run(ctx, acquireScript, keys, []string{
@@ -174,19 +175,19 @@ func (d *redisDriver) try(ctx context.Context, owner string, ttl time.Duration, 
 			})
 			return err
 		})
-		return Grant{}, 0, fmt.Errorf("lock: %w", err)
+		return lockdriver.Grant{}, 0, fmt.Errorf("lock: %w", err)
 	}
 	if v[0] == 1 {
-		return Grant{Token: v[1]}, 0, nil
+		return lockdriver.Grant{Token: v[1]}, 0, nil
 	}
 	wait := d.o.MaxPoll
 	if v[1] > 0 {
 		wait = min(wait, time.Duration(v[1]+1)*time.Microsecond)
 	}
-	return Grant{}, wait, ErrLocked
+	return lockdriver.Grant{}, wait, ErrLocked
 }
 
-func (d *redisDriver) Acquire(ctx context.Context, owner string, ttl time.Duration, wait bool) (Grant, error) {
+func (d *redisDriver) Acquire(ctx context.Context, owner string, ttl time.Duration, wait bool) (lockdriver.Grant, error) {
 	if !wait || d.o.Owner != "" || d.o.Fair {
 		return d.acquire(ctx, owner, ttl, wait)
 	}
@@ -194,9 +195,9 @@ func (d *redisDriver) Acquire(ctx context.Context, owner string, ttl time.Durati
 	// the turn may come with the lock, handed over by its release.
 	token, err := d.local.WaitTurn(ctx, owner, "", ttl, d.o.MaxPoll)
 	if err != nil {
-		return Grant{}, err
+		return lockdriver.Grant{}, err
 	}
-	g := Grant{Token: token}
+	g := lockdriver.Grant{Token: token}
 	if token == 0 {
 		g, err = d.acquire(ctx, owner, ttl, wait)
 	}
@@ -206,7 +207,7 @@ func (d *redisDriver) Acquire(ctx context.Context, owner string, ttl time.Durati
 
 // acquire is Acquire in Redis: an attempt, then (when wait) the wait in
 // Redis's queue, woken by pub/sub.
-func (d *redisDriver) acquire(ctx context.Context, owner string, ttl time.Duration, wait bool) (Grant, error) {
+func (d *redisDriver) acquire(ctx context.Context, owner string, ttl time.Duration, wait bool) (lockdriver.Grant, error) {
 	// One attempt first: a free lock is taken without the subscription a
 	// waiter needs.
 	g, _, err := d.try(ctx, owner, ttl, false)
@@ -222,9 +223,9 @@ func (d *redisDriver) acquire(ctx context.Context, owner string, ttl time.Durati
 		wake = sub.C
 	} else if !errors.Is(err, redisstore.ErrNoPubSub) {
 		if ctxErr := ctx.Err(); ctxErr != nil {
-			return Grant{}, fmt.Errorf("lock: %w", errors.Join(err, ctxErr))
+			return lockdriver.Grant{}, fmt.Errorf("lock: %w", errors.Join(err, ctxErr))
 		}
-		return Grant{}, fmt.Errorf("lock: %w", err)
+		return lockdriver.Grant{}, fmt.Errorf("lock: %w", err)
 	}
 	queued := false
 	defer func() {
@@ -244,7 +245,7 @@ func (d *redisDriver) acquire(ctx context.Context, owner string, ttl time.Durati
 		}
 		if !errors.Is(err, ErrLocked) {
 			queued = false // the cancel leaves the queue
-			return Grant{}, err
+			return lockdriver.Grant{}, err
 		}
 		queued = true
 		t := time.NewTimer(retry)
@@ -253,7 +254,7 @@ func (d *redisDriver) acquire(ctx context.Context, owner string, ttl time.Durati
 			select {
 			case <-ctx.Done():
 				t.Stop()
-				return Grant{}, ctx.Err()
+				return lockdriver.Grant{}, ctx.Err()
 			case next := <-wake:
 				if next == owner || next == "" {
 					break wait

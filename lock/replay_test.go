@@ -19,6 +19,7 @@ import (
 	"github.com/floodgate-dev/floodgate/internal/testenv"
 	"github.com/floodgate-dev/floodgate/internal/unwrap"
 	"github.com/floodgate-dev/floodgate/lock"
+	"github.com/floodgate-dev/floodgate/lock/internal/lockdriver"
 )
 
 // faultyRedis returns a backend that reaches the shared Redis through a
@@ -52,7 +53,7 @@ func warm(t *testing.T, l lock.Locker) {
 	}
 }
 
-func lockName(t *testing.T) string { return t.Name() + "-" + lock.NewOwnerID()[:8] }
+func lockName(t *testing.T) string { return t.Name() + "-" + lockdriver.NewOwnerID()[:8] }
 
 // waitFree polls TryLock on l until it succeeds, for at most 5s: far less
 // than the 30s TTL of the leases in these tests, so only a release — not an
@@ -333,7 +334,7 @@ func TestReplayedCallsActOnce(t *testing.T) {
 		}},
 		{"rw-write", func(b backend.Backend, name string, opts ...lock.Option) lock.Locker {
 			l, _ := lock.NewRWMutex(b, name, opts...)
-			return l.Locker()
+			return l
 		}},
 		{"rw-read", func(b backend.Backend, name string, opts ...lock.Option) lock.Locker {
 			l, _ := lock.NewRWMutex(b, name, opts...)
@@ -355,7 +356,7 @@ func TestReplayedCallsActOnce(t *testing.T) {
 				// The other side is a writer: it conflicts with every kind.
 				var other lock.Locker
 				if rw, err := lock.NewRWMutex(db, name, lock.TTL(30*time.Second)); err == nil && k.name[:2] == "rw" {
-					other = rw.Locker()
+					other = rw
 				} else {
 					other = k.mk(db, name, lock.TTL(30*time.Second))
 				}

@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/floodgate-dev/floodgate/internal/memstore"
+	"github.com/floodgate-dev/floodgate/lock/internal/lockdriver"
 )
 
 // rwMem is an RWMutex in a Memory backend: the state of a name is one entry
@@ -14,7 +15,7 @@ import (
 type rwMem struct {
 	t    *memstore.Table
 	name string
-	o    Options
+	o    lockdriver.Options
 }
 
 // memRW is the entry value of an RWMutex name.
@@ -36,7 +37,7 @@ type memHold struct {
 	deadline int64 // µs, backend clock
 }
 
-func newRWMem(m *memstore.Store, name string, o Options) *rwMem {
+func newRWMem(m *memstore.Store, name string, o lockdriver.Options) *rwMem {
 	return &rwMem{t: m.Table("rwlock"), name: name, o: o}
 }
 
@@ -66,27 +67,27 @@ func waitsAhead(q []*waiter, w *waiter) bool {
 }
 
 // side returns the Driver of one side, read or write.
-func (m *rwMem) side(s byte) Driver { return rwMemSide{m: m, side: s} }
+func (m *rwMem) side(s byte) lockdriver.Driver { return rwMemSide{m: m, side: s} }
 
 type rwMemSide struct {
 	m    *rwMem
 	side byte
 }
 
-func (d rwMemSide) Acquire(ctx context.Context, owner string, ttl time.Duration, wait bool) (Grant, error) {
+func (d rwMemSide) Acquire(ctx context.Context, owner string, ttl time.Duration, wait bool) (lockdriver.Grant, error) {
 	return memWait(ctx, owner, wait,
-		func(w *waiter) (Grant, time.Duration, error) { return d.m.try(d.side, owner, ttl, w) },
+		func(w *waiter) (lockdriver.Grant, time.Duration, error) { return d.m.try(d.side, owner, ttl, w) },
 		func(w *waiter) { d.m.leave(d.side, w) })
 }
 
 // try makes one attempt, by the rules of lua/rw_acquire.lua.
-func (m *rwMem) try(side byte, owner string, ttl time.Duration, w *waiter) (Grant, time.Duration, error) {
+func (m *rwMem) try(side byte, owner string, ttl time.Duration, w *waiter) (lockdriver.Grant, time.Duration, error) {
 	sh := m.t.Shard(m.name)
 	sh.Lock()
 	defer sh.Unlock()
 	now := m.t.NowMicros()
 	st := m.state(sh, now)
-	fail := func(hint int64) (Grant, time.Duration, error) {
+	fail := func(hint int64) (lockdriver.Grant, time.Duration, error) {
 		if w != nil && w.place == 0 {
 			st.place++
 			w.place = st.place
@@ -96,15 +97,15 @@ func (m *rwMem) try(side byte, owner string, ttl time.Duration, w *waiter) (Gran
 				st.wq = append(st.wq, w)
 			}
 		}
-		return Grant{}, pollAfter(hint, m.o.MaxPoll), ErrLocked
+		return lockdriver.Grant{}, pollAfter(hint, m.o.MaxPoll), ErrLocked
 	}
-	done := func(token int64) (Grant, time.Duration, error) {
+	done := func(token int64) (lockdriver.Grant, time.Duration, error) {
 		if side == sideRead {
 			st.rq = queueRemove(st.rq, w)
 		} else {
 			st.wq = queueRemove(st.wq, w)
 		}
-		return Grant{Token: token}, 0, nil
+		return lockdriver.Grant{Token: token}, 0, nil
 	}
 	wlive := st.writerLive(now)
 	rh := st.readers[owner]

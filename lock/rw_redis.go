@@ -8,6 +8,7 @@ import (
 
 	"github.com/floodgate-dev/floodgate/internal/callid"
 	"github.com/floodgate-dev/floodgate/internal/redisstore"
+	"github.com/floodgate-dev/floodgate/lock/internal/lockdriver"
 )
 
 var (
@@ -42,12 +43,12 @@ var (
 // deletes; its keys have TTLs and expire.
 type rwRedis struct {
 	r       *redisstore.Store
-	o       Options
+	o       lockdriver.Options
 	keys    []string // lock hash, fence of 0.9, waiting readers, waiting writers, waiter deadlines
 	channel string
 }
 
-func newRWRedis(r *redisstore.Store, name string, o Options) *rwRedis {
+func newRWRedis(r *redisstore.Store, name string, o lockdriver.Options) *rwRedis {
 	return &rwRedis{
 		r: r,
 		o: o,
@@ -63,23 +64,23 @@ func newRWRedis(r *redisstore.Store, name string, o Options) *rwRedis {
 }
 
 // side returns the Driver of one side, read or write.
-func (d *rwRedis) side(s byte) Driver { return rwRedisSide{d: d, side: string(s)} }
+func (d *rwRedis) side(s byte) lockdriver.Driver { return rwRedisSide{d: d, side: string(s)} }
 
 type rwRedisSide struct {
 	d    *rwRedis
 	side string // "r" or "w"
 }
 
-func (s rwRedisSide) Acquire(ctx context.Context, owner string, ttl time.Duration, wait bool) (Grant, error) {
+func (s rwRedisSide) Acquire(ctx context.Context, owner string, ttl time.Duration, wait bool) (lockdriver.Grant, error) {
 	d := s.d
 	reentrant := boolArg(d.o.Owner != "")
-	try := func(ctx context.Context, waiting bool, call string) (Grant, time.Duration, int64, error) {
+	try := func(ctx context.Context, waiting bool, call string) (lockdriver.Grant, time.Duration, int64, error) {
 		reply, err := d.r.Run(ctx, rwAcquireScript, d.keys, []string{
 			d.r.NowArg(), s.side, owner, micros(ttl), boolArg(d.o.Fair), boolArg(waiting), micros(3 * d.o.MaxPoll),
 			call, reentrant,
 		})
 		if err != nil {
-			return Grant{}, 0, 0, fmt.Errorf("lock: %w", err)
+			return lockdriver.Grant{}, 0, 0, fmt.Errorf("lock: %w", err)
 		}
 		return parseAttempt(reply, d.o.MaxPoll)
 	}

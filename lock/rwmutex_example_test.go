@@ -48,8 +48,9 @@ func ExampleNewRWMutex() {
 	// reader: locked
 }
 
-// Each side is a Locker, so code written for a Locker works with either.
-func ExampleRWMutex_RLocker() {
+// Each side is a Locker (the RWLocker itself is the write side), so code
+// written for a Locker works with either.
+func ExampleRWLocker_RLocker() {
 	b := backend.NewMemory()
 	defer b.Close()
 	ctx := context.Background()
@@ -65,7 +66,7 @@ func ExampleRWMutex_RLocker() {
 		fmt.Println(what)
 	}
 	withLock(rw.RLocker(), "reading the catalog")
-	withLock(rw.Locker(), "rewriting the catalog")
+	withLock(rw, "rewriting the catalog")
 	// Output:
 	// reading the catalog
 	// rewriting the catalog

@@ -14,13 +14,13 @@ import (
 	"github.com/floodgate-dev/floodgate/internal/backendtest"
 	"github.com/floodgate-dev/floodgate/internal/testenv"
 	"github.com/floodgate-dev/floodgate/lock"
-	"github.com/floodgate-dev/floodgate/lock/locktest"
+	"github.com/floodgate-dev/floodgate/lock/internal/locktest"
 )
 
 func rwBackend(name string, mk func(testing.TB) backend.Backend) locktest.RWBackend {
 	return locktest.RWBackend{
 		Name: name,
-		New: func(t testing.TB, name string, opts ...lock.Option) locktest.RW {
+		New: func(t testing.TB, name string, opts ...lock.Option) lock.RWLocker {
 			m, err := lock.NewRWMutex(mk(t), name, opts...)
 			if err != nil {
 				t.Fatal(err)

@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/floodgate-dev/floodgate/internal/memstore"
+	"github.com/floodgate-dev/floodgate/lock/internal/lockdriver"
 )
 
 // semMem is a Semaphore in a Memory backend: the state of a name is one
@@ -15,7 +16,7 @@ type semMem struct {
 	t       *memstore.Table
 	name    string
 	permits int
-	o       Options
+	o       lockdriver.Options
 }
 
 // memSem is the entry value of a Semaphore name.
@@ -26,7 +27,7 @@ type memSem struct {
 	queue   []*waiter // by place
 }
 
-func newSemMem(m *memstore.Store, name string, permits int, o Options) *semMem {
+func newSemMem(m *memstore.Store, name string, permits int, o lockdriver.Options) *semMem {
 	return &semMem{t: m.Table("semaphore"), name: name, permits: permits, o: o}
 }
 
@@ -47,14 +48,14 @@ func (d *semMem) state(sh *memstore.Shard, now int64) *memSem {
 	return st
 }
 
-func (d *semMem) Acquire(ctx context.Context, owner string, ttl time.Duration, wait bool) (Grant, error) {
+func (d *semMem) Acquire(ctx context.Context, owner string, ttl time.Duration, wait bool) (lockdriver.Grant, error) {
 	return memWait(ctx, owner, wait,
-		func(w *waiter) (Grant, time.Duration, error) { return d.try(owner, ttl, w) },
+		func(w *waiter) (lockdriver.Grant, time.Duration, error) { return d.try(owner, ttl, w) },
 		d.leave)
 }
 
 // try makes one attempt, by the rules of lua/sem_acquire.lua.
-func (d *semMem) try(owner string, ttl time.Duration, w *waiter) (Grant, time.Duration, error) {
+func (d *semMem) try(owner string, ttl time.Duration, w *waiter) (lockdriver.Grant, time.Duration, error) {
 	sh := d.t.Shard(d.name)
 	sh.Lock()
 	defer sh.Unlock()
@@ -65,15 +66,15 @@ func (d *semMem) try(owner string, ttl time.Duration, w *waiter) (Grant, time.Du
 			h.count++
 		}
 		st.queue = queueRemove(st.queue, w)
-		return Grant{Token: h.token}, 0, nil
+		return lockdriver.Grant{Token: h.token}, 0, nil
 	}
-	fail := func(hint int64) (Grant, time.Duration, error) {
+	fail := func(hint int64) (lockdriver.Grant, time.Duration, error) {
 		if w != nil && w.place == 0 {
 			st.place++
 			w.place = st.place
 			st.queue = append(st.queue, w)
 		}
-		return Grant{}, pollAfter(hint, d.o.MaxPoll), ErrLocked
+		return lockdriver.Grant{}, pollAfter(hint, d.o.MaxPoll), ErrLocked
 	}
 	if len(st.holders) >= d.permits {
 		var first int64
@@ -101,7 +102,7 @@ func (d *semMem) try(owner string, ttl time.Duration, w *waiter) (Grant, time.Du
 	st.fence++
 	st.holders[owner] = &memHold{count: 1, token: st.fence, deadline: now + ttl.Microseconds()}
 	st.queue = queueRemove(st.queue, w)
-	return Grant{Token: st.fence}, 0, nil
+	return lockdriver.Grant{Token: st.fence}, 0, nil
 }
 
 // wake wakes the waiters that free permits can admit now, by the rules of

@@ -9,6 +9,7 @@ import (
 
 	"github.com/floodgate-dev/floodgate/internal/callid"
 	"github.com/floodgate-dev/floodgate/internal/redisstore"
+	"github.com/floodgate-dev/floodgate/lock/internal/lockdriver"
 )
 
 var (
@@ -44,13 +45,13 @@ var (
 // keys have TTLs and expire.
 type semRedis struct {
 	r       *redisstore.Store
-	o       Options
+	o       lockdriver.Options
 	permits string
 	keys    []string // lock hash, fence of 0.9, waiters, waiter deadlines
 	channel string
 }
 
-func newSemRedis(r *redisstore.Store, name string, permits int, o Options) *semRedis {
+func newSemRedis(r *redisstore.Store, name string, permits int, o lockdriver.Options) *semRedis {
 	return &semRedis{
 		r:       r,
 		o:       o,
@@ -65,15 +66,15 @@ func newSemRedis(r *redisstore.Store, name string, permits int, o Options) *semR
 	}
 }
 
-func (d *semRedis) Acquire(ctx context.Context, owner string, ttl time.Duration, wait bool) (Grant, error) {
+func (d *semRedis) Acquire(ctx context.Context, owner string, ttl time.Duration, wait bool) (lockdriver.Grant, error) {
 	reentrant := boolArg(d.o.Owner != "")
-	try := func(ctx context.Context, waiting bool, call string) (Grant, time.Duration, int64, error) {
+	try := func(ctx context.Context, waiting bool, call string) (lockdriver.Grant, time.Duration, int64, error) {
 		reply, err := d.r.Run(ctx, semAcquireScript, d.keys, []string{
 			d.r.NowArg(), owner, micros(ttl), d.permits, boolArg(d.o.Fair), boolArg(waiting), micros(3 * d.o.MaxPoll),
 			call, reentrant,
 		})
 		if err != nil {
-			return Grant{}, 0, 0, fmt.Errorf("lock: %w", err)
+			return lockdriver.Grant{}, 0, 0, fmt.Errorf("lock: %w", err)
 		}
 		return parseAttempt(reply, d.o.MaxPoll)
 	}

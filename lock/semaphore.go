@@ -7,6 +7,7 @@ import (
 
 	"github.com/floodgate-dev/floodgate/backend"
 	"github.com/floodgate-dev/floodgate/internal/unwrap"
+	"github.com/floodgate-dev/floodgate/lock/internal/lockdriver"
 )
 
 // MaxPermits is the largest number of permits a Semaphore accepts.
@@ -35,21 +36,21 @@ func NewSemaphore(b backend.Backend, name string, permits int, opts ...Option) (
 	if b == nil {
 		return nil, errors.New("lock: backend is nil")
 	}
-	if err := CheckName(name); err != nil {
+	if err := lockdriver.CheckName(name); err != nil {
 		return nil, err
 	}
 	if permits < 1 || permits > MaxPermits {
 		return nil, fmt.Errorf("lock: permits must be between 1 and %d, got %d", MaxPermits, permits)
 	}
-	o, err := BuildOptions(opts)
+	o, err := lockdriver.BuildOptions(opts)
 	if err != nil {
 		return nil, err
 	}
 	switch b := b.(type) {
 	case *backend.Memory:
-		return NewLocker(newSemMem(unwrap.Memory(b), name, permits, o), o), nil
+		return newLocker(newSemMem(unwrap.Memory(b), name, permits, o), o), nil
 	case *backend.Redis:
-		return NewLocker(newSemRedis(unwrap.Redis(b), name, permits, o), o), nil
+		return newLocker(newSemRedis(unwrap.Redis(b), name, permits, o), o), nil
 	}
 	return nil, fmt.Errorf("lock: unsupported backend %T", b)
 }

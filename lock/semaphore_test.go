@@ -9,7 +9,7 @@ import (
 	"github.com/floodgate-dev/floodgate/backend"
 	"github.com/floodgate-dev/floodgate/internal/testenv"
 	"github.com/floodgate-dev/floodgate/lock"
-	"github.com/floodgate-dev/floodgate/lock/locktest"
+	"github.com/floodgate-dev/floodgate/lock/internal/locktest"
 )
 
 func semBackend(name string, mk func(testing.TB) backend.Backend) locktest.SemBackend {

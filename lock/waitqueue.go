@@ -9,6 +9,7 @@ import (
 
 	"github.com/floodgate-dev/floodgate/internal/callid"
 	"github.com/floodgate-dev/floodgate/internal/redisstore"
+	"github.com/floodgate-dev/floodgate/lock/internal/lockdriver"
 )
 
 // This file holds the waiting machinery that RWMutex and Semaphore share on
@@ -77,7 +78,7 @@ func (w *waiter) signal() {
 // wait at most. leave takes w out of the queue and wakes whoever can go
 // instead, passing on a wake-up that w may have consumed.
 func memWait(ctx context.Context, owner string, wait bool,
-	try func(w *waiter) (Grant, time.Duration, error), leave func(w *waiter)) (Grant, error) {
+	try func(w *waiter) (lockdriver.Grant, time.Duration, error), leave func(w *waiter)) (lockdriver.Grant, error) {
 	if !wait {
 		g, _, err := try(nil)
 		return g, err
@@ -93,7 +94,7 @@ func memWait(ctx context.Context, owner string, wait bool,
 		case <-ctx.Done():
 			t.Stop()
 			leave(w)
-			return Grant{}, ctx.Err()
+			return lockdriver.Grant{}, ctx.Err()
 		case <-w.wake:
 		case <-t.C:
 		}
@@ -119,19 +120,19 @@ func queueRemove(q []*waiter, w *waiter) []*waiter {
 // redisAttempt makes one acquire attempt on Redis, the call named call;
 // waiting means join or stay in the queue on failure. On failure it returns
 // ErrLocked, how long to wait at most and the waiter's place.
-type redisAttempt func(ctx context.Context, waiting bool, call string) (g Grant, retry time.Duration, place int64, err error)
+type redisAttempt func(ctx context.Context, waiting bool, call string) (g lockdriver.Grant, retry time.Duration, place int64, err error)
 
 // parseAttempt reads the reply of rw_acquire.lua and sem_acquire.lua:
 // {1, token, 0} or {0, wait_hint_us, place}.
-func parseAttempt(reply any, maxPoll time.Duration) (Grant, time.Duration, int64, error) {
+func parseAttempt(reply any, maxPoll time.Duration) (lockdriver.Grant, time.Duration, int64, error) {
 	v, err := redisstore.ReplyInts(reply, 3)
 	if err != nil {
-		return Grant{}, 0, 0, fmt.Errorf("lock: %w", err)
+		return lockdriver.Grant{}, 0, 0, fmt.Errorf("lock: %w", err)
 	}
 	if v[0] == 1 {
-		return Grant{Token: v[1]}, 0, 0, nil
+		return lockdriver.Grant{Token: v[1]}, 0, 0, nil
 	}
-	return Grant{}, pollAfter(v[1], maxPoll), v[2], ErrLocked
+	return lockdriver.Grant{}, pollAfter(v[1], maxPoll), v[2], ErrLocked
 }
 
 // redisWait is the Acquire of the Redis RW and semaphore drivers. It makes
@@ -148,8 +149,8 @@ func parseAttempt(reply any, maxPoll time.Duration) (Grant, time.Duration, int64
 // it gives that call up with cancel in the background (see abandon), which
 // also leaves the queue. ttl bounds the cancel and maxPoll the leave.
 func redisWait(ctx context.Context, r *redisstore.Store, channel string, side byte, wait bool, ttl, maxPoll time.Duration,
-	try redisAttempt, leave func(context.Context) error, cancel func(ctx context.Context, call string) error) (Grant, error) {
-	attempt := func(waiting bool) (Grant, time.Duration, int64, error) {
+	try redisAttempt, leave func(context.Context) error, cancel func(ctx context.Context, call string) error) (lockdriver.Grant, error) {
+	attempt := func(waiting bool) (lockdriver.Grant, time.Duration, int64, error) {
 		call := callid.New()
 		g, retry, place, err := try(ctx, waiting, call)
 		if err != nil && !errors.Is(err, ErrLocked) {
@@ -167,9 +168,9 @@ func redisWait(ctx context.Context, r *redisstore.Store, channel string, side by
 		wake = sub.C
 	} else if !errors.Is(err, redisstore.ErrNoPubSub) {
 		if cerr := ctxEnded(ctx); cerr != nil {
-			return Grant{}, fmt.Errorf("lock: %w", errors.Join(err, cerr))
+			return lockdriver.Grant{}, fmt.Errorf("lock: %w", errors.Join(err, cerr))
 		}
-		return Grant{}, fmt.Errorf("lock: %w", err)
+		return lockdriver.Grant{}, fmt.Errorf("lock: %w", err)
 	}
 	// Leave when giving up between attempts; an attempt whose answer never
 	// came is cancelled instead, which leaves the queue too.
@@ -187,7 +188,7 @@ func redisWait(ctx context.Context, r *redisstore.Store, channel string, side by
 		}
 		if !errors.Is(err, ErrLocked) {
 			queued = false
-			return Grant{}, err
+			return lockdriver.Grant{}, err
 		}
 		t := time.NewTimer(retry)
 	wait:
@@ -195,7 +196,7 @@ func redisWait(ctx context.Context, r *redisstore.Store, channel string, side by
 			select {
 			case <-ctx.Done():
 				t.Stop()
-				return Grant{}, ctx.Err()
+				return lockdriver.Grant{}, ctx.Err()
 			case msg := <-wake:
 				if wakes(msg, side, place) {
 					break wait

@@ -13,6 +13,7 @@ import (
 	"github.com/floodgate-dev/floodgate/internal/testenv"
 	"github.com/floodgate-dev/floodgate/lock"
 	"github.com/floodgate-dev/floodgate/lock/internal/cohort"
+	"github.com/floodgate-dev/floodgate/lock/internal/lockdriver"
 )
 
 func waitPgx(ctx context.Context, driverConn any) (string, string, error) {
@@ -50,7 +51,7 @@ func pgDriver(t *testing.T, ctx context.Context, prefix string) (*sql.DB, *dbDri
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { ln.Close() })
-	o, _ := lock.BuildOptions(nil)
+	o, _ := lockdriver.BuildOptions[lock.Option](nil)
 	name := fmt.Sprintf("%s-%d", prefix, time.Now().UnixNano())
 	return db, &dbDriver{db: db, dialect: Postgres, name: name, o: o, ln: ln, channel: channelName(name)}
 }
@@ -241,7 +242,7 @@ func TestLocalHandOffLostReply(t *testing.T) {
 		t.Fatal(err)
 	}
 	type result struct {
-		g   lock.Grant
+		g   lockdriver.Grant
 		err error
 	}
 	got := make(chan result, 1)

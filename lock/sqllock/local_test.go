@@ -11,7 +11,7 @@ import (
 
 	"github.com/floodgate-dev/floodgate/internal/testenv"
 	"github.com/floodgate-dev/floodgate/lock"
-	"github.com/floodgate-dev/floodgate/lock/locktest"
+	"github.com/floodgate-dev/floodgate/lock/internal/locktest"
 	"github.com/floodgate-dev/floodgate/lock/sqllock"
 )
 

@@ -28,7 +28,7 @@ var lockKinds = []struct {
 		if err != nil {
 			return nil, err
 		}
-		return rw.Locker(), nil
+		return rw, nil
 	}},
 	{"semaphore", func(db *sql.DB, d sqllock.Dialect, name string, opts ...lock.Option) (lock.Locker, error) {
 		return sqllock.NewSemaphore(db, d, name, 1, opts...)

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/floodgate-dev/floodgate/lock"
+	"github.com/floodgate-dev/floodgate/lock/internal/lockdriver"
 )
 
 // Waiting on MySQL/MariaDB: the gate.
@@ -181,10 +182,10 @@ func discardConn(c *sql.Conn) {
 
 // myTry makes one attempt of call for owner on a session of its own: the
 // non-waiting Acquire (TryLock), and the attempts of the tests.
-func (d *dbDriver) myTry(ctx context.Context, owner string, ttl time.Duration, waiter, call string) (lock.Grant, time.Duration, error) {
+func (d *dbDriver) myTry(ctx context.Context, owner string, ttl time.Duration, waiter, call string) (lockdriver.Grant, time.Duration, error) {
 	s, err := d.mySession(ctx)
 	if err != nil {
-		return lock.Grant{}, 0, err
+		return lockdriver.Grant{}, 0, err
 	}
 	defer s.close()
 	return s.try(ctx, owner, ttl, waiter, call)
@@ -193,7 +194,7 @@ func (d *dbDriver) myTry(ctx context.Context, owner string, ttl time.Duration, w
 // try makes one attempt, retried as retry says on a new connection; when
 // it took the lock with the gate in its session, the session becomes the
 // holding's pin.
-func (s *mySession) try(ctx context.Context, owner string, ttl time.Duration, waiter, call string) (g lock.Grant, hint time.Duration, err error) {
+func (s *mySession) try(ctx context.Context, owner string, ttl time.Duration, waiter, call string) (g lockdriver.Grant, hint time.Duration, err error) {
 	err = retry(ctx, true, func() error {
 		if err := s.renew(ctx); err != nil {
 			return err
@@ -221,7 +222,7 @@ func (s *mySession) try(ctx context.Context, owner string, ttl time.Duration, wa
 // the gate if the session has none and the lock needs it), decide, write.
 // fresh reports a new holding (not a re-entry or a replay). COMMIT is sent
 // only once every reply arrived (see Lost replies).
-func (s *mySession) attempt(ctx context.Context, owner string, ttl time.Duration, waiter, call string, touched bool) (g lock.Grant, hint time.Duration, fresh bool, err error) {
+func (s *mySession) attempt(ctx context.Context, owner string, ttl time.Duration, waiter, call string, touched bool) (g lockdriver.Grant, hint time.Duration, fresh bool, err error) {
 	d := s.d
 	gated := d.gated()
 	// A pin of this owner means this process holds the lock with the gate:
@@ -229,7 +230,7 @@ func (s *mySession) attempt(ctx context.Context, owner string, ttl time.Duration
 	askGate := gated && !s.gate && !pins.has(pinKey{d.db, d.name, owner})
 	tx, err := s.conn.BeginTx(ctx, nil)
 	if err != nil {
-		return lock.Grant{}, 0, false, err
+		return lockdriver.Grant{}, 0, false, err
 	}
 	defer func() {
 		if tx != nil {
@@ -252,12 +253,12 @@ func (s *mySession) attempt(ctx context.Context, owner string, ttl time.Duration
 		_ = tx.Rollback()
 		tx = nil
 		if _, err = s.conn.ExecContext(ctx, myTouch, d.name); err != nil {
-			return lock.Grant{}, 0, false, err
+			return lockdriver.Grant{}, 0, false, err
 		}
 		return s.attempt(ctx, owner, ttl, waiter, call, true)
 	}
 	if err != nil {
-		return lock.Grant{}, 0, false, err
+		return lockdriver.Grant{}, 0, false, err
 	}
 	if gate.Valid && gate.Int64 == 1 {
 		s.gate = true
@@ -277,33 +278,33 @@ func (s *mySession) attempt(ctx context.Context, owner string, ttl time.Duration
 		_, err = tx.ExecContext(ctx, myTake, owner, token, call, ttl.Microseconds(), d.name)
 	default:
 		if waiter == "" {
-			return lock.Grant{}, hintOf(sql.NullInt64{Int64: remaining, Valid: !free}), false, lock.ErrLocked
+			return lockdriver.Grant{}, hintOf(sql.NullInt64{Int64: remaining, Valid: !free}), false, lock.ErrLocked
 		}
 		lease := d.waiterLease().Microseconds()
 		if _, err = tx.ExecContext(ctx, myEnqueue, d.name, waiter, lease, lease); err != nil {
-			return lock.Grant{}, 0, false, err
+			return lockdriver.Grant{}, 0, false, err
 		}
 		err = tx.Commit()
 		tx = nil
 		if err != nil {
-			return lock.Grant{}, 0, false, err
+			return lockdriver.Grant{}, 0, false, err
 		}
-		return lock.Grant{}, hintOf(sql.NullInt64{Int64: remaining, Valid: !free}), false, lock.ErrLocked
+		return lockdriver.Grant{}, hintOf(sql.NullInt64{Int64: remaining, Valid: !free}), false, lock.ErrLocked
 	}
 	if err != nil {
-		return lock.Grant{}, 0, false, err
+		return lockdriver.Grant{}, 0, false, err
 	}
 	if waiter != "" {
 		if _, err = tx.ExecContext(ctx, myDequeue, d.name, waiter); err != nil {
-			return lock.Grant{}, 0, false, err
+			return lockdriver.Grant{}, 0, false, err
 		}
 	}
 	err = tx.Commit()
 	tx = nil
 	if err != nil {
-		return lock.Grant{}, 0, false, err
+		return lockdriver.Grant{}, 0, false, err
 	}
-	return lock.Grant{Token: token}, 0, fresh, nil
+	return lockdriver.Grant{Token: token}, 0, fresh, nil
 }
 
 func boolInt(b bool) int {
@@ -323,15 +324,15 @@ const (
 
 // myAcquireWait is the waiting Acquire on MySQL with the gate: attempts
 // alternate with blocking on the gate, all on one connection.
-func (d *dbDriver) myAcquireWait(ctx context.Context, owner string, ttl time.Duration, call string) (lock.Grant, error) {
+func (d *dbDriver) myAcquireWait(ctx context.Context, owner string, ttl time.Duration, call string) (lockdriver.Grant, error) {
 	s, err := d.mySession(ctx)
 	if err != nil {
-		return lock.Grant{}, err
+		return lockdriver.Grant{}, err
 	}
 	defer s.close()
 	waiter := ""
 	if d.o.Fair {
-		waiter = lock.NewOwnerID()
+		waiter = lockdriver.NewOwnerID()
 	}
 	queued := false
 	defer func() {
@@ -350,7 +351,7 @@ func (d *dbDriver) myAcquireWait(ctx context.Context, owner string, ttl time.Dur
 		// cannot re-enter; an expired lease is taken over after the gate
 		// wait, at MaxPoll at most).
 		if err := s.waitGate(ctx, 0); err != nil {
-			return lock.Grant{}, err
+			return lockdriver.Grant{}, err
 		}
 	}
 	for first := true; ; first = false {
@@ -364,10 +365,10 @@ func (d *dbDriver) myAcquireWait(ctx context.Context, owner string, ttl time.Dur
 		}
 		d.busy.Store(true)
 		if ctx.Err() != nil {
-			return lock.Grant{}, ctx.Err()
+			return lockdriver.Grant{}, ctx.Err()
 		}
 		if !errors.Is(err, lock.ErrLocked) {
-			return lock.Grant{}, err
+			return lockdriver.Grant{}, err
 		}
 		queued = waiter != ""
 		if s.gate && hint > 0 {
@@ -375,7 +376,7 @@ func (d *dbDriver) myAcquireWait(ctx context.Context, owner string, ttl time.Dur
 			delay := min(backoff, d.o.MaxPoll, gateMaxBackoff, hint+time.Millisecond)
 			backoff = min(2*backoff, gateMaxBackoff)
 			if err := sleepCtx(ctx, delay); err != nil {
-				return lock.Grant{}, err
+				return lockdriver.Grant{}, err
 			}
 			continue
 		}
@@ -388,7 +389,7 @@ func (d *dbDriver) myAcquireWait(ctx context.Context, owner string, ttl time.Dur
 			}
 			s.gate = false
 			if err := sleepCtx(ctx, backoff); err != nil {
-				return lock.Grant{}, err
+				return lockdriver.Grant{}, err
 			}
 			backoff = min(2*backoff, gateMaxBackoff)
 		} else {
@@ -405,13 +406,13 @@ func (d *dbDriver) myAcquireWait(ctx context.Context, owner string, ttl time.Dur
 			}
 			poll = min(2*poll, d.o.MaxPoll)
 			if err := sleepCtx(ctx, delay); err != nil {
-				return lock.Grant{}, err
+				return lockdriver.Grant{}, err
 			}
 			continue
 		}
 		poll = minBackoff
 		if err := s.waitGate(ctx, hint); err != nil {
-			return lock.Grant{}, err
+			return lockdriver.Grant{}, err
 		}
 		if !s.gate && d.db.Stats().MaxOpenConnections > 0 {
 			s.close() // timed out: let a limited pool have the connection between waits

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/floodgate-dev/floodgate/lock"
+	"github.com/floodgate-dev/floodgate/lock/internal/lockdriver"
 )
 
 // PostgreSQL statements. Each is one statement, hence one transaction in
@@ -308,10 +309,10 @@ WHERE name = $1 AND owner = $2 AND holds > 0 AND expires_at > clock_timestamp()`
 // the connection, uncommitted. That is what lets undo, which waits for the
 // row lock, remove whatever the call took. READ COMMITTED, whatever the
 // server's default, is what the statement was written for (see above).
-func (d *dbDriver) pgTry(ctx context.Context, owner string, ttl time.Duration, waiter, call string) (g lock.Grant, hint time.Duration, err error) {
+func (d *dbDriver) pgTry(ctx context.Context, owner string, ttl time.Duration, waiter, call string) (g lockdriver.Grant, hint time.Duration, err error) {
 	tx, err := d.db.BeginTx(ctx, &sql.TxOptions{Isolation: sql.LevelReadCommitted})
 	if err != nil {
-		return lock.Grant{}, 0, err
+		return lockdriver.Grant{}, 0, err
 	}
 	defer func() {
 		if err != nil {
@@ -323,15 +324,15 @@ func (d *dbDriver) pgTry(ctx context.Context, owner string, ttl time.Duration, w
 		d.name, owner, ttl.Microseconds(), d.o.Fair, waiter, d.waiterLease().Microseconds(), call, d.ln != nil,
 	).Scan(&token, &remaining)
 	if err != nil {
-		return lock.Grant{}, 0, err
+		return lockdriver.Grant{}, 0, err
 	}
 	if err = tx.Commit(); err != nil {
-		return lock.Grant{}, 0, err
+		return lockdriver.Grant{}, 0, err
 	}
 	if token.Valid {
-		return lock.Grant{Token: token.Int64}, 0, nil
+		return lockdriver.Grant{Token: token.Int64}, 0, nil
 	}
-	return lock.Grant{}, hintOf(remaining), lock.ErrLocked
+	return lockdriver.Grant{}, hintOf(remaining), lock.ErrLocked
 }
 
 // Statements of the RWMutex and the Semaphore (see shared.go). Each $n

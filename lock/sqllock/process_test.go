@@ -11,7 +11,7 @@ import (
 	"time"
 
 	"github.com/floodgate-dev/floodgate/lock"
-	"github.com/floodgate-dev/floodgate/lock/locktest"
+	"github.com/floodgate-dev/floodgate/lock/internal/locktest"
 	"github.com/floodgate-dev/floodgate/lock/sqllock"
 )
 
@@ -49,13 +49,13 @@ func (j childJob) locker(db *sql.DB) (lock.Locker, error) {
 		if err != nil {
 			return nil, err
 		}
-		return rw.Locker(), nil
+		return rw, nil
 	case j.Kind == "rw":
 		rw, err := sqllock.NewRWMutex(db, j.Dialect, j.Name, opts...)
 		if err != nil {
 			return nil, err
 		}
-		return rw.Locker(), nil
+		return rw, nil
 	case ln != nil:
 		return ln.New(j.Name, opts...)
 	}

@@ -12,13 +12,14 @@ import (
 
 	"github.com/floodgate-dev/floodgate/internal/testenv"
 	"github.com/floodgate-dev/floodgate/lock"
+	"github.com/floodgate-dev/floodgate/lock/internal/lockdriver"
 )
 
 // acquirer is the part of a driver that the replay tests drive: one attempt
 // of a call, and the undo of a call.
 type acquirer interface {
-	lock.Driver
-	try(ctx context.Context, owner string, ttl time.Duration, waiter, call string) (lock.Grant, time.Duration, error)
+	lockdriver.Driver
+	try(ctx context.Context, owner string, ttl time.Duration, waiter, call string) (lockdriver.Grant, time.Duration, error)
 	undo(ctx context.Context, owner, call string) error
 }
 
@@ -46,7 +47,7 @@ func TestReplayAndUndo(t *testing.T) {
 			if err := Migrate(ctx, db, dialect); err != nil {
 				t.Fatal(err)
 			}
-			o, _ := lock.BuildOptions(nil)
+			o, _ := lockdriver.BuildOptions[lock.Option](nil)
 			for _, kind := range []string{"mutex", kindRW, kindSem} {
 				name := fmt.Sprintf("replay-%s-%d", kind, time.Now().UnixNano())
 				var d acquirer
@@ -81,7 +82,7 @@ func testReplayAndUndo(ctx context.Context, t *testing.T, d acquirer) {
 	}
 	free := func() bool {
 		t.Helper()
-		_, _, err := d.try(ctx, "probe", time.Minute, "", "probe-"+lock.NewOwnerID())
+		_, _, err := d.try(ctx, "probe", time.Minute, "", "probe-"+lockdriver.NewOwnerID())
 		if errors.Is(err, lock.ErrLocked) {
 			return false
 		}

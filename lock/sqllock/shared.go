@@ -10,6 +10,7 @@ import (
 
 	"github.com/floodgate-dev/floodgate/internal/callid"
 	"github.com/floodgate-dev/floodgate/lock"
+	"github.com/floodgate-dev/floodgate/lock/internal/lockdriver"
 )
 
 // Tables of the RWMutex and the Semaphore; fixed, in the connection's
@@ -50,83 +51,52 @@ const maxGC = 100
 // waiter of the lock.
 const maxNotify = 100
 
-// RWMutex is a readers–writer lock in a SQL database: many readers or one
-// writer hold it at once. Writers are not starved: once a writer waits, new
-// readers queue behind it, and readers already waiting before it go first.
+// NewRWMutex returns a readers–writer lock named name in db, whose tables
+// Migrate created: many readers or one writer hold it at once. Writers are
+// not starved: once a writer waits, new readers queue behind it, and readers
+// already waiting before it go first. It is a lock.RWLocker, as
+// lock.NewRWMutex returns on Memory and Redis: Lock and TryLock take the
+// write side, RLock and TryRLock the read side, and RLocker gives the read
+// side as a lock.Locker.
 //
-// Each side is a lock.Locker: RLocker for readers, Locker (or the shorthand
-// methods) for writers. Every holding, read or write, is a lease with its
-// own TTL judged by the database clock — a crashed reader's hold ends at its
-// TTL like a writer's — and its own fencing token, strictly increasing per
-// name across readers and writers. A writer's release wakes the readers
-// waiting before the next writer; the last reader's release wakes the next
-// writer (on PostgreSQL with a Listener; otherwise waiters back off, see the
-// package documentation). With lock.Fair, waiters acquire in arrival order,
-// neighbouring readers together; without it a writer may take a free lock
-// before the waiters.
+// RWMutexes of the same name exclude each other as the lock's rules say,
+// whichever process they are in; a Mutex (New), an RWMutex and a Semaphore
+// of one name are separate locks. Every holding, read or write, is a lease
+// with its own TTL judged by the database clock — a crashed reader's hold
+// ends at its TTL like a writer's — and its own fencing token, strictly
+// increasing per name across readers and writers. A writer's release wakes
+// the readers waiting before the next writer; the last reader's release
+// wakes the next writer (on PostgreSQL with a Listener; otherwise waiters
+// back off, see the package documentation). With lock.Fair, waiters acquire
+// in arrival order, neighbouring readers together; without it a writer may
+// take a free lock before the waiters.
 //
 // With lock.Owner, re-entry is per side, and an owner never waits for
 // itself: the writer may also take the read side, and a reader may take the
 // write side once no other owner reads (two readers that both try this wait
 // for each other until a context or a lease ends).
 //
-// The zero value is not usable; call NewRWMutex or Listener.NewRWMutex. An
-// RWMutex is safe for concurrent use.
-type RWMutex struct {
-	r, w lock.Locker
-}
-
-// NewRWMutex returns a readers–writer lock named name in db, whose tables
-// Migrate created. RWMutexes of the same name exclude each other as the
-// lock's rules say, whichever process they are in; a Mutex (New), an
-// RWMutex and a Semaphore of one name are separate locks. Options
-// (lock.TTL, AutoRenew, Owner, Fair, MaxPoll) apply to both sides. Name and
-// Owner are checked as by New. NewRWMutex does not touch the database.
-func NewRWMutex(db *sql.DB, d Dialect, name string, opts ...lock.Option) (*RWMutex, error) {
+// Options (lock.TTL, AutoRenew, Owner, Fair, MaxPoll) apply to both sides.
+// Name and Owner are checked as by New. NewRWMutex does not touch the
+// database; the RWLocker is safe for concurrent use.
+func NewRWMutex(db *sql.DB, d Dialect, name string, opts ...lock.Option) (lock.RWLocker, error) {
 	return newRWMutex(db, d, nil, name, opts)
 }
 
 // NewRWMutex returns a PostgreSQL RWMutex like NewRWMutex(db, Postgres,
 // name, opts...) whose waiters are also woken by releases, through this
 // Listener.
-func (l *Listener) NewRWMutex(name string, opts ...lock.Option) (*RWMutex, error) {
+func (l *Listener) NewRWMutex(name string, opts ...lock.Option) (lock.RWLocker, error) {
 	return newRWMutex(l.db, Postgres, l, name, opts)
 }
 
-func newRWMutex(db *sql.DB, d Dialect, ln *Listener, name string, opts []lock.Option) (*RWMutex, error) {
+func newRWMutex(db *sql.DB, d Dialect, ln *Listener, name string, opts []lock.Option) (lock.RWLocker, error) {
 	s, err := newShared(db, d, ln, kindRW, name, 0, opts)
 	if err != nil {
 		return nil, err
 	}
-	return &RWMutex{
-		r: lock.NewLocker(sharedSide{s: s, side: sideRead}, s.o),
-		w: lock.NewLocker(sharedSide{s: s, side: sideWrite}, s.o),
-	}, nil
+	return lockdriver.NewRWLocker[lock.RWLocker](sharedSide{s: s, side: sideRead}, sharedSide{s: s, side: sideWrite}, s.o), nil
 }
-
-// RLocker returns the read side: its Lock waits while another owner holds
-// the write side or a writer waits ahead of it; its TryLock returns
-// lock.ErrLocked in those cases.
-func (m *RWMutex) RLocker() lock.Locker { return m.r }
-
-// Locker returns the write side: its Lock waits while another owner holds
-// either side (and, with Fair, while waiters are ahead of it); its TryLock
-// returns lock.ErrLocked then.
-func (m *RWMutex) Locker() lock.Locker { return m.w }
-
-// RLock is shorthand for m.RLocker().Lock(ctx): it waits until the read side
-// is held or ctx ends, and then returns ctx's error and holds nothing.
-func (m *RWMutex) RLock(ctx context.Context) (*lock.Lease, error) { return m.r.Lock(ctx) }
-
-// TryRLock is shorthand for m.RLocker().TryLock(ctx).
-func (m *RWMutex) TryRLock(ctx context.Context) (*lock.Lease, error) { return m.r.TryLock(ctx) }
-
-// Lock is shorthand for m.Locker().Lock(ctx): it waits until the write side
-// is held or ctx ends, and then returns ctx's error and holds nothing.
-func (m *RWMutex) Lock(ctx context.Context) (*lock.Lease, error) { return m.w.Lock(ctx) }
-
-// TryLock is shorthand for m.Locker().TryLock(ctx).
-func (m *RWMutex) TryLock(ctx context.Context) (*lock.Lease, error) { return m.w.TryLock(ctx) }
 
 // NewSemaphore returns a counting semaphore named name in db, whose tables
 // Migrate created: a lock.Locker that at most permits owners hold at once.
@@ -163,7 +133,7 @@ func newSemaphore(db *sql.DB, d Dialect, ln *Listener, name string, permits int,
 	if err != nil {
 		return nil, err
 	}
-	return lock.NewLocker(sharedSide{s: s, side: sideSem}, s.o), nil
+	return lockdriver.NewLocker[lock.Locker](sharedSide{s: s, side: sideSem}, s.o), nil
 }
 
 // shared is an RWMutex or a Semaphore of one name. Its state is the name's
@@ -183,7 +153,7 @@ type shared struct {
 	kind    string // kindRW or kindSem
 	name    string
 	permits int // Semaphore
-	o       lock.Options
+	o       lockdriver.Options
 	ln      *Listener // nil: waiters only back off
 	channel string    // PostgreSQL notification channel
 }
@@ -491,12 +461,12 @@ func (st *state) reenter(h *holding, call string, ttl time.Duration) int64 {
 }
 
 // done ends a successful attempt: the caller leaves the queue.
-func (st *state) done(token int64, g *lock.Grant) error {
+func (st *state) done(token int64, g *lockdriver.Grant) error {
 	if st.me != nil {
 		st.exec(st.s.q.deleteWaiter, st.s.kind, st.s.name, st.me.waiter)
 		st.dropWaiter(st.me)
 	}
-	*g = lock.Grant{Token: token}
+	*g = lockdriver.Grant{Token: token}
 	return nil
 }
 
@@ -542,7 +512,7 @@ func (st *state) dropHolder(h *holding) {
 // tryRead is one attempt at the read side: admitted unless another owner
 // holds the write side or a writer waits ahead of the caller. The holding
 // owner re-enters; the writer may also read.
-func (st *state) tryRead(owner, waiter, call string, ttl time.Duration, g *lock.Grant, wait *time.Duration) error {
+func (st *state) tryRead(owner, waiter, call string, ttl time.Duration, g *lockdriver.Grant, wait *time.Duration) error {
 	if h := st.holder(sideRead, owner); h != nil {
 		return st.done(st.reenter(h, call, ttl), g)
 	}
@@ -560,7 +530,7 @@ func (st *state) tryRead(owner, waiter, call string, ttl time.Duration, g *lock.
 // holds either side and, with Fair, no waiter is ahead of the caller. The
 // holding owner re-enters; a reader may take the write side once no other
 // owner reads.
-func (st *state) tryWrite(owner, waiter, call string, ttl time.Duration, fair bool, g *lock.Grant, wait *time.Duration) error {
+func (st *state) tryWrite(owner, waiter, call string, ttl time.Duration, fair bool, g *lockdriver.Grant, wait *time.Duration) error {
 	if w := st.writer(); w != nil {
 		if w.owner == owner {
 			return st.done(st.reenter(w, call, ttl), g)
@@ -588,7 +558,7 @@ func (st *state) tryWrite(owner, waiter, call string, ttl time.Duration, fair bo
 // trySem is one attempt at a permit: admitted while fewer than permits
 // owners hold one and, with Fair, fewer waiters are ahead of the caller than
 // permits are free. The holding owner re-enters.
-func (st *state) trySem(owner, waiter, call string, ttl time.Duration, fair bool, g *lock.Grant, wait *time.Duration) error {
+func (st *state) trySem(owner, waiter, call string, ttl time.Duration, fair bool, g *lockdriver.Grant, wait *time.Duration) error {
 	if h := st.holder(sideSem, owner); h != nil {
 		return st.done(st.reenter(h, call, ttl), g)
 	}
@@ -652,7 +622,7 @@ func (st *state) wakeUp() {
 	}
 }
 
-// sharedSide is the lock.Driver of one side of an RWMutex, or of a
+// sharedSide is the lockdriver.Driver of one side of an RWMutex, or of a
 // Semaphore.
 type sharedSide struct {
 	s    *shared
@@ -661,12 +631,12 @@ type sharedSide struct {
 
 // try makes one attempt of call for owner; waiter and call are as for
 // dbDriver.try: a replayed attempt finds the holding its call made.
-func (d sharedSide) try(ctx context.Context, owner string, ttl time.Duration, waiter, call string) (lock.Grant, time.Duration, error) {
+func (d sharedSide) try(ctx context.Context, owner string, ttl time.Duration, waiter, call string) (lockdriver.Grant, time.Duration, error) {
 	s := d.s
-	var g lock.Grant
+	var g lockdriver.Grant
 	var hint time.Duration
 	err := s.run(ctx, true, waiter, func(st *state) error {
-		g, hint = lock.Grant{}, 0
+		g, hint = lockdriver.Grant{}, 0
 		switch d.side {
 		case sideRead:
 			return st.tryRead(owner, waiter, call, ttl, &g, &hint)
@@ -676,16 +646,16 @@ func (d sharedSide) try(ctx context.Context, owner string, ttl time.Duration, wa
 		return st.trySem(owner, waiter, call, ttl, s.o.Fair, &g, &hint)
 	})
 	if err != nil && !errors.Is(err, lock.ErrLocked) {
-		return lock.Grant{}, 0, fmt.Errorf("sqllock: acquire %q: %w", s.name, err)
+		return lockdriver.Grant{}, 0, fmt.Errorf("sqllock: acquire %q: %w", s.name, err)
 	}
 	return g, hint, err
 }
 
-// Acquire implements lock.Driver. Every waiting call queues, so that a
+// Acquire implements lockdriver.Driver. Every waiting call queues, so that a
 // waiting writer keeps new readers out. As for the mutex, the attempts of a
 // call carry one call id, and a call that fails with an error other than
 // ErrLocked takes back what an attempt whose reply was lost took (undo).
-func (d sharedSide) Acquire(ctx context.Context, owner string, ttl time.Duration, wait bool) (g lock.Grant, err error) {
+func (d sharedSide) Acquire(ctx context.Context, owner string, ttl time.Duration, wait bool) (g lockdriver.Grant, err error) {
 	call := callid.New()
 	defer func() {
 		if err != nil && !errors.Is(err, lock.ErrLocked) {
@@ -696,9 +666,11 @@ func (d sharedSide) Acquire(ctx context.Context, owner string, ttl time.Duration
 		g, _, err := d.try(ctx, owner, ttl, "", call)
 		return g, err
 	}
-	w := waitSpec{ln: d.s.ln, channel: d.s.channel, waiter: lock.NewOwnerID(), maxPoll: d.s.o.MaxPoll}
+	w := waitSpec{ln: d.s.ln, channel: d.s.channel, waiter: lockdriver.NewOwnerID(), maxPoll: d.s.o.MaxPoll}
 	return waitLoop(ctx, w,
-		func(waiter string) (lock.Grant, time.Duration, error) { return d.try(ctx, owner, ttl, waiter, call) },
+		func(waiter string) (lockdriver.Grant, time.Duration, error) {
+			return d.try(ctx, owner, ttl, waiter, call)
+		},
 		d.leave)
 }
 
@@ -743,7 +715,7 @@ func (d sharedSide) leave(ctx context.Context, waiter string) {
 	})
 }
 
-// Extend implements lock.Driver. It is one statement, outside the name's
+// Extend implements lockdriver.Driver. It is one statement, outside the name's
 // row lock: it only moves the end of a live holding, and an operation that
 // judged the holding expired meanwhile finds out when it deletes it (see
 // errStale).
@@ -762,7 +734,7 @@ func (d sharedSide) Extend(ctx context.Context, owner string, ttl time.Duration)
 	return affected(res, err, "extend", s.name)
 }
 
-// Release implements lock.Driver. It is not repeated after a terminated
+// Release implements lockdriver.Driver. It is not repeated after a terminated
 // session: releasing twice could drop another hold level.
 func (d sharedSide) Release(ctx context.Context, owner string) error {
 	err := d.s.run(ctx, false, "", func(st *state) error {

@@ -11,7 +11,7 @@ import (
 
 	"github.com/floodgate-dev/floodgate/internal/testenv"
 	"github.com/floodgate-dev/floodgate/lock"
-	"github.com/floodgate-dev/floodgate/lock/locktest"
+	"github.com/floodgate-dev/floodgate/lock/internal/locktest"
 	"github.com/floodgate-dev/floodgate/lock/sqllock"
 )
 
@@ -39,8 +39,8 @@ func (s server) rwBackend(name string, db *sql.DB, ln *sqllock.Listener) locktes
 		Name:    name,
 		MinTTL:  sharedMinTTL,
 		Waiters: s.waiters(db, "rw"),
-		New: func(t testing.TB, name string, opts ...lock.Option) locktest.RW {
-			var m *sqllock.RWMutex
+		New: func(t testing.TB, name string, opts ...lock.Option) lock.RWLocker {
+			var m lock.RWLocker
 			var err error
 			if ln != nil {
 				m, err = ln.NewRWMutex(name, opts...)
@@ -124,7 +124,7 @@ func TestKindsAreSeparate(t *testing.T) {
 			t.Fatal(err)
 		}
 		var leases []*lock.Lease
-		for what, l := range map[string]lock.Locker{"mutex": mu, "write side": rw.Locker(), "semaphore": sem} {
+		for what, l := range map[string]lock.Locker{"mutex": mu, "write side": rw, "semaphore": sem} {
 			lease, err := l.TryLock(ctx)
 			if err != nil {
 				t.Fatalf("%s of a name whose other kinds are held: %v", what, err)

@@ -311,6 +311,7 @@ import (
 	"github.com/floodgate-dev/floodgate/internal/callid"
 	"github.com/floodgate-dev/floodgate/lock"
 	"github.com/floodgate-dev/floodgate/lock/internal/cohort"
+	"github.com/floodgate-dev/floodgate/lock/internal/lockdriver"
 )
 
 // Dialect is the SQL dialect of a database: Postgres or MySQL.
@@ -412,28 +413,28 @@ func newLocker(db *sql.DB, d Dialect, ln *Listener, name string, opts []lock.Opt
 			dr.local = cohort.New(localStore{db, ln}, name)
 		}
 	}
-	return lock.NewLocker(dr, o), nil
+	return lockdriver.NewLocker[lock.Locker](dr, o), nil
 }
 
 // checkLock validates the dialect, the lock name and the options of a new
 // lock, and returns the options.
-func checkLock(d Dialect, name string, opts []lock.Option) (lock.Options, error) {
+func checkLock(d Dialect, name string, opts []lock.Option) (lockdriver.Options, error) {
 	if err := d.check(); err != nil {
-		return lock.Options{}, err
+		return lockdriver.Options{}, err
 	}
-	if err := lock.CheckName(name); err != nil {
-		return lock.Options{}, err
+	if err := lockdriver.CheckName(name); err != nil {
+		return lockdriver.Options{}, err
 	}
-	o, err := lock.BuildOptions(opts)
+	o, err := lockdriver.BuildOptions(opts)
 	if err != nil {
-		return lock.Options{}, err
+		return lockdriver.Options{}, err
 	}
 	if d == Postgres {
 		if !validText(name) {
-			return lock.Options{}, errors.New("sqllock: name must be valid UTF-8 without NUL bytes on PostgreSQL")
+			return lockdriver.Options{}, errors.New("sqllock: name must be valid UTF-8 without NUL bytes on PostgreSQL")
 		}
 		if !validText(o.Owner) {
-			return lock.Options{}, errors.New("sqllock: Owner must be valid UTF-8 without NUL bytes on PostgreSQL")
+			return lockdriver.Options{}, errors.New("sqllock: Owner must be valid UTF-8 without NUL bytes on PostgreSQL")
 		}
 	}
 	return o, nil
@@ -464,12 +465,12 @@ const (
 	minListeningPoll = 50 * time.Millisecond
 )
 
-// dbDriver implements lock.Driver on one lock name.
+// dbDriver implements lockdriver.Driver on one lock name.
 type dbDriver struct {
 	db      *sql.DB
 	dialect Dialect
 	name    string
-	o       lock.Options
+	o       lockdriver.Options
 	ln      *Listener // nil: waiters only back off
 	channel string    // PostgreSQL notification channel
 	// busy: MySQL, the last Lock found the lock taken (see myAcquireWait).
@@ -499,8 +500,8 @@ func (d *dbDriver) waiterLease() time.Duration { return max(3*d.o.MaxPoll, minWa
 // session was terminated is a replay of call: if the first was applied, the
 // second finds the holding call made and returns its token without another
 // hold level.
-func (d *dbDriver) try(ctx context.Context, owner string, ttl time.Duration, waiter, call string) (lock.Grant, time.Duration, error) {
-	var g lock.Grant
+func (d *dbDriver) try(ctx context.Context, owner string, ttl time.Duration, waiter, call string) (lockdriver.Grant, time.Duration, error) {
+	var g lockdriver.Grant
 	var hint time.Duration
 	var err error
 	if d.dialect == Postgres {
@@ -512,7 +513,7 @@ func (d *dbDriver) try(ctx context.Context, owner string, ttl time.Duration, wai
 		g, hint, err = d.myTry(ctx, owner, ttl, waiter, call) // retries by itself
 	}
 	if err != nil && !errors.Is(err, lock.ErrLocked) {
-		return lock.Grant{}, 0, fmt.Errorf("sqllock: acquire %q: %w", d.name, err)
+		return lockdriver.Grant{}, 0, fmt.Errorf("sqllock: acquire %q: %w", d.name, err)
 	}
 	return g, hint, err
 }
@@ -540,10 +541,10 @@ func retry(ctx context.Context, repeat bool, f func() error) error {
 	}
 }
 
-// Acquire implements lock.Driver. A Lock on a local queue first waits for
+// Acquire implements lockdriver.Driver. A Lock on a local queue first waits for
 // its turn in the process (see Local hand-off), which may come with the
 // lock, handed over by the release of the process's previous holder.
-func (d *dbDriver) Acquire(ctx context.Context, owner string, ttl time.Duration, wait bool) (lock.Grant, error) {
+func (d *dbDriver) Acquire(ctx context.Context, owner string, ttl time.Duration, wait bool) (lockdriver.Grant, error) {
 	call := callid.New()
 	if !wait || !d.useLocal {
 		return d.acquire(ctx, owner, ttl, wait, call)
@@ -552,9 +553,9 @@ func (d *dbDriver) Acquire(ctx context.Context, owner string, ttl time.Duration,
 	// call after a lost reply finds it (a replay), and an undo too.
 	token, err := d.local.WaitTurn(ctx, owner, call, ttl, d.o.MaxPoll)
 	if err != nil {
-		return lock.Grant{}, err // holds nothing: see cohort.Queue.WaitTurn
+		return lockdriver.Grant{}, err // holds nothing: see cohort.Queue.WaitTurn
 	}
-	g := lock.Grant{Token: token}
+	g := lockdriver.Grant{Token: token}
 	if token == 0 {
 		g, err = d.acquire(ctx, owner, ttl, wait, call)
 	}
@@ -566,7 +567,7 @@ func (d *dbDriver) Acquire(ctx context.Context, owner string, ttl time.Duration,
 // one call id (see try); when the call fails with an error other than
 // ErrLocked, an attempt may have been applied without its reply arriving,
 // and undo takes back what the call took.
-func (d *dbDriver) acquire(ctx context.Context, owner string, ttl time.Duration, wait bool, call string) (g lock.Grant, err error) {
+func (d *dbDriver) acquire(ctx context.Context, owner string, ttl time.Duration, wait bool, call string) (g lockdriver.Grant, err error) {
 	defer func() {
 		if err != nil && !errors.Is(err, lock.ErrLocked) {
 			undoInBackground(ctx, ttl, func(ctx context.Context) error { return d.undo(ctx, owner, call) })
@@ -592,10 +593,12 @@ func (d *dbDriver) acquire(ctx context.Context, owner string, ttl time.Duration,
 	}
 	w := waitSpec{ln: d.ln, channel: d.channel, waiter: waiter, maxPoll: d.o.MaxPoll}
 	if d.ln != nil {
-		w.confirm = func() (lock.Grant, bool, error) { return d.confirm(ctx, owner, call, ttl) }
+		w.confirm = func() (lockdriver.Grant, bool, error) { return d.confirm(ctx, owner, call, ttl) }
 	}
 	return waitLoop(ctx, w,
-		func(waiter string) (lock.Grant, time.Duration, error) { return d.try(ctx, owner, ttl, waiter, call) },
+		func(waiter string) (lockdriver.Grant, time.Duration, error) {
+			return d.try(ctx, owner, ttl, waiter, call)
+		},
 		d.leave)
 }
 
@@ -606,15 +609,15 @@ const handOffGrace = 2 * time.Second
 
 // confirm takes a lock a release handed to call (see pgRelease): ok is
 // false when it was not, or the hand-off's grace passed.
-func (d *dbDriver) confirm(ctx context.Context, owner, call string, ttl time.Duration) (g lock.Grant, ok bool, err error) {
+func (d *dbDriver) confirm(ctx context.Context, owner, call string, ttl time.Duration) (g lockdriver.Grant, ok bool, err error) {
 	err = retry(ctx, true, func() error {
 		return d.db.QueryRowContext(ctx, pgConfirm, d.name, owner, call, ttl.Microseconds()).Scan(&g.Token)
 	})
 	if errors.Is(err, sql.ErrNoRows) {
-		return lock.Grant{}, false, nil
+		return lockdriver.Grant{}, false, nil
 	}
 	if err != nil {
-		return lock.Grant{}, false, fmt.Errorf("sqllock: acquire %q: %w", d.name, err)
+		return lockdriver.Grant{}, false, fmt.Errorf("sqllock: acquire %q: %w", d.name, err)
 	}
 	return g, true, nil
 }
@@ -691,7 +694,7 @@ type waitSpec struct {
 	maxPoll time.Duration
 	// confirm, if set, takes a lock that a release handed to the waiter
 	// (a notification flagged as a hand-off); ok false: it was not.
-	confirm func() (g lock.Grant, ok bool, err error)
+	confirm func() (g lockdriver.Grant, ok bool, err error)
 }
 
 // waitLoop is the waiting Acquire of every lock of the package. try makes
@@ -702,8 +705,8 @@ type waitSpec struct {
 // arrives. When the call ends without the lock, a waiter that may have been
 // queued leaves the queue through leave, which also passes on a wake-up it
 // may have consumed.
-func waitLoop(ctx context.Context, w waitSpec, try func(waiter string) (lock.Grant, time.Duration, error),
-	leave func(ctx context.Context, waiter string)) (lock.Grant, error) {
+func waitLoop(ctx context.Context, w waitSpec, try func(waiter string) (lockdriver.Grant, time.Duration, error),
+	leave func(ctx context.Context, waiter string)) (lockdriver.Grant, error) {
 	queued := false
 	defer func() {
 		if queued {
@@ -731,10 +734,10 @@ func waitLoop(ctx context.Context, w waitSpec, try func(waiter string) (lock.Gra
 			return g, nil
 		}
 		if ctx.Err() != nil {
-			return lock.Grant{}, ctx.Err()
+			return lockdriver.Grant{}, ctx.Err()
 		}
 		if !errors.Is(err, lock.ErrLocked) {
-			return lock.Grant{}, err
+			return lockdriver.Grant{}, err
 		}
 		queued = w.waiter != ""
 		if w.ln != nil && wake == nil {
@@ -763,12 +766,12 @@ func waitLoop(ctx context.Context, w waitSpec, try func(waiter string) (lock.Gra
 		select {
 		case <-ctx.Done():
 			t.Stop()
-			return lock.Grant{}, ctx.Err()
+			return lockdriver.Grant{}, ctx.Err()
 		case <-wake:
 			if sub.handed.Swap(false) && w.confirm != nil {
 				g, ok, err := w.confirm()
 				if err != nil {
-					return lock.Grant{}, err
+					return lockdriver.Grant{}, err
 				}
 				if ok {
 					queued = false // the release took the waiter out of the queue
@@ -797,7 +800,7 @@ func (d *dbDriver) leave(ctx context.Context, waiter string) {
 	})
 }
 
-// Extend implements lock.Driver.
+// Extend implements lockdriver.Driver.
 func (d *dbDriver) Extend(ctx context.Context, owner string, ttl time.Duration) error {
 	var res sql.Result
 	start := time.Now()
@@ -832,7 +835,7 @@ func (d *dbDriver) Extend(ctx context.Context, owner string, ttl time.Duration) 
 	return err
 }
 
-// Release implements lock.Driver.
+// Release implements lockdriver.Driver.
 func (d *dbDriver) Release(ctx context.Context, owner string) error {
 	if d.useLocal {
 		if w := d.local.Handing(owner); w != nil {

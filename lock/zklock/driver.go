@@ -12,10 +12,11 @@ import (
 	"github.com/go-zookeeper/zk"
 
 	"github.com/floodgate-dev/floodgate/lock"
+	"github.com/floodgate-dev/floodgate/lock/internal/lockdriver"
 )
 
 // driver is one side of a ZooKeeper lock (the mutex, a side of the RWMutex,
-// the semaphore): a lock.Driver whose state is the queue of ephemeral
+// the semaphore): a lockdriver.Driver whose state is the queue of ephemeral
 // sequential nodes under dir. Every Acquire that is not a re-entry creates
 // one node, and the recipe decides when it is admitted.
 //
@@ -30,7 +31,7 @@ type driver struct {
 	conn *zk.Conn
 	dir  string
 	r    recipe
-	o    lock.Options
+	o    lockdriver.Options
 	acl  []zk.ACL
 
 	mu   sync.Mutex
@@ -47,7 +48,7 @@ type holding struct {
 	timer    *time.Timer // fires at deadline: the node is deleted
 }
 
-func newDriver(conn *zk.Conn, dir string, r recipe, o lock.Options) *driver {
+func newDriver(conn *zk.Conn, dir string, r recipe, o lockdriver.Options) *driver {
 	return &driver{
 		conn: conn,
 		dir:  dir,
@@ -111,7 +112,7 @@ func (d *driver) children(ctx context.Context) ([]child, error) {
 // twice, and a call that fails deletes whatever node it may have made —
 // the one it knows, or the one its GUID names — so that a failed Acquire
 // never leaves a node that later becomes the holder.
-func (d *driver) Acquire(ctx context.Context, owner string, ttl time.Duration, wait bool) (g lock.Grant, err error) {
+func (d *driver) Acquire(ctx context.Context, owner string, ttl time.Duration, wait bool) (g lockdriver.Grant, err error) {
 	if g, ok, err := d.reenter(ctx, owner, ttl); err != nil || ok {
 		return g, err
 	}
@@ -130,7 +131,7 @@ func (d *driver) Acquire(ctx context.Context, owner string, ttl time.Duration, w
 			n, err := d.create(ctx, pc, data)
 			if err != nil {
 				if err = r.retry(ctx, err); err != nil {
-					return lock.Grant{}, err
+					return lockdriver.Grant{}, err
 				}
 				continue
 			}
@@ -144,7 +145,7 @@ func (d *driver) Acquire(ctx context.Context, owner string, ttl time.Duration, w
 		nodes, err := d.children(ctx)
 		if err != nil {
 			if err = r.retry(ctx, err); err != nil {
-				return lock.Grant{}, err
+				return lockdriver.Grant{}, err
 			}
 			continue
 		}
@@ -160,7 +161,7 @@ func (d *driver) Acquire(ctx context.Context, owner string, ttl time.Duration, w
 			watch = nil
 			if err != nil {
 				if err = r.retry(ctx, err); err != nil {
-					return lock.Grant{}, err
+					return lockdriver.Grant{}, err
 				}
 				continue
 			}
@@ -171,12 +172,12 @@ func (d *driver) Acquire(ctx context.Context, owner string, ttl time.Duration, w
 			return g, nil
 		}
 		if !wait {
-			return lock.Grant{}, lock.ErrLocked
+			return lockdriver.Grant{}, lock.ErrLocked
 		}
 		watch = nil // set again when the node is admitted
 		if err := d.wait(ctx, nodes, i); err != nil {
 			if err = r.retry(ctx, err); err != nil {
-				return lock.Grant{}, err
+				return lockdriver.Grant{}, err
 			}
 			continue
 		}
@@ -330,7 +331,7 @@ func (d *driver) wait(ctx context.Context, nodes []child, i int) error {
 // grant completes the acquisition of node, which the queue has admitted:
 // it wakes the next semaphore waiter, reads the fencing token, watches the
 // node and records the holding. ok is false when the node is gone.
-func (d *driver) grant(ctx context.Context, owner, node string, data []byte, ttl time.Duration, watch <-chan watched) (lock.Grant, bool, error) {
+func (d *driver) grant(ctx context.Context, owner, node string, data []byte, ttl time.Duration, watch <-chan watched) (lockdriver.Grant, bool, error) {
 	if d.r.poke() {
 		// Best effort: a waiter that misses it looks again within MaxPoll.
 		_, _ = call(ctx, func() (*zk.Stat, error) { return d.conn.Set(node, data, -1) })
@@ -342,18 +343,18 @@ func (d *driver) grant(ctx context.Context, owner, node string, data []byte, ttl
 	select {
 	case r = <-watch:
 	case <-ctx.Done():
-		return lock.Grant{}, false, ctx.Err()
+		return lockdriver.Grant{}, false, ctx.Err()
 	}
 	if r.err != nil {
-		return lock.Grant{}, false, wrap(r.err)
+		return lockdriver.Grant{}, false, wrap(r.err)
 	}
 	if !r.ok {
-		return lock.Grant{}, false, nil
+		return lockdriver.Grant{}, false, nil
 	}
 	h := &holding{node: node, token: r.st.Czxid, version: r.st.Version}
 	d.hold(owner, h, ttl)
 	go d.watchHeld(owner, h, r.ev)
-	return lock.Grant{Token: h.token}, true, nil
+	return lockdriver.Grant{Token: h.token}, true, nil
 }
 
 // watched is the answer of an ExistsW on a node: whether it exists, its
@@ -466,7 +467,7 @@ func (d *driver) watchHeld(owner string, h *holding, ev <-chan zk.Event) {
 // reenter makes owner's Acquire a re-entry when owner holds the lock: its
 // holding here, or, for a fixed Owner, a holder node of another client with
 // the same owner id. The hold count in the node goes up by one.
-func (d *driver) reenter(ctx context.Context, owner string, ttl time.Duration) (lock.Grant, bool, error) {
+func (d *driver) reenter(ctx context.Context, owner string, ttl time.Duration) (lockdriver.Grant, bool, error) {
 	h := d.current(owner)
 	node := ""
 	if h != nil {
@@ -474,10 +475,10 @@ func (d *driver) reenter(ctx context.Context, owner string, ttl time.Duration) (
 	} else if d.o.Owner != "" {
 		var err error
 		if node, err = d.findHolder(ctx, owner); err != nil || node == "" {
-			return lock.Grant{}, false, err
+			return lockdriver.Grant{}, false, err
 		}
 	} else {
-		return lock.Grant{}, false, nil
+		return lockdriver.Grant{}, false, nil
 	}
 	for {
 		hd, st, err := d.get(ctx, node)
@@ -485,10 +486,10 @@ func (d *driver) reenter(ctx context.Context, owner string, ttl time.Duration) (
 			if h != nil {
 				d.forget(owner, h)
 			}
-			return lock.Grant{}, false, nil // not held any more: acquire afresh
+			return lockdriver.Grant{}, false, nil // not held any more: acquire afresh
 		}
 		if err != nil {
-			return lock.Grant{}, false, err
+			return lockdriver.Grant{}, false, err
 		}
 		hd.count++
 		_, err = call(ctx, func() (*zk.Stat, error) { return d.conn.Set(node, hd.encode(), st.Version) })
@@ -499,7 +500,7 @@ func (d *driver) reenter(ctx context.Context, owner string, ttl time.Duration) (
 			continue // reported by get above
 		}
 		if err != nil {
-			return lock.Grant{}, false, wrap(err)
+			return lockdriver.Grant{}, false, wrap(err)
 		}
 		if h == nil {
 			h = &holding{node: node, token: st.Czxid, version: -1}
@@ -516,12 +517,12 @@ func (d *driver) reenter(ctx context.Context, owner string, ttl time.Duration) (
 				go d.watchHeld(owner, h, r.ev)
 			} else if err == nil {
 				d.forget(owner, h) // released by the other client meanwhile
-				return lock.Grant{}, false, nil
+				return lockdriver.Grant{}, false, nil
 			}
 		} else {
 			d.hold(owner, h, ttl)
 		}
-		return lock.Grant{Token: h.token}, true, nil
+		return lockdriver.Grant{Token: h.token}, true, nil
 	}
 }
 

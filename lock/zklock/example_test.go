@@ -78,14 +78,14 @@ func ExampleNewRWMutex() {
 		log.Fatal(err)
 	}
 	ctx := context.Background()
-	r, err := rw.RLocker().Lock(ctx)
+	r, err := rw.RLock(ctx)
 	if err != nil {
 		log.Fatal(err)
 	}
 	fmt.Println("reading the catalog")
 	_ = r.Unlock(ctx)
 
-	w, err := rw.WLocker().Lock(ctx)
+	w, err := rw.Lock(ctx)
 	if err != nil {
 		log.Fatal(err)
 	}

@@ -9,7 +9,7 @@ import (
 
 	"github.com/floodgate-dev/floodgate/internal/testenv"
 	"github.com/floodgate-dev/floodgate/lock"
-	"github.com/floodgate-dev/floodgate/lock/locktest"
+	"github.com/floodgate-dev/floodgate/lock/internal/locktest"
 )
 
 // waitUntil polls cond every 10ms and fails the test after d.

@@ -105,6 +105,7 @@ import (
 	"github.com/go-zookeeper/zk"
 
 	"github.com/floodgate-dev/floodgate/lock"
+	"github.com/floodgate-dev/floodgate/lock/internal/lockdriver"
 )
 
 // New returns a mutual exclusion lock on the ZooKeeper path path: an
@@ -117,7 +118,7 @@ func New(conn *zk.Conn, path string, opts ...lock.Option) (lock.Locker, error) {
 	if err != nil {
 		return nil, err
 	}
-	return lock.NewLocker(d, d.o), nil
+	return lockdriver.NewLocker[lock.Locker](d, d.o), nil
 }
 
 func newSide(conn *zk.Conn, path string, r recipe, opts []lock.Option) (*driver, error) {
@@ -127,45 +128,35 @@ func newSide(conn *zk.Conn, path string, r recipe, opts []lock.Option) (*driver,
 	if err := checkPath(path); err != nil {
 		return nil, err
 	}
-	o, err := lock.BuildOptions(opts)
+	o, err := lockdriver.BuildOptions(opts)
 	if err != nil {
 		return nil, err
 	}
 	return newDriver(conn, path, r, o), nil
 }
 
-// RWMutex is a readers–writer lock on a ZooKeeper path: any number of
-// readers, or one writer. Readers create "read-" nodes and writers "write-"
-// nodes in one queue; a reader waits only for the closest lower write node,
-// a writer for the closest lower node of any kind. A reader that comes after
-// a waiting writer therefore waits for it: writers are not starved. There is
-// no upgrade or downgrade: an owner that holds one side and asks for the
-// other waits for itself.
+// NewRWMutex returns a readers–writer lock on the ZooKeeper path path (as
+// for New, used by this lock only): any number of readers, or one writer.
+// It is a lock.RWLocker, as lock.NewRWMutex returns on Memory and Redis:
+// Lock and TryLock take the write side, RLock and TryRLock the read side,
+// and RLocker gives the read side as a lock.Locker; each hands out leases
+// with the lock package's contract, fencing tokens included. The options
+// apply to both sides.
 //
-// Use RLocker and WLocker; both are safe for concurrent use, and each hands
-// out leases with the lock package's contract, fencing tokens included.
-type RWMutex struct {
-	r, w lock.Locker
-}
-
-// NewRWMutex returns a readers–writer lock on the ZooKeeper path path (as for
-// New, used by this lock only). The options apply to both sides.
-func NewRWMutex(conn *zk.Conn, path string, opts ...lock.Option) (*RWMutex, error) {
+// Readers create "read-" nodes and writers "write-" nodes in one queue; a
+// reader waits only for the closest lower write node, a writer for the
+// closest lower node of any kind. A reader that comes after a waiting writer
+// therefore waits for it: writers are not starved. There is no upgrade or
+// downgrade: an owner that holds one side and asks for the other waits for
+// itself. The RWLocker is safe for concurrent use.
+func NewRWMutex(conn *zk.Conn, path string, opts ...lock.Option) (lock.RWLocker, error) {
 	rd, err := newSide(conn, path, recipe{kind: kindRead, permits: 1}, opts)
 	if err != nil {
 		return nil, err
 	}
 	wd, _ := newSide(conn, path, recipe{kind: kindWrite, permits: 1}, opts)
-	return &RWMutex{r: lock.NewLocker(rd, rd.o), w: lock.NewLocker(wd, wd.o)}, nil
+	return lockdriver.NewRWLocker[lock.RWLocker](rd, wd, rd.o), nil
 }
-
-// RLocker returns the read side: its leases are shared with other readers
-// and exclude writers.
-func (m *RWMutex) RLocker() lock.Locker { return m.r }
-
-// WLocker returns the write side: its leases exclude readers and other
-// writers.
-func (m *RWMutex) WLocker() lock.Locker { return m.w }
 
 // NewSemaphore returns a counting semaphore of permits leases on the
 // ZooKeeper path path (as for New, used by this semaphore only, always with
@@ -185,5 +176,5 @@ func NewSemaphore(conn *zk.Conn, path string, permits int, opts ...lock.Option) 
 	if err != nil {
 		return nil, err
 	}
-	return lock.NewLocker(d, d.o), nil
+	return lockdriver.NewLocker[lock.Locker](d, d.o), nil
 }

@@ -16,7 +16,8 @@ import (
 
 	"github.com/floodgate-dev/floodgate/internal/testenv"
 	"github.com/floodgate-dev/floodgate/lock"
-	"github.com/floodgate-dev/floodgate/lock/locktest"
+	"github.com/floodgate-dev/floodgate/lock/internal/lockdriver"
+	"github.com/floodgate-dev/floodgate/lock/internal/locktest"
 	"github.com/floodgate-dev/floodgate/lock/zklock"
 )
 
@@ -61,7 +62,7 @@ func connect(t testing.TB, addr string, dial zk.Dialer) *zk.Conn {
 }
 
 // root is the parent of every lock path of this test binary.
-var root = "/floodgate-test-" + lock.NewOwnerID()
+var root = "/floodgate-test-" + lockdriver.NewOwnerID()
 
 func path(name string) string { return root + "/" + name }
 
@@ -517,7 +518,7 @@ func expectLease(t *testing.T, ch <-chan result, what string, within time.Durati
 	return nil
 }
 
-func newRW(t *testing.T, addr, p string, opts ...lock.Option) *zklock.RWMutex {
+func newRW(t *testing.T, addr, p string, opts ...lock.Option) lock.RWLocker {
 	t.Helper()
 	m, err := zklock.NewRWMutex(connect(t, addr, nil), p, opts...)
 	if err != nil {
@@ -543,10 +544,10 @@ func TestRWMutex(t *testing.T) {
 		if err != nil {
 			t.Fatalf("second reader: %v", err)
 		}
-		if _, err := newRW(t, addr, p, opts...).WLocker().TryLock(ctx); !errors.Is(err, lock.ErrLocked) {
+		if _, err := newRW(t, addr, p, opts...).TryLock(ctx); !errors.Is(err, lock.ErrLocked) {
 			t.Fatalf("writer while read-locked: %v, want ErrLocked", err)
 		}
-		w := acquired(t, newRW(t, addr, p, opts...).WLocker())
+		w := acquired(t, newRW(t, addr, p, opts...))
 		_ = r1.Unlock(ctx)
 		expectNone(t, w, "writer with one reader left")
 		_ = r2.Unlock(ctx)
@@ -559,14 +560,14 @@ func TestRWMutex(t *testing.T) {
 
 	t.Run("WriterExcludes", func(t *testing.T) {
 		p := uniquePath(t)
-		w, err := newRW(t, addr, p, opts...).WLocker().TryLock(ctx)
+		w, err := newRW(t, addr, p, opts...).TryLock(ctx)
 		if err != nil {
 			t.Fatal(err)
 		}
 		if _, err := newRW(t, addr, p, opts...).RLocker().TryLock(ctx); !errors.Is(err, lock.ErrLocked) {
 			t.Fatalf("reader while write-locked: %v, want ErrLocked", err)
 		}
-		if _, err := newRW(t, addr, p, opts...).WLocker().TryLock(ctx); !errors.Is(err, lock.ErrLocked) {
+		if _, err := newRW(t, addr, p, opts...).TryLock(ctx); !errors.Is(err, lock.ErrLocked) {
 			t.Fatalf("writer while write-locked: %v, want ErrLocked", err)
 		}
 		r1 := acquired(t, newRW(t, addr, p, opts...).RLocker())
@@ -585,7 +586,7 @@ func TestRWMutex(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		w := acquired(t, newRW(t, addr, p, opts...).WLocker())
+		w := acquired(t, newRW(t, addr, p, opts...))
 		waitChildren(t, admin, p, 2) // the writer is queued
 		if _, err := newRW(t, addr, p, opts...).RLocker().TryLock(ctx); !errors.Is(err, lock.ErrLocked) {
 			t.Fatalf("new reader behind a waiting writer: %v, want ErrLocked", err)
@@ -607,7 +608,7 @@ func TestRWMutex(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		w := acquired(t, newRW(t, addr, p, opts...).WLocker())
+		w := acquired(t, newRW(t, addr, p, opts...))
 		waitChildren(t, admin, p, 2)
 		// Re-entry takes another level of the held node: it does not queue
 		// behind the writer, which would deadlock.

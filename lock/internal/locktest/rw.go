@@ -11,19 +11,12 @@ import (
 	"github.com/floodgate-dev/floodgate/lock"
 )
 
-// RW is a reader/writer lock under test: *lock.RWMutex, or the RW lock of
-// another backend.
-type RW interface {
-	RLocker() lock.Locker // the read side
-	Locker() lock.Locker  // the write side
-}
-
 // RWBackend describes a store under test for RunRW.
 type RWBackend struct {
 	Name string
 	// New returns a reader/writer lock for name. Every call may use a new
 	// client connection, as separate processes would.
-	New func(t testing.TB, name string, opts ...lock.Option) RW
+	New func(t testing.TB, name string, opts ...lock.Option) lock.RWLocker
 	// MinTTL is the shortest TTL the store honours well; default 200ms.
 	MinTTL time.Duration
 	// Waiters, if set, returns how many Lock calls wait in the queue of
@@ -174,15 +167,15 @@ func testRWReadersShare(t *testing.T, b RWBackend) {
 
 func testRWWriterExcludes(t *testing.T, b RWBackend) {
 	name := Name(t)
-	w := mustTry(t, b.New(t, name).Locker(), "writer")
+	w := mustTry(t, b.New(t, name), "writer")
 	mustBeLocked(t, b.New(t, name).RLocker(), "reader while a writer holds")
-	mustBeLocked(t, b.New(t, name).Locker(), "writer while a writer holds")
+	mustBeLocked(t, b.New(t, name), "writer while a writer holds")
 	mustUnlock(t, w, "writer")
 
 	r := mustTry(t, b.New(t, name).RLocker(), "reader")
-	mustBeLocked(t, b.New(t, name).Locker(), "writer while a reader holds")
+	mustBeLocked(t, b.New(t, name), "writer while a reader holds")
 	mustUnlock(t, r, "reader")
-	mustUnlock(t, mustTry(t, b.New(t, name).Locker(), "writer after the reader left"), "writer")
+	mustUnlock(t, mustTry(t, b.New(t, name), "writer after the reader left"), "writer")
 }
 
 // testRWExclusion: 12 readers and 4 writers, 5 holdings each; never a writer
@@ -199,7 +192,7 @@ func testRWExclusion(t *testing.T, b RWBackend) {
 		rw := b.New(t, name, lock.TTL(10*time.Second))
 		l := rw.RLocker()
 		if write {
-			l = rw.Locker()
+			l = rw
 		}
 		wg.Add(1)
 		go func() {
@@ -260,7 +253,7 @@ func testRWWaitingWriter(t *testing.T, b RWBackend) {
 	name := Name(t)
 	slow := []lock.Option{lock.MaxPoll(20 * time.Second), lock.TTL(time.Minute)}
 	r1 := mustTry(t, b.New(t, name, lock.TTL(time.Minute)).RLocker(), "first reader")
-	wc := lockAsync(b.New(t, name, slow...).Locker())
+	wc := lockAsync(b.New(t, name, slow...))
 	waitQueued(t, b.New(t, name).RLocker())
 	rc := lockAsync(b.New(t, name, slow...).RLocker())
 	pending(t, wc, 100*time.Millisecond, "writer while a reader holds")
@@ -278,8 +271,8 @@ func testRWWaitingWriter(t *testing.T, b RWBackend) {
 func testRWCrashedReader(t *testing.T, b RWBackend) {
 	name := Name(t)
 	crashed := mustTry(t, b.New(t, name, lock.TTL(b.MinTTL)).RLocker(), "reader")
-	mustBeLocked(t, b.New(t, name).Locker(), "writer while the reader's lease runs")
-	w := await(t, lockAsync(b.New(t, name, lock.MaxPoll(20*time.Second)).Locker()), 10*time.Second, "writer")
+	mustBeLocked(t, b.New(t, name), "writer while the reader's lease runs")
+	w := await(t, lockAsync(b.New(t, name, lock.MaxPoll(20*time.Second))), 10*time.Second, "writer")
 	if !time.Now().After(crashed.Deadline()) {
 		t.Fatal("the writer got in before the reader's lease ended")
 	}
@@ -306,7 +299,7 @@ func testRWTokens(t *testing.T, b RWBackend) {
 		check(r2, fmt.Sprintf("round %d, reader 2 (sharing)", i))
 		mustUnlock(t, r1, "reader 1")
 		mustUnlock(t, r2, "reader 2")
-		w := mustTry(t, b.New(t, name).Locker(), "writer")
+		w := mustTry(t, b.New(t, name), "writer")
 		check(w, fmt.Sprintf("round %d, writer", i))
 		mustUnlock(t, w, "writer")
 	}
@@ -323,17 +316,17 @@ func testRWReentry(t *testing.T, b RWBackend) {
 		t.Errorf("read re-entry changed the token: %d then %d", r1.Token(), r2.Token())
 	}
 	mustUnlock(t, r2, "inner read")
-	mustBeLocked(t, other.Locker(), "writer after one of two read Unlocks")
+	mustBeLocked(t, other, "writer after one of two read Unlocks")
 	mustUnlock(t, r1, "outer read")
 	// Write side.
-	w1 := mustTry(t, mine.Locker(), "write")
-	w2 := mustTry(t, mine.Locker(), "write again")
+	w1 := mustTry(t, mine, "write")
+	w2 := mustTry(t, mine, "write again")
 	if w1.Token() != w2.Token() {
 		t.Errorf("write re-entry changed the token: %d then %d", w1.Token(), w2.Token())
 	}
 	mustUnlock(t, w2, "inner write")
 	mustBeLocked(t, other.RLocker(), "reader after one of two write Unlocks")
-	mustBeLocked(t, other.Locker(), "writer after one of two write Unlocks")
+	mustBeLocked(t, other, "writer after one of two write Unlocks")
 	// The writer may read too (an owner never waits for itself).
 	r3 := mustTry(t, mine.RLocker(), "read while writing")
 	if r3.Token() <= w1.Token() {
@@ -341,10 +334,10 @@ func testRWReentry(t *testing.T, b RWBackend) {
 	}
 	mustUnlock(t, w1, "outer write")
 	o := mustTry(t, other.RLocker(), "another reader beside the downgraded owner")
-	mustBeLocked(t, other.Locker(), "writer while the owner still reads")
+	mustBeLocked(t, other, "writer while the owner still reads")
 	mustUnlock(t, o, "another reader")
 	mustUnlock(t, r3, "read")
-	mustUnlock(t, mustTry(t, other.Locker(), "writer after every Unlock"), "writer")
+	mustUnlock(t, mustTry(t, other, "writer after every Unlock"), "writer")
 }
 
 func testRWOwnerOnly(t *testing.T, b RWBackend) {
@@ -352,7 +345,7 @@ func testRWOwnerOnly(t *testing.T, b RWBackend) {
 	ctx := context.Background()
 	old := mustTry(t, b.New(t, name, lock.TTL(b.MinTTL)).RLocker(), "reader")
 	<-old.Lost() // its TTL passed without renewal
-	w := await(t, lockAsync(b.New(t, name, lock.TTL(10*time.Second)).Locker()), 10*time.Second, "writer")
+	w := await(t, lockAsync(b.New(t, name, lock.TTL(10*time.Second))), 10*time.Second, "writer")
 	if err := old.Extend(ctx, time.Minute); !errors.Is(err, lock.ErrNotHeld) {
 		t.Fatalf("Extend of an expired reader: %v, want ErrNotHeld", err)
 	}
@@ -376,11 +369,11 @@ func testRWAutoRenew(t *testing.T, b RWBackend) {
 	r := mustTry(t, b.New(t, name, lock.TTL(ttl), lock.AutoRenew()).RLocker(), "reader")
 	select {
 	case <-r.Lost():
-		_, err := b.New(t, name).Locker().TryLock(context.Background())
+		_, err := b.New(t, name).TryLock(context.Background())
 		t.Fatalf("lost while renewing; deadline %v ago; writer TryLock now: %v", time.Since(r.Deadline()), err)
 	case <-time.After(3 * ttl):
 	}
-	mustBeLocked(t, b.New(t, name).Locker(), "writer after 3×TTL of a renewed reader")
+	mustBeLocked(t, b.New(t, name), "writer after 3×TTL of a renewed reader")
 	mustUnlock(t, r, "reader")
 }
 
@@ -392,7 +385,7 @@ func testRWCancel(t *testing.T, b RWBackend) {
 	fair := []lock.Option{lock.Fair(), lock.TTL(time.Minute)}
 	r := mustTry(t, b.New(t, name, fair...).RLocker(), "reader")
 	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
-	_, err := b.New(t, name, fair...).Locker().Lock(ctx)
+	_, err := b.New(t, name, fair...).Lock(ctx)
 	cancel()
 	if !errors.Is(err, context.DeadlineExceeded) {
 		t.Fatalf("writer Lock with an expiring context: %v", err)
@@ -401,7 +394,7 @@ func testRWCancel(t *testing.T, b RWBackend) {
 	mustUnlock(t, r2, "second reader")
 	mustUnlock(t, r, "reader")
 
-	w := mustTry(t, b.New(t, name, fair...).Locker(), "writer")
+	w := mustTry(t, b.New(t, name, fair...), "writer")
 	ctx, cancel = context.WithTimeout(context.Background(), 100*time.Millisecond)
 	_, err = b.New(t, name, fair...).RLocker().Lock(ctx)
 	cancel()
@@ -409,7 +402,7 @@ func testRWCancel(t *testing.T, b RWBackend) {
 		t.Fatalf("reader Lock with an expiring context: %v", err)
 	}
 	mustUnlock(t, w, "writer")
-	mustUnlock(t, mustTry(t, b.New(t, name, fair...).Locker(), "fair writer after a reader gave up"), "writer")
+	mustUnlock(t, mustTry(t, b.New(t, name, fair...), "fair writer after a reader gave up"), "writer")
 }
 
 // testRWWoken: MaxPoll(20s) and leases of a minute, so only the release can
@@ -420,7 +413,7 @@ func testRWWoken(t *testing.T, b RWBackend) {
 	// The last reader's release wakes the writer.
 	r1 := mustTry(t, b.New(t, name, slow...).RLocker(), "reader 1")
 	r2 := mustTry(t, b.New(t, name, slow...).RLocker(), "reader 2")
-	wc := lockAsync(b.New(t, name, slow...).Locker())
+	wc := lockAsync(b.New(t, name, slow...))
 	pending(t, wc, 200*time.Millisecond, "writer")
 	mustUnlock(t, r1, "reader 1")
 	pending(t, wc, 100*time.Millisecond, "writer while reader 2 holds")
@@ -447,14 +440,14 @@ func testRWWoken(t *testing.T, b RWBackend) {
 func testRWFairOrder(t *testing.T, b RWBackend) {
 	name := Name(t)
 	fair := []lock.Option{lock.Fair(), lock.TTL(time.Minute)}
-	holder := mustTry(t, b.New(t, name, fair...).Locker(), "holder")
+	holder := mustTry(t, b.New(t, name, fair...), "holder")
 	var mu sync.Mutex
 	var order []string
 	var wg sync.WaitGroup
 	errs := make(chan error, 5)
 	for i, who := range []string{"W1", "R1", "R2", "W2", "R3"} {
 		rw := b.New(t, name, fair...)
-		l := rw.Locker()
+		var l lock.Locker = rw
 		if who[0] == 'R' {
 			l = rw.RLocker()
 		}
@@ -498,8 +491,8 @@ func testRWFairNewcomer(t *testing.T, b RWBackend) {
 	fair := []lock.Option{lock.Fair(), lock.TTL(time.Minute)}
 	for i := range 3 {
 		holder := mustTry(t, b.New(t, name, fair...).RLocker(), "reading holder")
-		wc := lockAsync(b.New(t, name, fair...).Locker())
-		newcomer := b.New(t, name, fair...).Locker()
+		wc := lockAsync(b.New(t, name, fair...))
+		newcomer := b.New(t, name, fair...)
 		mustBeLocked(t, newcomer, "newcomer while held") // and connected
 		waitQueued(t, b.New(t, name).RLocker())
 		mustUnlock(t, holder, "holder")
@@ -515,18 +508,18 @@ func testRWUpgrade(t *testing.T, b RWBackend) {
 	slow := []lock.Option{lock.Owner("owner-1"), lock.MaxPoll(20 * time.Second), lock.TTL(time.Minute)}
 	mine := b.New(t, name, slow...)
 	r := mustTry(t, mine.RLocker(), "read")
-	w := mustTry(t, mine.Locker(), "write while only this owner reads")
+	w := mustTry(t, mine, "write while only this owner reads")
 	mustBeLocked(t, b.New(t, name).RLocker(), "another reader while the owner writes")
 	mustUnlock(t, w, "write")
 	other := mustTry(t, b.New(t, name).RLocker(), "another reader")
-	mustBeLocked(t, mine.Locker(), "write while another owner reads")
-	wc := lockAsync(mine.Locker())
+	mustBeLocked(t, mine, "write while another owner reads")
+	wc := lockAsync(mine)
 	pending(t, wc, 100*time.Millisecond, "upgrade while another owner reads")
 	mustUnlock(t, other, "another reader")
 	w = await(t, wc, 10*time.Second, "upgrade woken by the other reader's release")
 	mustUnlock(t, w, "write")
 	mustUnlock(t, r, "read")
-	mustUnlock(t, mustTry(t, b.New(t, name).Locker(), "writer after every Unlock"), "writer")
+	mustUnlock(t, mustTry(t, b.New(t, name), "writer after every Unlock"), "writer")
 }
 
 // awaitQueued returns once n Lock calls wait in the queue of name, as
