@@ -7,8 +7,9 @@
 //
 // Applications construct a backend (NewMemory, NewRedis, or
 // rueidisadapter.New) and pass it to the primitives (ratelimit, lock,
-// counter, ...); Stats and Close are the only other calls they make. The
-// tables, scripts and keys the primitives run on are internal to floodgate.
+// counter, ...). Besides that, an application calls Close, Memory.Stats
+// (for metrics) and, in tests on a fake clock, Memory.Sweep. The tables,
+// scripts and keys the primitives run on are internal to floodgate.
 package backend
 
 import (

@@ -76,9 +76,9 @@ type Redis struct {
 // and on any other UniversalClient, such as a wrapper of the user's own:
 // NewRedis never bypasses a wrapper to reach the client inside it.
 // WithoutAutoPipeline turns it off: every call is then a plain call on the
-// client, as before. Scripts made Direct (the lock scripts) are always
-// plain calls: a lock's release and the next holder's acquire wait for
-// each other, and a batch in flight would add its round trip to each.
+// client, as before. The lock scripts are always plain calls: a lock's
+// release and the next holder's acquire wait for each other, and a batch in
+// flight would add its round trip to each.
 //
 // Deadlines: go-redis honours a context's deadline on the network only when
 // the client is built with ContextTimeoutEnabled: true; otherwise a call to a

@@ -58,7 +58,9 @@ func New(c rueidis.Client, opts ...backend.Option) (*backend.Redis, error) {
 	return backend.NewRedisScripter(scripter{c}, opts...)
 }
 
-// scripter implements backend.Scripter over a rueidis.Client.
+// scripter implements backend.Scripter, the public contract of adapters,
+// over a rueidis.Client, and the fast paths that only adapters inside
+// floodgate can offer: redisstore.IntsScripter and redisstore.PubSubber.
 type scripter struct{ c rueidis.Client }
 
 // Cluster reports whether the client is a Cluster client.
