@@ -85,6 +85,14 @@ func TestBadRules(t *testing.T) {
 	if _, err := ratelimit.New(m, dup, dup); err == nil || !strings.Contains(err.Error(), "rules[1] repeats rules[0]") {
 		t.Errorf("duplicate rule: %v", err)
 	}
+	// Two different rules under one name: Result.RuleName would be ambiguous.
+	_, err := ratelimit.New(m,
+		ratelimit.Named("api", ratelimit.FixedWindow{Limit: 10, Window: time.Second}),
+		ratelimit.GCRA{Rate: 1, Per: time.Second, Burst: 1},
+		ratelimit.Named("api", ratelimit.FixedWindow{Limit: 100, Window: time.Minute}))
+	if err == nil || !strings.Contains(err.Error(), `rules[0] and rules[2] are both Named "api"`) {
+		t.Errorf("two rules Named alike: %v; want an error naming both", err)
+	}
 	for _, c := range []ratelimit.Concurrency{{Limit: -1, Lease: time.Second}, {Limit: 1}} {
 		if _, err := ratelimit.NewConcurrency(m, c); err == nil {
 			t.Errorf("NewConcurrency(%+v) succeeded", c)

@@ -138,7 +138,7 @@ var (
 
 // New returns a Limiter that admits a request only when every rule admits it.
 // It fails with an error naming the rule, field and value when a rule is
-// invalid, and when two rules are the same.
+// invalid, when two rules are the same, and when two rules are Named alike.
 func New(b backend.Backend, rules ...Rule) (*Limiter, error) {
 	if b == nil {
 		return nil, errors.New("ratelimit: backend is nil")
@@ -152,6 +152,7 @@ func New(b backend.Backend, rules ...Rule) (*Limiter, error) {
 	l := &Limiter{b: b, specs: make([]spec, len(rules))}
 	seen := make(map[string]int, len(rules))
 	sids := make(map[string]int, len(rules))
+	names := make(map[string]int, len(rules))
 	for i, r := range rules {
 		if r == nil {
 			return nil, fmt.Errorf("ratelimit: rules[%d] is nil", i)
@@ -165,6 +166,12 @@ func New(b backend.Backend, rules ...Rule) (*Limiter, error) {
 			return nil, fmt.Errorf("ratelimit: rules[%d] repeats rules[%d]", i, j)
 		}
 		seen[id] = i
+		if s.name != "" {
+			if j, dup := names[s.name]; dup {
+				return nil, fmt.Errorf("ratelimit: rules[%d] and rules[%d] are both Named %q: Result.RuleName could not tell them apart", j, i, s.name)
+			}
+			names[s.name] = i
+		}
 		// Rules that count the same (say two GCRA rules per second with
 		// different bursts) keep one state each, told apart by their order
 		// among themselves.
