@@ -22,8 +22,11 @@ import (
 	"google.golang.org/protobuf/types/known/wrapperspb"
 )
 
-// exitOverLimit is check's status when the server answers OVER_LIMIT.
-const exitOverLimit = 3
+// Check's exit statuses beyond exitOK, exitFailure and exitUsage.
+const (
+	exitOverLimit = 3 // the server answered OVER_LIMIT
+	exitNoMatch   = 4 // no limit matched any descriptor (without --allow-unmatched)
+)
 
 const checkUsage = `Usage: floodgate check --domain DOMAIN [flags] DESCRIPTOR...
 
@@ -32,6 +35,8 @@ over gRPC (envoy.service.ratelimit.v3). Each DESCRIPTOR argument is one
 descriptor: its entries as key=value, separated by commas, in order.
 
 Exit status: 0 when the request is allowed, 3 when it is over the limit,
+4 when no limit matched any descriptor (the domain is unknown to the server,
+or none of its descriptors match these; --allow-unmatched makes that 0),
 1 when the server cannot be asked, 2 on a usage error.
 
 Flags:
@@ -54,6 +59,7 @@ func runCheck(args []string, stdout, stderr io.Writer) int {
 		insecTLS = fs.Bool("tls-skip-verify", false, "with --tls, do not verify the server's certificate")
 		token    = fs.String("token", "", "bearer `token` to send")
 		asJSON   = fs.Bool("json", false, "print the response as protojson")
+		anyMatch = fs.Bool("allow-unmatched", false, "exit 0, not 4, when no limit matches any descriptor")
 	)
 	help := fmt.Sprintf(checkUsage, flagDefaults(fs))
 	rest, code, done := parse(fs, args, true, help, stdout, stderr)
@@ -108,7 +114,24 @@ func runCheck(args []string, stdout, stderr io.Writer) int {
 	if resp.GetOverallCode() == rls.RateLimitResponse_OVER_LIMIT {
 		return exitOverLimit
 	}
+	if !*anyMatch && !anyLimit(resp) {
+		fmt.Fprintf(stderr, "floodgate check: no limit matched: the server does not know the domain %q, or none of its descriptors match %s (--allow-unmatched accepts this)\n",
+			*domain, strings.Join(rest, " "))
+		return exitNoMatch
+	}
 	return exitOK
+}
+
+// anyLimit reports whether a limit, unlimited included, matched at least
+// one descriptor of the response: a status without one is what the server
+// answers for a descriptor that no rule matched.
+func anyLimit(resp *rls.RateLimitResponse) bool {
+	for _, st := range resp.GetStatuses() {
+		if st.GetCurrentLimit() != nil || st.GetLimitRemaining() == 1<<32-1 || st.GetCode() == rls.RateLimitResponse_OVER_LIMIT {
+			return true
+		}
+	}
+	return false
 }
 
 // parseDescriptor reads "k=v,k2=v2".

@@ -39,6 +39,11 @@ func TestCheckHints(t *testing.T) {
 		{args: []string{"--addr", addr, "--domain", "api", "user=a"}, code: exitFailure, want: "requires a bearer token: give it with --token", mustNot: "running there"},
 		{args: []string{"--addr", addr, "--token", "wrong", "--domain", "api", "user=a"}, code: exitFailure, want: "refused the token", mustNot: "running there"},
 		{args: []string{"--addr", addr, "--token", "s3cret", "--domain", "api", "user=a"}, code: exitOK, want: ""},
+		// Nothing matched: a mistyped domain or descriptor is not a success.
+		{args: []string{"--addr", addr, "--token", "s3cret", "--domain", "nope", "user=a"}, code: exitNoMatch, want: `no limit matched: the server does not know the domain "nope", or none of its descriptors match user=a`},
+		{args: []string{"--addr", addr, "--token", "s3cret", "--domain", "api", "usr=a"}, code: exitNoMatch, want: "no limit matched"},
+		{args: []string{"--addr", addr, "--token", "s3cret", "--domain", "api", "usr=a", "user=b"}, code: exitOK, want: ""},
+		{args: []string{"--addr", addr, "--token", "s3cret", "--allow-unmatched", "--domain", "nope", "user=a"}, code: exitOK, want: ""},
 		{args: []string{"--addr", filepath.Join("unix://", dir, "none.sock"), "--timeout", "2s", "--domain", "api", "user=a"}, code: exitFailure, want: "running there"},
 	} {
 		code, out, errOut := floodgate(t, append([]string{"check"}, tc.args...)...)
