@@ -17,6 +17,14 @@
 # With only Go installed, `go test -short ./...` runs the rest: tests whose
 # server is not installed skip under -short, naming what is missing. Here,
 # without -short, a server that is missing or cannot start fails its tests.
+#
+# Every step runs even when one before it failed, and the script fails at the
+# end if any did. Tests print one line per package as it finishes, with the
+# output of whatever failed under it, and a line a minute naming the packages
+# still running (internal/tools/testsum reads go test -json); the whole JSON
+# stream is kept in $FLOODGATE_TEST_LOG (default: a file under $TMPDIR, named
+# at the end). Client libraries' own logs (go-redis's dial errors) are quiet
+# in tests unless FLOODGATE_TEST_LOGS=1.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -39,9 +47,55 @@ if ((${#missing[@]})); then
 fi
 command -v go >/dev/null 2>&1 || { echo "go is not on PATH: install Go 1.26 or newer" >&2; exit 1; }
 
-go vet ./...
-(cd bench && go vet ./...)
-go test -race -count=1 -timeout 15m ./...
-# TestServerPause forces a ZooKeeper reconnect, on which go-zookeeper/zk
-# itself has a data race: -race skips it, so it runs here without.
-go test -count=1 -timeout 5m -run '^TestServerPause$' ./lock/zklock/
+start=$SECONDS
+failed=()
+
+# step NAME CMD...: runs CMD, says how long it took, and remembers a failure.
+step() {
+	local name=$1 t0=$SECONDS rc=0
+	shift
+	echo "== $name"
+	"$@" || rc=$?
+	if ((rc)); then
+		failed+=("$name")
+		echo "== $name: FAILED (exit $rc) after $((SECONDS - t0))s"
+	else
+		echo "== $name: ok, $((SECONDS - t0))s"
+	fi
+}
+
+module=$(go list -m)
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+log=${FLOODGATE_TEST_LOG:-$(mktemp "${TMPDIR:-/tmp}/floodgate-test.XXXXXX.json")}
+go build -o "$tmp/testsum" ./internal/tools/testsum
+
+# tests runs both go test commands into one summary; it fails when testsum
+# saw a failure or either command exited non-zero.
+tests() {
+	{
+		go test -json -race -count=1 -timeout 15m ./... || echo "go test -race: exit $?" >>"$tmp/rc"
+		# TestServerPause forces a ZooKeeper reconnect, on which
+		# go-zookeeper/zk itself has a data race: -race skips it, so it runs
+		# here without.
+		go test -json -count=1 -timeout 5m -run '^TestServerPause$' ./lock/zklock/ ||
+			echo "go test TestServerPause: exit $?" >>"$tmp/rc"
+	} 2>&1 | "$tmp/testsum" -trim "$module" -raw "$log" -closing "$tmp/closing"
+	local rc=$?
+	if [ -s "$tmp/rc" ]; then
+		cat "$tmp/rc"
+		return 1
+	fi
+	return $rc
+}
+
+step "go vet" go vet ./...
+step "go vet (bench module)" bash -c 'cd bench && go vet ./...'
+step "go test -race" tests
+
+echo "== total $((SECONDS - start))s; go test -json stream in $log"
+if ((${#failed[@]})); then
+	echo "== FAILED: ${failed[*]}"
+fi
+cat "$tmp/closing" 2>/dev/null || echo "tests: 0 passed, 1 failed"
+((${#failed[@]} == 0))
