@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/floodgate-dev/floodgate/backend"
+	"github.com/floodgate-dev/floodgate/internal/callid"
 )
 
 // ErrClosed is returned by Batched.Add after Close.
@@ -23,12 +24,21 @@ var ErrClosed = errors.New("counter: Batched is closed")
 // Durability: a graceful shutdown (Close returning nil) loses nothing. A
 // crash of the process loses the increments added since the last successful
 // flush of their key — at most about one flush interval's worth (plus the
-// sums of keys whose flush was failing at the time). A flush that fails with
-// a store error keeps the key's sum and retries it at the next flush; when
-// the error was a lost reply to a script that Redis did run (a time-out after
-// the request was sent), that sum is counted twice. A sum that would overflow
-// the stored value (ErrOverflow) can never be applied: it is dropped and
-// reported.
+// sums of keys whose flush was failing at the time). A sum that would
+// overflow the stored value (ErrOverflow) can never be applied: it is
+// dropped and reported.
+//
+// Each sum counts once. A flush of a key that fails with a store or context
+// error may still have been applied: the request can reach Redis and run
+// after the caller gave up on it (a stalled server, a lost reply, a command
+// still queued in the client when the server comes back). Such a sum is kept
+// in doubt, apart from the key's newer Adds, and resent as the same call —
+// same delta, same replay ID — at every flush until one send succeeds; the
+// Counter's replay record (see ReplayWindow) makes the sends after the first
+// that ran count nothing. Newer Adds of that key wait for it. The bound: a
+// sum is counted twice only when the Counter has ReplayWindow(0), or when
+// the resend that succeeds reaches Redis more than the replay window (one
+// minute by default) after an earlier send of it ran.
 //
 // What readers see: Counter.Get returns the stored value, which lags the
 // Adds made through a Batched by up to one flush interval. Window and TTL
@@ -41,11 +51,12 @@ type Batched struct {
 	maxKeys int
 	onError func(error)
 
-	// mu guards pending and closed. Add holds it for reading while it adds to
-	// a key's sum, so a flush, which swaps pending under the write lock, sees
-	// every sum complete.
+	// mu guards pending, doubt and closed. Add holds it for reading while it
+	// adds to a key's sum, so a flush, which swaps pending under the write
+	// lock, sees every sum complete.
 	mu      sync.RWMutex
 	pending map[string]*atomic.Int64
+	doubt   map[string]sent // sums sent whose outcome is unknown: resent as they were
 	closed  bool
 
 	kick     chan struct{} // early flush: pending reached maxKeys
@@ -54,6 +65,12 @@ type Batched struct {
 	cancel   context.CancelFunc
 	done     chan struct{}
 	stopOnce sync.Once
+}
+
+// sent is one Add of a flush: a key's sum and the replay ID it was sent with.
+type sent struct {
+	delta int64
+	id    string
 }
 
 // BatchOption configures a Batched.
@@ -109,6 +126,7 @@ func NewBatched(c *Counter, flushEvery time.Duration, opts ...BatchOption) (*Bat
 		maxKeys: cfg.maxKeys,
 		onError: cfg.onError,
 		pending: make(map[string]*atomic.Int64),
+		doubt:   make(map[string]sent),
 		kick:    make(chan struct{}, 1),
 		stop:    make(chan struct{}),
 		done:    make(chan struct{}),
@@ -178,22 +196,26 @@ func addSum(p *atomic.Int64, delta int64) error {
 }
 
 // Flush sends every pending sum to the Counter now, one Add per key (up to 8
-// at a time), and returns when all are sent or ctx ends. Sums that fail with
-// a store or context error stay pending; the error says how many keys did
-// not make it. Flush may be called at any time, also after Close.
+// at a time), and returns when all are sent or ctx ends. A sum in doubt
+// (see Batched) is resent first, as it was sent before; the key's newer sum
+// goes in the same flush once that resend succeeds. Sums that fail with a
+// store or context error stay pending, in doubt; the error says how many
+// keys did not make it. Flush may be called at any time, also after Close.
 func (b *Batched) Flush(ctx context.Context) error {
 	b.mu.Lock()
-	snap := b.pending
-	if len(snap) == 0 {
+	snap, doubt := b.pending, b.doubt
+	if len(snap) == 0 && len(doubt) == 0 {
 		b.mu.Unlock()
 		return nil
 	}
 	b.pending = make(map[string]*atomic.Int64, len(snap))
+	b.doubt = make(map[string]sent, len(doubt))
 	b.mu.Unlock()
 
 	type item struct {
 		key   string
-		delta int64
+		again sent  // the sum in doubt, resent first; delta 0 if none
+		delta int64 // the newer sum, sent with a new ID
 	}
 	work := make(chan item)
 	var (
@@ -203,37 +225,61 @@ func (b *Batched) Flush(ctx context.Context) error {
 		firstErr error
 		wg       sync.WaitGroup
 	)
-	for range min(8, len(snap)) {
+	report := func(key string, err error) {
+		mu.Lock()
+		defer mu.Unlock()
+		if errors.Is(err, ErrOverflow) {
+			dropped++
+			err = fmt.Errorf("dropped the sum of %q: %w", key, err)
+		} else {
+			failed++
+		}
+		if firstErr == nil {
+			firstErr = err
+		}
+	}
+	keys := len(snap)
+	for k := range doubt {
+		if snap[k] == nil {
+			keys++
+		}
+	}
+	for range min(8, keys) {
 		wg.Go(func() {
 			for it := range work {
-				err := ctx.Err()
-				if err == nil {
-					_, err = b.c.Add(ctx, it.key, it.delta)
+				if it.again.delta != 0 {
+					if err := b.send(ctx, it.key, it.again); err != nil {
+						report(it.key, err)
+						if !errors.Is(err, ErrOverflow) {
+							b.putBack(it.key, it.delta, it.again)
+							continue
+						}
+					}
 				}
-				if err == nil {
+				if it.delta == 0 {
 					continue
 				}
-				overflow := errors.Is(err, ErrOverflow)
-				if !overflow {
-					b.putBack(it.key, it.delta)
+				s := sent{it.delta, callid.New()}
+				if err := b.send(ctx, it.key, s); err != nil {
+					report(it.key, err)
+					if !errors.Is(err, ErrOverflow) {
+						b.putBack(it.key, 0, s)
+					}
 				}
-				mu.Lock()
-				if overflow {
-					dropped++
-					err = fmt.Errorf("dropped the sum of %q: %w", it.key, err)
-				} else {
-					failed++
-				}
-				if firstErr == nil {
-					firstErr = err
-				}
-				mu.Unlock()
 			}
 		})
 	}
+	for k, d := range doubt {
+		var delta int64
+		if p := snap[k]; p != nil {
+			delta = p.Load()
+			delete(snap, k)
+		}
+		work <- item{key: k, again: d, delta: delta}
+	}
 	for k, p := range snap {
 		if d := p.Load(); d != 0 {
-			work <- item{k, d}
+			work <- item{key: k, delta: d}
 		}
 	}
 	close(work)
@@ -241,28 +287,49 @@ func (b *Batched) Flush(ctx context.Context) error {
 	if firstErr == nil {
 		return nil
 	}
-	return fmt.Errorf("counter: flush: %d of %d keys kept pending for the next flush, %d dropped: %w", failed, len(snap), dropped, firstErr)
+	return fmt.Errorf("counter: flush: %d of %d keys kept pending for the next flush, %d dropped: %w", failed, keys, dropped, firstErr)
 }
 
-// putBack returns a sum that could not be stored to the pending set, also
-// after Close.
-func (b *Batched) putBack(key string, delta int64) {
+// send makes one Add of a flush. A failed send that may have been applied is
+// what the caller keeps in doubt: any error but ErrOverflow, which the script
+// returns having changed nothing.
+func (b *Batched) send(ctx context.Context, key string, s sent) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	_, err := b.c.do(ctx, key, s.delta, s.id)
+	return err
+}
+
+// putBack returns what a flush could not store, also after Close: delta to
+// the key's pending sum, and the sum in doubt.
+func (b *Batched) putBack(key string, delta int64, doubt sent) {
 	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.doubt[key] = doubt
+	if delta == 0 {
+		return
+	}
 	p := b.pending[key]
 	if p == nil {
 		p = new(atomic.Int64)
 		b.pending[key] = p
 	}
 	p.Add(delta)
-	b.mu.Unlock()
 }
 
-// Pending returns the number of keys with a sum not yet flushed, not
-// counting the sums of a flush in progress.
+// Pending returns the number of keys with a sum not yet flushed (in doubt
+// included), not counting the sums of a flush in progress.
 func (b *Batched) Pending() int {
 	b.mu.RLock()
 	defer b.mu.RUnlock()
-	return len(b.pending)
+	n := len(b.pending)
+	for k := range b.doubt {
+		if b.pending[k] == nil {
+			n++
+		}
+	}
+	return n
 }
 
 func (b *Batched) run() {
@@ -296,8 +363,8 @@ func (b *Batched) run() {
 // ctx a deadline. It returns nil when nothing is left pending; otherwise an
 // error that matches ctx's error, and the sums stay pending: calling Close
 // (or Flush) again retries them. When ctx ends during a background flush,
-// that flush is cancelled (a sum whose script had already run counts twice
-// when retried). Close is idempotent: once everything is flushed it returns
+// that flush is cancelled, and its sums are kept in doubt (they count once,
+// see Batched). Close is idempotent: once everything is flushed it returns
 // nil.
 func (b *Batched) Close(ctx context.Context) error {
 	b.mu.Lock()

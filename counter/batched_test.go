@@ -200,6 +200,70 @@ func TestBatchedOutage(t *testing.T) {
 	}
 }
 
+// TestBatchedStall: a flush that times out against a stalled Redis is not
+// lost, and it is not counted twice when Redis comes back and runs the sends
+// that were waiting for it: every resend of a sum in doubt repeats its
+// replay ID. (Before, each flush sent the sum again as a new Add, and a
+// scripts/test.sh run on a busy machine saw TestBatchedOutage count its sums
+// 2 to 3 times.)
+func TestBatchedStall(t *testing.T) {
+	ctx := context.Background()
+	srv := testenv.NewRedis(t)
+	c, err := counter.New(newRedisAt(t, srv.Addr, nil), "stall")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var flushErrs atomic.Int64
+	bt, err := counter.NewBatched(c, 5*time.Millisecond,
+		counter.FlushTimeout(50*time.Millisecond), counter.OnError(func(error) { flushErrs.Add(1) }))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := bt.Add("a", 5); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the first flush", func() bool { v, _ := c.Get(ctx, "a"); return v == 5 })
+
+	if err := srv.Pause(); err != nil {
+		t.Fatal(err)
+	}
+	resumed := false
+	defer func() {
+		if !resumed {
+			srv.Resume()
+		}
+	}()
+	if err := bt.Add("a", 3); err != nil {
+		t.Fatal(err)
+	}
+	if err := bt.Add("b", 7); err != nil {
+		t.Fatal(err)
+	}
+	// Several flushes time out while Redis is stopped: each leaves its
+	// sends queued on the clients' connections.
+	waitFor(t, "five failed flushes", func() bool { return flushErrs.Load() >= 5 })
+	if err := bt.Add("a", 1); err != nil { // a newer Add of a key in doubt
+		t.Fatal(err)
+	}
+	if err := srv.Resume(); err != nil {
+		t.Fatal(err)
+	}
+	resumed = true
+	cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	if err := bt.Close(cctx); err != nil {
+		t.Fatalf("Close after the stall: %v", err)
+	}
+	// Sends still queued when Close returned may run after it: give them
+	// time to, then read.
+	time.Sleep(200 * time.Millisecond)
+	for k, w := range map[string]int64{"a": 9, "b": 7} {
+		if v, err := c.Get(ctx, k); err != nil || v != w {
+			t.Errorf("%s = %d, %v; want %d, each sum counted once after %d failed flushes", k, v, err, w, flushErrs.Load())
+		}
+	}
+}
+
 // TestBatchedOverflow: a sum that the stored value cannot take is dropped and
 // reported, not retried forever; pending sums beyond ±MaxValue are refused.
 func TestBatchedOverflow(t *testing.T) {

@@ -293,7 +293,7 @@ func (c *Counter) Name() string { return c.name }
 // ctx). When Add returns a store error the increment may or may not have
 // been applied (the reply can be lost after Redis ran the script).
 func (c *Counter) Add(ctx context.Context, key string, delta int64) (int64, error) {
-	in, err := c.do(ctx, key, delta)
+	in, err := c.do(ctx, key, delta, "")
 	return in.Value, err
 }
 
@@ -301,14 +301,14 @@ func (c *Counter) Add(ctx context.Context, key string, delta int64) (int64, erro
 // has expired, or (Window) has not been added to in the current window. It
 // changes nothing. Errors as for Add.
 func (c *Counter) Get(ctx context.Context, key string) (int64, error) {
-	in, err := c.do(ctx, key, 0)
+	in, err := c.do(ctx, key, 0, "")
 	return in.Value, err
 }
 
 // Inspect returns the value of the counter of key and how long until it
 // expires, changing nothing. Errors as for Add.
 func (c *Counter) Inspect(ctx context.Context, key string) (Info, error) {
-	return c.do(ctx, key, 0)
+	return c.do(ctx, key, 0, "")
 }
 
 // Reset deletes the counter of key (with Window: the current window's), so
@@ -336,7 +336,11 @@ func (c *Counter) Reset(ctx context.Context, key string) error {
 	return err
 }
 
-func (c *Counter) do(ctx context.Context, key string, delta int64) (Info, error) {
+// do runs one Add (delta 0: a read). id is the call's replay ID on Redis:
+// "" makes a new one; a caller that resends a call whose outcome it does not
+// know passes the ID of the first send, so that it counts once (within the
+// replay window).
+func (c *Counter) do(ctx context.Context, key string, delta int64, id string) (Info, error) {
 	if err := backend.CheckKey(key); err != nil {
 		return Info{}, err
 	}
@@ -355,7 +359,9 @@ func (c *Counter) do(ctx context.Context, key string, delta int64) (Info, error)
 		args = append(args, c.args...)
 		keys := []string{c.redis.Key(key, c.suffix)}
 		if delta != 0 && c.replay != "" {
-			id := callid.New()
+			if id == "" {
+				id = callid.New()
+			}
 			keys = append(keys, c.redis.Key(key, "r:"+c.suffix+":"+id)) // counters' suffixes start with "c"
 			args = append(args, id, c.replay)
 		}
