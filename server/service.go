@@ -254,6 +254,11 @@ type ruleset struct {
 	loaded     time.Time
 }
 
+// defaultTimeout is what a zero Options.Timeout means: DefaultTimeout,
+// except in this package's tests, which run on machines busy with other
+// tests and raise it (TestMain); tests about timeouts set their own.
+var defaultTimeout = DefaultTimeout
+
 // NewService returns a Service on b. It has no configuration until
 // SetConfig: until then every request is answered OK (no limit applies) and
 // Ready reports false.
@@ -265,7 +270,7 @@ func NewService(b backend.Backend, opts Options) (*Service, error) {
 		return nil, fmt.Errorf("server: timeout %v is negative", opts.Timeout)
 	}
 	if opts.Timeout == 0 {
-		opts.Timeout = DefaultTimeout
+		opts.Timeout = defaultTimeout
 	}
 	if opts.PerSecondBackend != nil && opts.PerSecondBackend == b {
 		return nil, errors.New("server: the per-second backend is the main backend: leave PerSecondBackend nil to keep every limit on it")

@@ -16,7 +16,12 @@ import (
 	"github.com/floodgate-dev/floodgate/server/config"
 )
 
-func TestMain(m *testing.M) { os.Exit(testenv.Main(m)) }
+func TestMain(m *testing.M) {
+	// A store call of a test may take longer than the production default
+	// on a busy machine; then the failure mode would decide, not the store.
+	defaultTimeout = 5 * time.Second
+	os.Exit(testenv.Main(m))
+}
 
 const testYAML = `domain: api
 descriptors:

@@ -163,6 +163,27 @@ type serveOpts struct {
 	onLog func(line string)
 }
 
+// generousTimeout returns the flags that give a server on Redis a store
+// timeout of 5s when args set none: serve's default (server.DefaultTimeout,
+// 50ms) is for production, and a test machine busy with other tests can
+// take longer to answer, which would make the failure mode decide instead of
+// the store. Tests about timeouts set --timeout themselves.
+func generousTimeout(args []string) []string {
+	store := false
+	for _, a := range args {
+		if a == "--timeout" || strings.HasPrefix(a, "--timeout=") {
+			return nil
+		}
+		if a == "--redis" || strings.HasPrefix(a, "--redis=") {
+			store = true
+		}
+	}
+	if !store {
+		return nil
+	}
+	return []string{"--timeout", "5s"}
+}
+
 func startServerWith(t *testing.T, o serveOpts, cfg string, args ...string) *fgServer {
 	t.Helper()
 	bin := floodgateBinary(t)
@@ -171,6 +192,7 @@ func startServerWith(t *testing.T, o serveOpts, cfg string, args ...string) *fgS
 	if o.bare {
 		argv = append([]string{"serve"}, args...)
 	}
+	argv = append(argv, generousTimeout(args)...)
 	cmd := exec.Command(bin, argv...)
 	if o.nofile > 0 {
 		cmd = exec.Command("/bin/sh", append([]string{"-c", fmt.Sprintf(`ulimit -n %d && exec "$@"`, o.nofile), "sh", bin}, argv...)...)
