@@ -272,8 +272,10 @@ func TestBenchH2ServerGone(t *testing.T) {
 func TestBenchH2FlowControl(t *testing.T) {
 	addr, _ := startH2Server(t, "127.0.0.1:0", "")
 	cfg := h2TestConfig(t, "h2", addr, 64, 150_000, "many={n}")
-	// A stall would time calls out one by one: the duration bounds the run.
-	cfg.keys, cfg.conns, cfg.timeout, cfg.duration = 1000, 1, time.Second, time.Minute
+	// A stall would time every call in flight out (each call may take 10s:
+	// a machine busy with other tests and -race slows calls down, and it
+	// once timed 70 out at 1s); the duration bounds the run.
+	cfg.keys, cfg.conns, cfg.timeout, cfg.duration = 1000, 1, 10*time.Second, 3*time.Minute
 	h, err := newBenchH2(cfg)
 	if err != nil {
 		t.Fatal(err)
