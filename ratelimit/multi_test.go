@@ -53,22 +53,31 @@ func notConsumed(r ratelimit.Result) ratelimit.Result {
 // SlidingLog rules in one log and a FixedWindow; drain and fixed-window
 // rules, whose values share one string), with small limits so that random
 // traffic is often denied.
-func mixedRules() [][]ratelimit.Rule {
+func mixedRules() [][]ratelimit.Rule { return mixedRulesPer(1) }
+
+// mixedRulesPer is mixedRules with every period k times as long. A test that
+// holds a fake clock still while it makes many calls needs periods longer
+// than its calls take in real time: on Redis a key's TTL (time to full, or
+// to the end of its window) runs on the server's clock, and a key that
+// expires is read as a fresh one.
+func mixedRulesPer(k time.Duration) [][]ratelimit.Rule {
+	s := time.Second * k
+	ms := ms * k
 	return [][]ratelimit.Rule{
-		{ratelimit.FixedWindow{Limit: 3, Window: time.Second}},
-		{ratelimit.SlidingWindow{Limit: 4, Window: time.Second, Buckets: 4}},
+		{ratelimit.FixedWindow{Limit: 3, Window: s}},
+		{ratelimit.SlidingWindow{Limit: 4, Window: s, Buckets: 4}},
 		{ratelimit.SlidingLog{Limit: 3, Window: 500 * ms}},
 		{ratelimit.TokenBucket{Capacity: 3, Refill: 1, Every: 300 * ms}},
-		{ratelimit.LeakyBucket{Rate: 2, Per: time.Second, Burst: 2, Delay: 1}},
-		{ratelimit.GCRA{Rate: 3, Per: time.Second, Burst: 2}},
+		{ratelimit.LeakyBucket{Rate: 2, Per: s, Burst: 2, Delay: 1}},
+		{ratelimit.GCRA{Rate: 3, Per: s, Burst: 2}},
 		{
 			ratelimit.SlidingLog{Limit: 2, Window: 100 * ms},
-			ratelimit.Named("per-second", ratelimit.SlidingLog{Limit: 4, Window: time.Second}),
-			ratelimit.FixedWindow{Limit: 5, Window: time.Second},
+			ratelimit.Named("per-second", ratelimit.SlidingLog{Limit: 4, Window: s}),
+			ratelimit.FixedWindow{Limit: 5, Window: s},
 		},
 		{
-			ratelimit.GCRA{Rate: 4, Per: time.Second, Burst: 3},
-			ratelimit.FixedWindow{Limit: 6, Window: time.Second},
+			ratelimit.GCRA{Rate: 4, Per: s, Burst: 3},
+			ratelimit.FixedWindow{Limit: 6, Window: s},
 			ratelimit.Named("slow", ratelimit.TokenBucket{Capacity: 5, Refill: 1, Every: 500 * ms}),
 		},
 	}
@@ -91,7 +100,10 @@ func TestAllowAllAllOrNothing(t *testing.T) {
 		t.Run(bk.name, func(t *testing.T) {
 			t.Parallel()
 			clk := clock.NewFake(t0)
-			lims := newLimiters(t, bk.make(t, clk), mixedRules())
+			// The clock stands still through about 150 calls: periods of at
+			// least 6s outlast them on a busy machine (see mixedRulesPer;
+			// with 100ms a token bucket's key expired under -race and load).
+			lims := newLimiters(t, bk.make(t, clk), mixedRulesPer(60))
 			reqs := make([]ratelimit.Request, len(lims))
 			for i, l := range lims {
 				reqs[i] = ratelimit.Request{Limiter: l, Key: fmt.Sprint("user-", i), N: 1}
