@@ -98,12 +98,12 @@ func TestDocLinks(t *testing.T) {
 	}
 }
 
-// markdownFiles returns the repository's tracked Markdown files (slash
-// paths from the module root); without git, those under the root outside
-// hidden directories and testdata.
+// markdownFiles returns the repository's Markdown files, tracked or new but
+// not ignored (slash paths from the module root); without git, those under
+// the root outside hidden directories and testdata.
 func markdownFiles(t *testing.T) []string {
 	t.Helper()
-	if out, err := exec.Command("git", "ls-files", "-z", "--", "*.md").Output(); err == nil {
+	if out, err := exec.Command("git", "ls-files", "-z", "--cached", "--others", "--exclude-standard", "--", "*.md").Output(); err == nil {
 		var files []string
 		for f := range strings.SplitSeq(string(out), "\x00") {
 			if f != "" {
