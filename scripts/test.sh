@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# floodgate's test command (README "Quick start"): vets both modules and runs
+# floodgate's test command (README "Tests"): vets both modules and runs
 # every test of the main one with the race detector. The tests start private
 # servers of their own on free ports (internal/testenv); they never use
 # servers already running on the machine. First, whichever of these Debian
