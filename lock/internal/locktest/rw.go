@@ -82,6 +82,33 @@ func mustBeLocked(t testing.TB, l lock.Locker, what string) {
 	}
 }
 
+// lockedWhile asserts that l cannot be taken while held's lease runs: a
+// TryLock that returns before held.Deadline() (which is never later than the
+// store's own end of the lease) must fail with ErrLocked. One that succeeds
+// only after the deadline proves nothing either way — a loaded machine can
+// be that slow with a short lease — so it is released and the test goes on.
+func lockedWhile(t testing.TB, l lock.Locker, held *lock.Lease, what string) {
+	t.Helper()
+	lease, err := l.TryLock(context.Background())
+	if err == nil {
+		returned := time.Now()
+		_ = lease.Unlock(context.Background())
+		if returned.Before(held.Deadline()) {
+			t.Fatalf("%s: TryLock succeeded %v before the lease's deadline, want ErrLocked", what, held.Deadline().Sub(returned))
+		}
+		t.Logf("%s: TryLock came after the lease's deadline (a slow machine): nothing to check", what)
+		return
+	}
+	if !errors.Is(err, lock.ErrLocked) {
+		t.Fatalf("%s: TryLock: %v, want ErrLocked", what, err)
+	}
+}
+
+// crashTTL is the lease of a holder that a test lets expire: long enough
+// that the check made while it runs (lockedWhile) is rarely too late on a
+// loaded machine, short enough not to slow the suite much.
+func crashTTL(least time.Duration) time.Duration { return max(least, time.Second) }
+
 func mustUnlock(t testing.TB, l *lock.Lease, what string) {
 	t.Helper()
 	if err := l.Unlock(context.Background()); err != nil {
@@ -270,8 +297,8 @@ func testRWWaitingWriter(t *testing.T, b RWBackend) {
 // then the waiting writer gets in (woken by the lease's end, not by MaxPoll).
 func testRWCrashedReader(t *testing.T, b RWBackend) {
 	name := Name(t)
-	crashed := mustTry(t, b.New(t, name, lock.TTL(b.MinTTL)).RLocker(), "reader")
-	mustBeLocked(t, b.New(t, name), "writer while the reader's lease runs")
+	crashed := mustTry(t, b.New(t, name, lock.TTL(crashTTL(b.MinTTL))).RLocker(), "reader")
+	lockedWhile(t, b.New(t, name), crashed, "writer while the reader's lease runs")
 	w := await(t, lockAsync(b.New(t, name, lock.MaxPoll(20*time.Second))), 10*time.Second, "writer")
 	if !time.Now().After(crashed.Deadline()) {
 		t.Fatal("the writer got in before the reader's lease ended")

@@ -134,8 +134,8 @@ func testSemFull(t *testing.T, b SemBackend) {
 func testSemExpired(t *testing.T, b SemBackend) {
 	name := Name(t)
 	ctx := context.Background()
-	crashed := mustTry(t, b.New(t, name, 1, lock.TTL(b.MinTTL)), "holder")
-	mustBeLocked(t, b.New(t, name, 1), "while the holder's lease runs")
+	crashed := mustTry(t, b.New(t, name, 1, lock.TTL(crashTTL(b.MinTTL))), "holder")
+	lockedWhile(t, b.New(t, name, 1), crashed, "while the holder's lease runs")
 	l := await(t, lockAsync(b.New(t, name, 1, lock.MaxPoll(20*time.Second), lock.TTL(10*time.Second))), 10*time.Second, "waiter")
 	if !time.Now().After(crashed.Deadline()) {
 		t.Fatal("the waiter got in before the holder's lease ended")
