@@ -219,7 +219,7 @@ func testTokens(t *testing.T, b Backend) {
 
 func testAutoRenew(t *testing.T, b Backend) {
 	name := Name(t)
-	ttl := b.MinTTL
+	ttl := max(b.MinTTL, autoRenewTTL) // as the RWMutex's and the Semaphore's
 	lease := mustLock(t, b.New(t, name, lock.TTL(ttl), lock.AutoRenew()))
 	select {
 	case <-lease.Lost():
