@@ -270,10 +270,11 @@ func zkConnect(t *testing.T, z *testenv.ZooKeeper) *zk.Conn {
 }
 
 // zkEventually retries f (the client reconnects in the background after a
-// server restart) until it succeeds or 20 s pass.
+// server restart) until it succeeds or 60 s pass: a JVM restarting on a
+// loaded machine took longer than 20 s to take the client back.
 func zkEventually(t *testing.T, what string, f func() error) {
 	t.Helper()
-	deadline := time.Now().Add(20 * time.Second)
+	deadline := time.Now().Add(60 * time.Second)
 	for {
 		err := f()
 		if err == nil {

@@ -224,10 +224,10 @@ func testAutoRenew(t *testing.T, b Backend) {
 	select {
 	case <-lease.Lost():
 		t.Fatal("lost while renewing")
-	case <-time.After(3 * ttl):
+	case <-time.After(2 * ttl):
 	}
 	if _, err := b.New(t, name).TryLock(context.Background()); !errors.Is(err, lock.ErrLocked) {
-		t.Fatalf("after 3×TTL with AutoRenew the lock must be held: %v", err)
+		t.Fatalf("after 2×TTL with AutoRenew the lock must be held: %v", err)
 	}
 	if err := lease.Unlock(context.Background()); err != nil {
 		t.Fatalf("Unlock after renewals: %v", err)

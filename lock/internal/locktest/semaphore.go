@@ -198,9 +198,9 @@ func testSemAutoRenew(t *testing.T, b SemBackend) {
 	case <-l.Lost():
 		_, err := b.New(t, name, 1).TryLock(context.Background())
 		t.Fatalf("lost while renewing; deadline %v ago; TryLock now: %v", time.Since(l.Deadline()), err)
-	case <-time.After(3 * ttl):
+	case <-time.After(2 * ttl):
 	}
-	mustBeLocked(t, b.New(t, name, 1), "after 3×TTL with AutoRenew")
+	mustBeLocked(t, b.New(t, name, 1), "after 2×TTL with AutoRenew")
 	mustUnlock(t, l, "holder")
 }
 
