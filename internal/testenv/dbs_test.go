@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -270,18 +271,32 @@ func zkConnect(t *testing.T, z *testenv.ZooKeeper) *zk.Conn {
 }
 
 // zkEventually retries f (the client reconnects in the background after a
-// server restart) until it succeeds or 60 s pass: a JVM restarting on a
-// loaded machine took longer than 20 s to take the client back.
+// server restart) until it succeeds or 90 s pass. go-zookeeper waits for
+// the answer to its connect request up to 10 × 2/3 of the session timeout
+// (66 s with zkConnect's 10 s): a restarting server that accepted the
+// connection under load but dropped the request held a client that long,
+// and 20 s, then 60 s, were too short.
 func zkEventually(t *testing.T, what string, f func() error) {
+	zkEventuallyOn(t, nil, what, f)
+}
+
+// zkEventuallyOn is zkEventually that adds z's log tail to a failure.
+func zkEventuallyOn(t *testing.T, z *testenv.ZooKeeper, what string, f func() error) {
 	t.Helper()
-	deadline := time.Now().Add(60 * time.Second)
+	zkLogs := func() string {
+		if z == nil {
+			return ""
+		}
+		return z.LogTail()
+	}
+	deadline := time.Now().Add(90 * time.Second)
 	for {
 		err := f()
 		if err == nil {
 			return
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("%s: %v", what, err)
+			t.Fatalf("%s: %v%s", what, err, zkLogs())
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
@@ -360,7 +375,7 @@ func TestZooKeeperFaults(t *testing.T) {
 		if err := z.Restart(); err != nil {
 			t.Fatal(err)
 		}
-		zkEventually(t, "get after restart", func() error {
+		zkEventuallyOn(t, z, fmt.Sprintf("get after restart (crash %v)", crash), func() error {
 			v, _, err := c.Get("/faults")
 			if err == nil && string(v) != "kept" {
 				err = errors.New("value " + string(v))
