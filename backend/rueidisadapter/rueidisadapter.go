@@ -20,11 +20,18 @@
 // of keys and values, keys sorted.
 //
 // Retries: rueidis resends only read-only commands after a network error
-// (ClientOption.DisableRetry turns that off), and EVALSHA is not one, so a
-// script call whose reply is lost is not resent: the caller gets the error,
-// although the script may have run. floodgate's primitives are written for
-// both that and go-redis's resends (see backend.NewRedis): a failed Lock
-// holds nothing, a resent Add counts once, and so on.
+// (ClientOption.DisableRetry turns that off), and EVALSHA is not one. This
+// package resends a script call once, on a new connection, when the
+// connection it went out on turned out to be closed (EOF, reset, broken
+// pipe) and the caller's context is still live. That is the connection of
+// a Redis that restarted while the client was idle: rueidis finds it closed
+// only when the next call is sent on it, where go-redis's pool would have
+// checked it before use. If Redis ran the script and then closed the
+// connection before replying, the resend runs it a second time, as
+// go-redis's resends (MaxRetries) do; floodgate's primitives are written for
+// both that and a lost reply (see backend.NewRedis): a failed Lock holds
+// nothing, a resent Add counts once, a resent decision can only deny more.
+// Other errors, a timeout among them, are not resent.
 //
 // Throughput: when many goroutines decide at once and client and Redis
 // share a few cores, build the client with ClientOption.MaxFlushDelay
@@ -38,7 +45,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
+	"net"
 	"slices"
+	"syscall"
 
 	"github.com/floodgate-dev/floodgate/backend"
 	"github.com/floodgate-dev/floodgate/internal/redisstore"
@@ -71,44 +81,62 @@ var _ backend.Scripter = scripter{}
 // EvalSha sends EVALSHA sha numkeys keys... args... through Do, so that it is
 // auto-pipelined.
 func (s scripter) EvalSha(ctx context.Context, sha string, keys []string, args []string) (any, error) {
-	cmd, err := s.evalSha(sha, keys, args)
-	if err != nil {
-		return nil, err
-	}
-	return normalise(s.c.Do(ctx, cmd))
+	return normalise(s.do(ctx, true, sha, keys, args))
 }
 
 // Eval sends EVAL src numkeys keys... args... through Do.
 func (s scripter) Eval(ctx context.Context, src string, keys []string, args []string) (any, error) {
-	cmd, err := s.eval(src, keys, args)
-	if err != nil {
-		return nil, err
-	}
-	return normalise(s.c.Do(ctx, cmd))
+	return normalise(s.do(ctx, false, src, keys, args))
 }
 
 var _ redisstore.IntsScripter = scripter{}
 
 // EvalShaInts is EvalSha for a reply of integers: redisstore.IntsScripter.
 func (s scripter) EvalShaInts(ctx context.Context, sha string, keys []string, args []string) ([]int64, error) {
-	cmd, err := s.evalSha(sha, keys, args)
-	if err != nil {
-		return nil, err
-	}
-	return ints(s.c.Do(ctx, cmd))
+	return ints(s.do(ctx, true, sha, keys, args))
 }
 
 // EvalInts is Eval for a reply of integers: redisstore.IntsScripter.
 func (s scripter) EvalInts(ctx context.Context, src string, keys []string, args []string) ([]int64, error) {
-	cmd, err := s.eval(src, keys, args)
-	if err != nil {
-		return nil, err
+	return ints(s.do(ctx, false, src, keys, args))
+}
+
+// do sends EVALSHA sha (evalSha) or EVAL src (payload) with keys and
+// args, and sends it once more when the connection the first went out on
+// was found closed (see Retries in the package documentation). The command
+// is built again for the resend: rueidis may still hold the first one.
+func (s scripter) do(ctx context.Context, evalSha bool, payload string, keys, args []string) (rueidis.RedisResult, error) {
+	build := s.eval
+	if evalSha {
+		build = s.evalSha
 	}
-	return ints(s.c.Do(ctx, cmd))
+	cmd, err := build(payload, keys, args)
+	if err != nil {
+		return rueidis.RedisResult{}, err
+	}
+	res := s.c.Do(ctx, cmd)
+	if !closedConn(res.NonRedisError()) || ctx.Err() != nil {
+		return res, nil
+	}
+	if cmd, err = build(payload, keys, args); err != nil {
+		return rueidis.RedisResult{}, err
+	}
+	return s.c.Do(ctx, cmd), nil
+}
+
+// closedConn reports whether err says that the connection was closed under
+// the call (by the server, or reset), not that the call timed out or was
+// refused.
+func closedConn(err error) bool {
+	return err != nil && (errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) ||
+		errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.EPIPE) || errors.Is(err, net.ErrClosed))
 }
 
 // ints turns the result of Do into integers, errors as normalise does.
-func ints(res rueidis.RedisResult) ([]int64, error) {
+func ints(res rueidis.RedisResult, err error) ([]int64, error) {
+	if err != nil {
+		return nil, err
+	}
 	m, err := res.ToMessage()
 	if err != nil {
 		if rueidis.IsRedisNil(err) {
@@ -161,7 +189,10 @@ func recoverSlot(err *error) {
 }
 
 // normalise turns the result of Do into a backend.Scripter reply.
-func normalise(res rueidis.RedisResult) (any, error) {
+func normalise(res rueidis.RedisResult, err error) (any, error) {
+	if err != nil {
+		return nil, err
+	}
 	m, err := res.ToMessage()
 	if err != nil {
 		if rueidis.IsRedisNil(err) {

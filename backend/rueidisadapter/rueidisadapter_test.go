@@ -506,3 +506,48 @@ func TestRunIntsSameAsGoRedis(t *testing.T) {
 		}
 	}
 }
+
+// TestRestartedServer kills and restarts Redis between two calls, with no
+// call in between: the connection the first call used is closed by then,
+// and rueidis notices only when the next call is sent on it. That call must
+// still be answered (resent once on a new connection), as it is on go-redis,
+// whose pool checks a connection before reusing it. Every kind of call is
+// tried: plain replies, integer replies, EVAL after NOSCRIPT.
+func TestRestartedServer(t *testing.T) {
+	srv := testenv.NewRedis(t)
+	for _, p := range protocols {
+		t.Run(p.name, func(t *testing.T) {
+			c := newClient(t, rueidis.ClientOption{InitAddress: []string{srv.Addr}, AlwaysRESP2: p.resp2, DisableCache: true})
+			r := unwrap.Redis(newBackend(t, c))
+			script := redisstore.NewScript(`return {1, 2}`)
+			ctx := context.Background()
+			for i := range 3 {
+				if _, err := r.Run(ctx, script, nil, nil); err != nil {
+					t.Fatalf("call %d before the restart: %v", i, err)
+				}
+				if _, err := r.RunInts(ctx, script, nil, nil, 2); err != nil {
+					t.Fatalf("integer call %d before the restart: %v", i, err)
+				}
+				if err := srv.Kill(); err != nil {
+					t.Fatal(err)
+				}
+				if err := srv.Restart(); err != nil {
+					t.Fatal(err)
+				}
+				// The restarted server has no scripts: EVALSHA gets
+				// NOSCRIPT after the resend, then EVAL runs it.
+				if i%2 == 0 {
+					v, err := r.Run(ctx, script, nil, nil)
+					if err != nil || !reflect.DeepEqual(v, []any{int64(1), int64(2)}) {
+						t.Fatalf("call %d after the restart: %v, %v; want [1 2]", i, v, err)
+					}
+				} else {
+					v, err := r.RunInts(ctx, script, nil, nil, 2)
+					if err != nil || !reflect.DeepEqual(v, []int64{1, 2}) {
+						t.Fatalf("integer call %d after the restart: %v, %v; want [1 2]", i, v, err)
+					}
+				}
+			}
+		})
+	}
+}
