@@ -1,6 +1,7 @@
 package server
 
 import (
+	"context"
 	"fmt"
 	"math"
 	"strconv"
@@ -97,6 +98,45 @@ func envoyReset(u config.Unit, now time.Time) time.Duration {
 		return 0
 	}
 	return time.Duration(sec-now.Unix()%sec) * time.Second
+}
+
+// envoyPolicy is the core's counting policy under o (decide.go): with
+// Enabled, every descriptor counted on its own unless
+// StopIncrementWhenOverLimit, a descriptor over its limit spending what
+// its limit had left, and descriptors without entries accepted.
+func envoyPolicy(o EnvoyOptions) policy {
+	if !o.Enabled {
+		return policy{}
+	}
+	return policy{each: !o.StopIncrementWhenOverLimit, spendOverLimit: true, emptyDescriptors: true}
+}
+
+// envoyDecide is Decide in envoy compatibility mode: envoyproxy/ratelimit's
+// checks, in its order and with its texts, around the core; then its form
+// of the answer (envoyFinish), except for answers of the failure mode.
+func (s *Service) envoyDecide(ctx context.Context, req *Request) (*Response, error) {
+	ctx, endSpan := s.envoyExecutionSpan(ctx)
+	defer endSpan()
+	if req != nil {
+		switch {
+		case req.Domain == "":
+			return nil, s.envoyServiceError(envoyEmptyDomain)
+		case len(req.Descriptors) == 0:
+			return nil, s.envoyServiceError(envoyNoDescriptor)
+		}
+	}
+	if err := s.validate(req); err != nil {
+		return nil, err
+	}
+	if s.rules.Load() == nil {
+		return nil, s.envoyServiceError(envoyNoConfig)
+	}
+	resp, err := s.decideValid(ctx, req)
+	if err != nil || resp.failureMode {
+		return resp, err
+	}
+	s.envoyFinish(resp, time.Now())
+	return resp, nil
 }
 
 // envoyFinish makes resp, decided as usual, envoyproxy/ratelimit's answer:

@@ -2,6 +2,7 @@ package server
 
 import (
 	"context"
+	"sync/atomic"
 	"time"
 
 	"google.golang.org/grpc"
@@ -11,65 +12,91 @@ import (
 	"github.com/floodgate-dev/floodgate/server/envoystats"
 )
 
-// envoyproxy/ratelimit's StatsD statistics (Options.EnvoyStats): the hooks
-// Decide, SetConfig and fail call. With no EnvoyStats, each does nothing.
+// envoyproxy/ratelimit's StatsD statistics (Options.EnvoyStats): the
+// core's observer, and the counts of envoy's own front (envoy.go) and of
+// the server.
 
-// envoyStatsRules prepares rs's counters of every limit whose stats key is
-// the same for every request.
-func (s *Service) envoyStatsRules(rs *ruleset) {
-	es := s.opts.EnvoyStats
-	if es == nil {
-		return
-	}
-	rs.envoyRules = map[*config.Limit]*envoystats.Rule{}
-	for name, d := range rs.cfg.Domains {
+// envoyObserver is the core's observer (decide.go) that counts
+// envoyproxy/ratelimit's statistics.
+type envoyObserver struct {
+	es *envoystats.Stats
+	// rules are the counters of the current configuration's limits whose
+	// stats key is the same for every request.
+	rules atomic.Pointer[map[*config.Limit]*envoystats.Rule]
+}
+
+// configSet prepares cfg's counters and counts config_load_success.
+func (o *envoyObserver) configSet(cfg *config.Config) {
+	rules := map[*config.Limit]*envoystats.Rule{}
+	for name, d := range cfg.Domains {
 		for _, l := range d.Limits() {
 			if !l.Unlimited && !l.EnvoyStatKeyVaries() {
-				rs.envoyRules[l] = es.Rule(l.EnvoyStatKey(name, nil))
+				rules[l] = o.es.Rule(l.EnvoyStatKey(name, nil))
 			}
 		}
 	}
+	o.rules.Store(&rules)
+	o.es.ConfigLoadSuccess.Inc()
 }
 
-// envoyStatsMatched counts, as envoyproxy/ratelimit does before asking the
-// store, total_hits of every descriptor with a limit, or domain_not_found of
-// each descriptor of an unknown domain; it returns the counters of each
-// descriptor (nil where none applies), or nil without EnvoyStats.
-func (s *Service) envoyStatsMatched(rs *ruleset, req *Request, limits []*config.Limit) []*envoystats.Rule {
-	es := s.opts.EnvoyStats
-	if es == nil {
+// matched counts, as envoyproxy/ratelimit does before asking the store,
+// total_hits of every descriptor with a limit, or domain_not_found of each
+// descriptor of an unknown domain, and returns the counters of each
+// descriptor (nil where none applies) as the request's tally.
+func (o *envoyObserver) matched(req *Request, limits []*config.Limit, known bool) tally {
+	if !known {
+		o.es.DomainNotFound(req.Domain, len(req.Descriptors))
 		return nil
 	}
-	if rs.cfg.Domains[req.Domain] == nil {
-		es.DomainNotFound(req.Domain, len(req.Descriptors))
-		return nil
+	var fixed map[*config.Limit]*envoystats.Rule
+	if p := o.rules.Load(); p != nil {
+		fixed = *p
 	}
-	rules := make([]*envoystats.Rule, len(limits))
+	t := &envoyTally{es: o.es}
+	if len(limits) <= len(t.buf) {
+		t.rules = t.buf[:len(limits)]
+	} else {
+		t.rules = make([]*envoystats.Rule, len(limits))
+	}
 	for i, l := range limits {
 		if l == nil || l.Unlimited {
 			continue
 		}
 		d := &req.Descriptors[i]
-		var r *envoystats.Rule
+		r := fixed[l]
 		switch {
 		case d.Override != nil:
-			r = es.Rule(envoystats.OverrideKey(req.Domain, d.Entries))
-		case rs.envoyRules[l] != nil:
-			r = rs.envoyRules[l]
-		default:
-			r = es.Rule(l.EnvoyStatKey(req.Domain, d.Entries))
+			r = o.es.Rule(envoystats.OverrideKey(req.Domain, d.Entries))
+		case r == nil:
+			r = o.es.Rule(l.EnvoyStatKey(req.Domain, d.Entries))
 		}
 		r.TotalHits.Add(uint64(d.Cost))
-		rules[i] = r
+		t.rules[i] = r
 	}
-	return rules
+	return t
 }
 
-// envoyStatsDecided counts descriptor i's decision r (its limit l, its cost n)
-// as envoyproxy/ratelimit's fixed window would have: the window's counter
-// before and after the hits is worked out from what the limit had left.
-func (s *Service) envoyStatsDecided(rules []*envoystats.Rule, i int, l *config.Limit, n int64, r ratelimit.Result) {
-	if rules == nil || rules[i] == nil {
+// storeFailed counts a store failure as a redis_error.
+func (o *envoyObserver) storeFailed() { o.es.RedisError.Inc() }
+
+// envoyTally is the counters of one request's descriptors (in buf, for a
+// request of a few: one allocation).
+type envoyTally struct {
+	es    *envoystats.Stats
+	rules []*envoystats.Rule
+	buf   [4]*envoystats.Rule
+}
+
+// decided counts descriptor i's decision r (its limit l, its cost n) as
+// envoyproxy/ratelimit's fixed window would have: the window's counter
+// before and after the hits is worked out from what the limit had left. A
+// denial the local cache found counts as envoy's local cache counts it.
+func (t *envoyTally) decided(i int, l *config.Limit, n int64, r ratelimit.Result, cached bool) {
+	if t.rules[i] == nil {
+		return
+	}
+	if cached {
+		t.es.Decided(t.rules[i], l.RequestsPerUnit, 0, 0, uint64(n), l.ShadowMode, true)
 		return
 	}
 	limit := int64(l.RequestsPerUnit)
@@ -82,7 +109,7 @@ func (s *Service) envoyStatsDecided(rules []*envoystats.Rule, i int, l *config.L
 		before = limit - rem
 		after = before + n
 	}
-	s.opts.EnvoyStats.Decided(rules[i], l.RequestsPerUnit, uint64(before), uint64(after), uint64(n), l.ShadowMode, false)
+	t.es.Decided(t.rules[i], l.RequestsPerUnit, uint64(before), uint64(after), uint64(n), l.ShadowMode, false)
 }
 
 // envoyServiceError counts a request envoyproxy/ratelimit refuses with
@@ -92,13 +119,6 @@ func (s *Service) envoyServiceError(msg string) error {
 		es.ServiceError.Inc()
 	}
 	return &envoyError{msg}
-}
-
-// envoyStatsStoreFailed counts a store failure as a redis_error.
-func (s *Service) envoyStatsStoreFailed() {
-	if es := s.opts.EnvoyStats; es != nil {
-		es.RedisError.Inc()
-	}
 }
 
 // envoyStatsGlobalShadow counts an answer SHADOW_MODE turned to OK.

@@ -1,7 +1,6 @@
 package server
 
 import (
-	"context"
 	"encoding/binary"
 	"fmt"
 	"sync"
@@ -14,7 +13,6 @@ import (
 	"github.com/floodgate-dev/floodgate/clock"
 	"github.com/floodgate-dev/floodgate/ratelimit"
 	"github.com/floodgate-dev/floodgate/server/config"
-	"github.com/floodgate-dev/floodgate/server/envoystats"
 )
 
 // The local over-limit cache (Options.LocalCacheBytes, envoyproxy/ratelimit's
@@ -196,96 +194,85 @@ func (c *localCache) remember(key []byte, n int64, r ratelimit.Result, start tim
 	_ = c.c.Set(key, v[:], ttl) // an entry too large is not kept: a miss
 }
 
-// localCheck looks the store requests of gate up in the cache, at now. It
-// fills results of those answered from it and returns which they are; nil
-// when none is (or there is no cache). Unless each (the requests are counted
-// each on its own, as envoy's mode does by default) or partial, either all
-// are answered from it or none: a request that is over a limit consumes
-// nothing from its others, so the store is asked for all of them, which
-// decides as it did (the cached one is still over), or for none. With
-// partial (envoy's STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT), the hits are
-// returned even then, for the caller to count them as envoy counts its
-// local cache's denials, while it asks the store for all of them.
-func (s *Service) localCheck(rs *ruleset, limits []*config.Limit, gate []ratelimit.Request, gateIdx []int, results []ratelimit.Result, now time.Time, each, partial bool) []bool {
-	c := s.local
-	if c == nil {
-		return nil
-	}
-	var hit []bool
-	n := 0
-	missed := false
-	var buf [256]byte
-	for j, q := range gate {
-		l := limits[gateIdx[j]]
-		r, ok := ratelimit.Result{}, false
-		if s.localApplies(l) {
-			r, ok = c.lookup(c.key(buf[:0], rs, l, q.Key), q.N, now)
-		}
-		if !ok {
-			// Unless each, one miss means none is answered; the others
-			// are still looked up, as envoy looks every descriptor up.
-			missed = true
-			continue
-		}
-		if hit == nil {
-			hit = make([]bool, len(gate))
-		}
-		hit[j] = true
-		n++
-		if s.opts.Envoy.Enabled {
-			r.Remaining = 0 // envoy answers 0; and envoySpend must not spend for it
-		}
-		results[j] = r
-	}
-	if missed && !each && !partial {
-		return nil
-	}
-	if c.hits != nil && n > 0 && (!missed || each) { // else the store is asked for all
-		c.hits.Add(float64(n))
-	}
-	return hit
-}
-
-// localAllow decides, each on its own (allowEach), the requests of gate the
-// cache did not answer (hit).
-func (s *Service) localAllow(ctx context.Context, gate []ratelimit.Request, results []ratelimit.Result, hit []bool) error {
-	return s.allowEach(ctx, gate, results, hit)
-}
-
-// localRemember keeps the denials of gate the store decided (those not hit),
-// asked at start. Unless each (they were decided one by one), the cost
-// denied under a key is that of every request of gate under it: the store
-// decided them together.
-func (s *Service) localRemember(rs *ruleset, limits []*config.Limit, gate []ratelimit.Request, gateIdx []int, results []ratelimit.Result, hit []bool, start time.Time, each bool) {
+// localCheck looks the requests of b up in the cache, at now: b.hits marks
+// those it found over their limits (their results filled from it), and
+// b.fromCache those it answers, for which the store is not asked. Decided
+// in one step, the requests are answered from it all or none: a request
+// over a limit consumes nothing from the others, so the store is asked for
+// all of them, and decides as it did (the cached one is still over).
+// Decided each apart (policy.each), every hit is answered from it. Every
+// request is looked up either way, as envoy looks every descriptor up.
+func (s *Service) localCheck(d *decision, b *batch, now time.Time) {
 	c := s.local
 	if c == nil {
 		return
 	}
+	n, missed := 0, false
+	var hits []bool
 	var buf [256]byte
-	for j, q := range gate {
-		l := limits[gateIdx[j]]
-		if hit != nil && hit[j] || results[j].RetryAfter <= 0 || !s.localApplies(l) {
+	for j, q := range b.reqs {
+		l := d.limits[b.idx[j]]
+		r, ok := ratelimit.Result{}, false
+		if s.localApplies(l) {
+			r, ok = c.lookup(c.key(buf[:0], d.rs, l, q.Key), q.N, now)
+		}
+		if !ok {
+			missed = true
+			continue
+		}
+		if hits == nil {
+			hits = make([]bool, len(b.reqs))
+		}
+		hits[j] = true
+		b.results[j] = r
+		n++
+	}
+	b.hits = hits
+	if n == 0 || missed && !s.eachApart(b) {
+		return // the store is asked for all
+	}
+	b.fromCache = hits
+	if c.hits != nil {
+		c.hits.Add(float64(n))
+	}
+}
+
+// localRemember keeps the denials of b that the store decided and the
+// cache had not found, asked at start. Unless they were decided each
+// apart, the cost denied under a key is that of every request of b under
+// it: the store decided them together.
+func (s *Service) localRemember(d *decision, b *batch, start time.Time) {
+	c := s.local
+	if c == nil {
+		return
+	}
+	each := s.eachApart(b)
+	var buf [256]byte
+	for j, q := range b.reqs {
+		l := d.limits[b.idx[j]]
+		if b.hits != nil && b.hits[j] || b.results[j].RetryAfter <= 0 || !s.localApplies(l) {
 			continue
 		}
 		n := q.N
 		if !each {
-			for k, o := range gate {
+			for k, o := range b.reqs {
 				if k != j && o.Key == q.Key && o.Limiter == q.Limiter {
 					n += o.N
 				}
 			}
 		}
-		c.remember(c.key(buf[:0], rs, l, q.Key), n, results[j], start)
+		c.remember(c.key(buf[:0], d.rs, l, q.Key), n, b.results[j], start)
 	}
 }
 
-// localApplies reports whether the cache applies to l: in floodgate's mode
-// to every algorithm (a denial consumes nothing, so the state only gets
-// further from admitting); in envoy's, where a denial spends what the limit
-// has left and a cache hit spends nothing, to fixed windows only, as envoy
-// (a bucket that refills could admit sooner than without the cache).
+// localApplies reports whether the cache applies to l: to every algorithm
+// when a denial consumes nothing (the state only gets further from
+// admitting); when a denial spends what the limit has left
+// (policy.spendOverLimit) and a cache hit spends nothing, to fixed windows
+// only, as envoy (a bucket that refills could admit sooner than without
+// the cache).
 func (s *Service) localApplies(l *config.Limit) bool {
-	return !s.opts.Envoy.Enabled || l.Algorithm == "fixed_window"
+	return !s.policy.spendOverLimit || l.Algorithm == "fixed_window"
 }
 
 // localNow is the time the cache reads; the zero time without a cache.
@@ -294,14 +281,6 @@ func (s *Service) localNow() time.Time {
 		return time.Time{}
 	}
 	return s.local.clk.Now()
-}
-
-// envoyStatsLocalCache counts descriptor i, of cost n, denied by the cache.
-func (s *Service) envoyStatsLocalCache(rules []*envoystats.Rule, i int, l *config.Limit, n int64) {
-	if rules == nil || rules[i] == nil {
-		return
-	}
-	s.opts.EnvoyStats.Decided(rules[i], l.RequestsPerUnit, 0, 0, uint64(n), l.ShadowMode, true)
 }
 
 // watchLocalCache exports the cache's hits and entries.

@@ -7,7 +7,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"math"
 	"slices"
 	"strings"
 	"sync"
@@ -79,6 +78,8 @@ type Response struct {
 	// compatibility mode's RateLimit-Limit, -Remaining and -Reset
 	// (EnvoyOptions.ResponseHeaders); nil otherwise.
 	Headers []Header
+
+	failureMode bool // the whole answer is the failure mode's
 }
 
 // Header is one header of Response.Headers.
@@ -231,6 +232,15 @@ type Service struct {
 	nOverride atomic.Int32
 
 	local *localCache // nil without Options.LocalCacheBytes
+
+	// Chosen once by NewService (decide.go): what Decide runs (the core's
+	// decide, or an adapter around it), how the core counts, and who
+	// observes its decisions (nil: nobody).
+	front  func(context.Context, *Request) (*Response, error)
+	policy policy
+	obs    observer
+	// storeSpan names the spans of store calls (tracing.go).
+	storeSpan string
 }
 
 // maxOverrideLimiters bounds the distinct limit overrides kept.
@@ -243,15 +253,12 @@ type overrideKey struct {
 
 // ruleset is a configuration with a Limiter for each of its limits.
 type ruleset struct {
-	cfg      *config.Config
-	limiters map[*config.Limit]*ratelimit.Limiter
-	stats    map[*config.Limit]*limitStats
-	// envoyRules are the EnvoyStats counters of the limits whose stats key
-	// does not depend on the request.
-	envoyRules map[*config.Limit]*envoystats.Rule
-	localGens  map[*config.Limit]uint64 // generations of the limits in the local cache
-	version    string
-	loaded     time.Time
+	cfg       *config.Config
+	limiters  map[*config.Limit]*ratelimit.Limiter
+	stats     map[*config.Limit]*limitStats
+	localGens map[*config.Limit]uint64 // generations of the limits in the local cache
+	version   string
+	loaded    time.Time
 }
 
 // defaultTimeout is what a zero Options.Timeout means: DefaultTimeout,
@@ -297,7 +304,14 @@ func NewService(b backend.Backend, opts Options) (*Service, error) {
 		opts.Logger = slog.New(slog.DiscardHandler)
 	}
 	opts.Tracing.init()
-	s := &Service{opts: opts, log: opts.Logger}
+	s := &Service{opts: opts, log: opts.Logger, policy: envoyPolicy(opts.Envoy), storeSpan: spanStore}
+	s.front = s.decide
+	if opts.Envoy.Enabled {
+		s.front, s.storeSpan = s.envoyDecide, spanEnvoyStore
+	}
+	if opts.EnvoyStats != nil {
+		s.obs = &envoyObserver{es: opts.EnvoyStats}
+	}
 	s.main = newStore(storeMain, b, opts.Timeout, opts.Breaker)
 	if opts.PerSecondBackend != nil {
 		s.ps = newStore(storePerSecond, opts.PerSecondBackend, opts.PerSecondTimeout, opts.Breaker)
@@ -352,7 +366,9 @@ func (s *Service) SetConfig(cfg *config.Config, version string) error {
 			}
 		}
 	}
-	s.envoyStatsRules(rs)
+	if s.obs != nil {
+		s.obs.configSet(cfg)
+	}
 	if s.local != nil {
 		rs.localGens = s.local.generations(rs)
 	}
@@ -360,7 +376,6 @@ func (s *Service) SetConfig(cfg *config.Config, version string) error {
 	if m := s.opts.Metrics; m != nil {
 		m.configSet(version, rs.loaded)
 	}
-	s.EnvoyConfigLoaded(true)
 	return nil
 }
 
@@ -412,275 +427,6 @@ func (s *Service) PerSecondStoreHealth() (open, total int, ok bool) {
 	}
 	open, total = s.ps.breakers.open()
 	return open, total, true
-}
-
-// Decide decides req. Errors: *InputError for a malformed request, and
-// ErrUnavailable in the FailError mode when the store cannot decide; in the
-// other modes a store failure is answered by the failure mode with
-// Response.Failed set.
-//
-// Every descriptor with a limit (and not in shadow mode) is decided in one
-// atomic step where the store allows it — the memory backend, a standalone
-// Redis, keys of one Redis Cluster slot — so a request that is over any limit
-// consumes nothing from the others. Across Cluster slots, see
-// ratelimit.AllowAll; across a main and a per-second store
-// (Options.PerSecondBackend), stores.go. Shadow-mode descriptors are decided
-// on their own after it and never change the codes.
-func (s *Service) Decide(ctx context.Context, req *Request) (*Response, error) {
-	envoy := s.opts.Envoy.Enabled
-	ctx, endSpan := s.envoyExecutionSpan(ctx)
-	defer endSpan()
-	if envoy && req != nil {
-		// envoyproxy/ratelimit's checks, in its order, with its texts.
-		switch {
-		case req.Domain == "":
-			return nil, s.envoyServiceError(envoyEmptyDomain)
-		case len(req.Descriptors) == 0:
-			return nil, s.envoyServiceError(envoyNoDescriptor)
-		}
-	}
-	if err := s.validate(req); err != nil {
-		return nil, err
-	}
-	resp := &Response{Code: CodeOK, Statuses: make([]Status, len(req.Descriptors))}
-	rs := s.rules.Load()
-	if rs == nil && envoy {
-		return nil, s.envoyServiceError(envoyNoConfig)
-	}
-	if rs == nil {
-		for i := range resp.Statuses {
-			resp.Statuses[i].Code = CodeOK
-		}
-		return resp, nil
-	}
-	limits := s.match(rs, req)
-	envoyRules := s.envoyStatsMatched(rs, req, limits)
-
-	var reqBuf [8]ratelimit.Request
-	var idxBuf [8]int
-	gate, gateIdx := reqBuf[:0], idxBuf[:0]
-	var shadow []int
-	for i, l := range limits {
-		st := &resp.Statuses[i]
-		st.Code = CodeOK
-		if l == nil {
-			continue
-		}
-		st.Limit = l
-		if l.Unlimited {
-			st.Remaining = math.MaxUint32
-			continue
-		}
-		if l.ShadowMode {
-			shadow = append(shadow, i)
-			continue
-		}
-		gate = append(gate, ratelimit.Request{
-			Limiter: s.limiter(rs, l),
-			Key:     stateKey(l, req.Descriptors[i].Entries),
-			N:       req.Descriptors[i].Cost,
-		})
-		gateIdx = append(gateIdx, i)
-	}
-
-	if len(gate) > 0 {
-		var resBuf [8]ratelimit.Result
-		var results []ratelimit.Result
-		if len(gate) > len(resBuf) {
-			results = make([]ratelimit.Result, len(gate))
-		} else {
-			results = resBuf[:len(gate)]
-		}
-		var err error
-		start := s.localNow()
-		each := envoy && !s.opts.Envoy.StopIncrementWhenOverLimit && len(gate) > 1
-		stop := envoy && s.opts.Envoy.StopIncrementWhenOverLimit
-		hit := s.localCheck(rs, limits, gate, gateIdx, results, start, each, stop)
-		if hit != nil && stop && slices.Contains(hit, false) {
-			// STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT, some descriptors
-			// cached: the store decides them all at once (a request over
-			// one limit counts none), so the answers are those without the
-			// cache; the cached ones are counted as envoy counts its local
-			// cache's denials (over_limit_with_local_cache).
-			_, err = s.allow(ctx, gate, results)
-		} else if hit != nil {
-			err = s.localAllow(ctx, gate, results, hit)
-		} else if each {
-			// envoyproxy/ratelimit counts every descriptor on its own: those
-			// of its main Redis first, then those of its per-second Redis.
-			err = s.allowEach(ctx, gate, results, nil)
-		} else {
-			_, err = s.allow(ctx, gate, results)
-		}
-		var part *partialFailure
-		if errors.As(err, &part) {
-			// One of two stores failed under FailOpen: its descriptors are
-			// answered OK, the other store's decided (stores.go).
-			s.storeFailed(ctx, req.Domain, part.err)
-			resp.Failed, err = true, nil
-		}
-		if err == nil && envoy {
-			err = s.envoySpend(ctx, gate, results)
-		}
-		if err != nil {
-			return s.fail(ctx, req.Domain, resp, err)
-		}
-		for j, i := range gateIdx {
-			st := &resp.Statuses[i]
-			r := results[j]
-			st.Remaining, st.RetryAfter, st.ResetAfter = r.Remaining, r.RetryAfter, r.ResetAfter
-			if hit != nil && hit[j] {
-				s.envoyStatsLocalCache(envoyRules, i, st.Limit, req.Descriptors[i].Cost)
-			} else {
-				s.envoyStatsDecided(envoyRules, i, st.Limit, req.Descriptors[i].Cost, r)
-			}
-			if r.RetryAfter != 0 {
-				st.Code = CodeOverLimit
-				resp.Code = CodeOverLimit
-				if s.top != nil {
-					s.top.add(req.Domain, st.Limit.Path, gate[j].Key)
-				}
-			}
-		}
-		s.localRemember(rs, limits, gate, gateIdx, results, hit, start, each)
-	}
-	for _, i := range shadow {
-		l := limits[i]
-		st := &resp.Statuses[i]
-		var r [1]ratelimit.Result
-		one := []ratelimit.Request{{
-			Limiter: s.limiter(rs, l),
-			Key:     stateKey(l, req.Descriptors[i].Entries),
-			N:       req.Descriptors[i].Cost,
-		}}
-		start := s.localNow()
-		if s.localCheck(rs, limits, one, []int{i}, r[:], start, false, false) != nil {
-			st.Remaining, st.RetryAfter, st.ResetAfter = r[0].Remaining, r[0].RetryAfter, r[0].ResetAfter
-			st.Shadow = true
-			s.envoyStatsLocalCache(envoyRules, i, l, req.Descriptors[i].Cost)
-			continue
-		}
-		_, err := s.allow(ctx, one, r[:])
-		if err != nil {
-			// A shadow limit never changes an answer, so neither does its failure.
-			s.log.Debug("shadow mode limit not decided", "domain", req.Domain, "limit", l.Path, "error", err)
-			continue
-		}
-		st.Remaining, st.RetryAfter, st.ResetAfter = r[0].Remaining, r[0].RetryAfter, r[0].ResetAfter
-		st.Shadow = r[0].RetryAfter != 0
-		s.envoyStatsDecided(envoyRules, i, l, req.Descriptors[i].Cost, r[0])
-		s.localRemember(rs, limits, one, []int{i}, r[:], nil, start, false)
-		if st.Shadow && envoy {
-			// envoyproxy/ratelimit counts shadow-mode hits over the limit too.
-			s.envoySpend(ctx, []ratelimit.Request{{Limiter: s.limiter(rs, l), Key: stateKey(l, req.Descriptors[i].Entries), N: req.Descriptors[i].Cost}}, r[:])
-		}
-	}
-	if envoy {
-		s.envoyFinish(resp, time.Now())
-	}
-	s.record(rs, req, resp)
-	return resp, nil
-}
-
-// envoySpend spends, for each request of reqs that results say is over its
-// limit, what its limit has left: envoyproxy/ratelimit counts a hit over
-// the limit (its counter goes past the limit), so a later, smaller request in
-// the same window is over the limit too, where floodgate's denial spends
-// nothing. results keep the denials.
-func (s *Service) envoySpend(ctx context.Context, reqs []ratelimit.Request, results []ratelimit.Result) error {
-	for j, r := range results {
-		if r.RetryAfter == 0 || r.Remaining <= 0 || reqs[j].N <= 0 {
-			continue
-		}
-		q := reqs[j]
-		q.N = r.Remaining
-		var out [1]ratelimit.Result
-		if _, err := s.allow(ctx, []ratelimit.Request{q}, out[:]); err != nil {
-			return err
-		}
-	}
-	return nil
-}
-
-func (s *Service) validate(req *Request) error {
-	if req == nil {
-		return inputErrorf("request is empty")
-	}
-	if req.Domain == "" {
-		return inputErrorf("domain is empty")
-	}
-	if len(req.Descriptors) == 0 {
-		return inputErrorf("rate limit descriptor list must not be empty")
-	}
-	if len(req.Descriptors) > s.opts.MaxDescriptors {
-		return inputErrorf("%d descriptors: at most %d are accepted", len(req.Descriptors), s.opts.MaxDescriptors)
-	}
-	for i, d := range req.Descriptors {
-		if len(d.Entries) == 0 && !s.opts.Envoy.Enabled {
-			// envoyproxy/ratelimit matches no limit to it (and counts
-			// domain_not_found for an unknown domain).
-			return inputErrorf("descriptors[%d] has no entries", i)
-		}
-		if len(d.Entries) > s.opts.MaxEntries {
-			return inputErrorf("descriptors[%d]: %d entries: at most %d are accepted", i, len(d.Entries), s.opts.MaxEntries)
-		}
-		for j, e := range d.Entries {
-			if e.Key == "" {
-				return inputErrorf("descriptors[%d].entries[%d]: key is empty", i, j)
-			}
-		}
-		if d.Cost < 0 {
-			return inputErrorf("descriptors[%d]: cost %d is negative", i, d.Cost)
-		}
-		if o := d.Override; o != nil && o.Unit.Duration() == 0 {
-			return inputErrorf("descriptors[%d].limit: unit %v is not a rate limit unit", i, o.Unit)
-		}
-	}
-	return nil
-}
-
-// match returns the limit of each descriptor: overrides first, then the
-// configuration, then replaces.
-func (s *Service) match(rs *ruleset, req *Request) []*config.Limit {
-	d := rs.cfg.Domains[req.Domain]
-	out := make([]*config.Limit, len(req.Descriptors))
-	if d == nil {
-		return out
-	}
-	for i := range req.Descriptors {
-		desc := &req.Descriptors[i]
-		if desc.Override != nil {
-			out[i] = overrideLimit(req.Domain, desc)
-			continue
-		}
-		out[i] = d.Match(desc.Entries)
-	}
-	return config.ApplyReplaces(out)
-}
-
-// overrideLimit is the limit of a descriptor that carries its own: a fixed
-// window keyed by the domain and every entry, as envoyproxy/ratelimit does.
-func overrideLimit(domain string, d *Descriptor) *config.Limit {
-	return &config.Limit{
-		Unit:            d.Override.Unit,
-		RequestsPerUnit: d.Override.RequestsPerUnit,
-		Algorithm:       "fixed_window",
-		Rule:            ratelimit.FixedWindow{Limit: int64(d.Override.RequestsPerUnit), Window: d.Override.Unit.Duration()},
-		Path:            withEntries(config.EscapePath(domain)+"|override", d.Entries),
-	}
-}
-
-// withEntries appends a "|key_value" element per entry to path.
-func withEntries(path string, entries []config.Entry) string {
-	var b strings.Builder
-	b.WriteString(path)
-	for _, e := range entries {
-		b.WriteByte('|')
-		b.WriteString(config.EscapePath(e.Key))
-		b.WriteByte('_')
-		b.WriteString(config.EscapePath(e.Value))
-	}
-	return b.String()
 }
 
 // limiter returns the Limiter of l.
@@ -888,7 +634,7 @@ func (s *Service) fail(ctx context.Context, domain string, resp *Response, err e
 		}
 		return nil, fmt.Errorf("%w for this request's keys (%s)", ErrUnavailable, strings.ReplaceAll(reason, "_", " "))
 	}
-	resp.Failed = true
+	resp.Failed, resp.failureMode = true, true
 	resp.Code = CodeOK
 	for i := range resp.Statuses {
 		st := &resp.Statuses[i]
@@ -908,7 +654,9 @@ func (s *Service) fail(ctx context.Context, domain string, resp *Response, err e
 // name. A failure a caller's own deadline cut short is not counted as
 // answered by the failure mode.
 func (s *Service) storeFailed(ctx context.Context, domain string, err error) (reason, store string) {
-	s.envoyStatsStoreFailed()
+	if s.obs != nil {
+		s.obs.storeFailed()
+	}
 	reason = "error"
 	switch {
 	case errors.Is(err, errBreakerOpen):

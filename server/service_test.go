@@ -14,6 +14,7 @@ import (
 	"github.com/floodgate-dev/floodgate/internal/backendtest"
 	"github.com/floodgate-dev/floodgate/internal/testenv"
 	"github.com/floodgate-dev/floodgate/server/config"
+	"github.com/floodgate-dev/floodgate/server/envoystats"
 )
 
 func TestMain(m *testing.M) {
@@ -312,5 +313,47 @@ func TestSetConfigKeepsState(t *testing.T) {
 	}
 	if _, v, _ := s.Config(); v != "v2" {
 		t.Fatalf("version %q", v)
+	}
+}
+
+// BenchmarkDecide measures the core on the memory backend, with and
+// without envoy's mode (its counting, stats and answer's form): one
+// descriptor under a limit, and three (a limit, a shadow-mode limit, none).
+func BenchmarkDecide(b *testing.B) {
+	for _, mode := range []struct {
+		name string
+		opts Options
+	}{
+		{"floodgate", Options{}},
+		{"envoy", Options{Envoy: EnvoyOptions{Enabled: true}}},
+	} {
+		for _, c := range []struct {
+			name string
+			ds   []Descriptor
+		}{
+			{"one", []Descriptor{desc(1, "tenant", "t")}},
+			{"three", []Descriptor{desc(1, "tenant", "t"), desc(1, "shadow", "s"), desc(1, "none", "x")}},
+		} {
+			b.Run(mode.name+"/"+c.name, func(b *testing.B) {
+				opts := mode.opts
+				if opts.Envoy.Enabled {
+					es, err := envoystats.New(envoystats.Options{Disabled: true})
+					if err != nil {
+						b.Fatal(err)
+					}
+					b.Cleanup(func() { es.Close() })
+					opts.EnvoyStats = es
+				}
+				s := newService(b, backend.NewMemory(), opts)
+				req := &Request{Domain: "api", Descriptors: c.ds}
+				ctx := context.Background()
+				b.ReportAllocs()
+				for b.Loop() {
+					if _, err := s.Decide(ctx, req); err != nil {
+						b.Fatal(err)
+					}
+				}
+			})
+		}
 	}
 }

@@ -163,11 +163,11 @@ func (h *httpAPI) traceHTTP(name string, w http.ResponseWriter, r *http.Request,
 	return code
 }
 
-// envoyExecutionSpan starts, in envoy compatibility mode and under a
-// recording span, envoyproxy/ratelimit's "ShouldRateLimit Execution" span;
-// end ends it (a no-op otherwise).
+// envoyExecutionSpan starts, under a recording span, envoyproxy/ratelimit's
+// "ShouldRateLimit Execution" span (envoyDecide); end ends it (a no-op
+// otherwise).
 func (s *Service) envoyExecutionSpan(ctx context.Context) (_ context.Context, end func()) {
-	if !s.opts.Envoy.Enabled || s.opts.Tracing.tracer == nil || !trace.SpanFromContext(ctx).IsRecording() {
+	if s.opts.Tracing.tracer == nil || !trace.SpanFromContext(ctx).IsRecording() {
 		return ctx, func() {}
 	}
 	ctx, span := s.opts.Tracing.tracer.Start(ctx, spanEnvoyExecution)
@@ -180,11 +180,7 @@ func (s *Service) allowTraced(ctx context.Context, st *store, reqs []ratelimit.R
 		return s.allowStore(ctx, st, reqs, results) // not sampled
 	}
 	domain, _ := ctx.Value(traceDomainKey{}).(string)
-	name := spanStore
-	if s.opts.Envoy.Enabled {
-		name = spanEnvoyStore
-	}
-	ctx, span := s.opts.Tracing.tracer.Start(ctx, name, trace.WithSpanKind(trace.SpanKindClient),
+	ctx, span := s.opts.Tracing.tracer.Start(ctx, s.storeSpan, trace.WithSpanKind(trace.SpanKindClient),
 		trace.WithAttributes(attrDomain.String(domain), attrDescriptors.Int(len(reqs))))
 	if s.ps != nil {
 		span.SetAttributes(attrStore.String(st.name))
