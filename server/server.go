@@ -32,6 +32,7 @@ import (
 	"github.com/floodgate-dev/floodgate/backend"
 	"github.com/floodgate-dev/floodgate/ratelimit"
 	"github.com/floodgate-dev/floodgate/server/config"
+	"github.com/floodgate-dev/floodgate/server/xds"
 )
 
 // streamWorkers is how many goroutines serve gRPC calls, enough for the
@@ -47,9 +48,9 @@ type Config struct {
 	Service    Options
 
 	// XDS, when set, takes the configuration from an xDS management server
-	// (xds.go) instead of ConfigPath: the server starts without one and
+	// (package xds) instead of ConfigPath: the server starts without one and
 	// serves each valid push.
-	XDS *XDSOptions
+	XDS *xds.Options
 
 	Token       string // bearer token required on HTTP and gRPC; "" for none
 	TLSCertFile string // both set: TLS on both listeners (gRPC only with TLSGRPCOnly)
@@ -166,7 +167,7 @@ type Server struct {
 	version  string
 	rejected string // fingerprint of the last rejected configuration, counted and logged once
 
-	xds          *xdsClient    // the xDS configuration source, or nil
+	xds          *xds.Client   // the xDS configuration source, or nil
 	xdsFirst     chan struct{} // closed once the first push is applied
 	xdsFirstOnce sync.Once
 }
@@ -209,7 +210,7 @@ func New(c Config) (*Server, error) {
 	s.dash = newDashboard(svc, s.metrics)
 	if c.XDS != nil {
 		s.xdsFirst = make(chan struct{})
-		if s.xds, err = newXDSClient(*c.XDS, s.applyXDS, c.Logger); err != nil {
+		if s.xds, err = xds.New(*c.XDS, s.applyXDS, c.Logger); err != nil {
 			return nil, err
 		}
 	} else if err := s.Reload(); err != nil {
@@ -528,7 +529,7 @@ func (s *Server) Serve(ctx context.Context) error {
 	if s.xds != nil {
 		xctx, cancel := context.WithCancel(ctx)
 		defer cancel()
-		go s.xds.run(xctx)
+		go s.xds.Run(xctx)
 		if s.cfg.XDS.WaitFirst {
 			s.log.Info("xDS: waiting for the first configuration before serving", "xds", s.cfg.XDS.Address)
 			select {

@@ -10,11 +10,11 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/floodgate-dev/floodgate/server"
+	"github.com/floodgate-dev/floodgate/server/xds"
 )
 
 // xdsFlags are serve's flags of the xDS configuration source
-// (server.XDSOptions).
+// (xds.Options).
 type xdsFlags struct {
 	addr, nodeID, nodeMeta    *string
 	headers                   *string
@@ -29,7 +29,7 @@ func addXDSFlags(fs *flag.FlagSet) *xdsFlags {
 		nodeID:     fs.String("config-xds-node-id", "default", "node `id` sent to the xDS management server (a snapshot cache keys snapshots by it)"),
 		nodeMeta:   fs.String("config-xds-node-metadata", "", "node metadata sent to the xDS management server: `k1=v1,k2=v2`"),
 		headers:    fs.String("config-xds-headers", "", "extra gRPC headers on the xDS stream, `name:value,name:value` (for example an authorization header)"),
-		retry:      fs.Duration("config-xds-retry", server.DefaultXDSRetryInterval, "first delay before connecting to the xDS management server again; doubles up to a minute while it stays away"),
+		retry:      fs.Duration("config-xds-retry", xds.DefaultRetryInterval, "first delay before connecting to the xDS management server again; doubles up to a minute while it stays away"),
 		wait:       fs.Bool("config-xds-wait", false, "serve the APIs only once the first xDS configuration has been received (as envoyproxy/ratelimit without FORCE_START_WITHOUT_INITIAL_CONFIG); by default they serve at once and answer \"no configuration\" until then"),
 		useTLS:     fs.Bool("config-xds-tls", false, "connect to the xDS management server over TLS (system roots, plus --config-xds-ca)"),
 		ca:         fs.String("config-xds-ca", "", "CA certificates `file` (PEM) the xDS management server's certificate may be signed by (implies --config-xds-tls)"),
@@ -40,16 +40,16 @@ func addXDSFlags(fs *flag.FlagSet) *xdsFlags {
 }
 
 // options returns the xDS options the flags give; nil without --config-xds.
-func (f *xdsFlags) options() (*server.XDSOptions, error) {
+func (f *xdsFlags) options() (*xds.Options, error) {
 	if *f.addr == "" {
 		return nil, nil
 	}
-	o := &server.XDSOptions{Address: *f.addr, NodeID: *f.nodeID, RetryInterval: *f.retry, WaitFirst: *f.wait}
+	o := &xds.Options{Address: *f.addr, NodeID: *f.nodeID, RetryInterval: *f.retry, WaitFirst: *f.wait}
 	if *f.nodeMeta != "" {
-		o.NodeMetadata = server.ParseXDSNodeMetadata(*f.nodeMeta)
+		o.NodeMetadata = xds.ParseNodeMetadata(*f.nodeMeta)
 	}
 	if *f.headers != "" {
-		h, err := server.ParseXDSHeaders(*f.headers)
+		h, err := xds.ParseHeaders(*f.headers)
 		if err != nil {
 			return nil, fmt.Errorf("--config-xds-headers: %w", err)
 		}
@@ -101,7 +101,7 @@ func envoyXDSEnv(es *envoySettings, get func(name, def string) string, boolean f
 		es.flags["config-xds-node-metadata"] = v
 	}
 	if v := get("CONFIG_GRPC_XDS_CLIENT_ADDITIONAL_HEADERS", ""); v != "" {
-		if _, err := server.ParseXDSHeaders(v); err != nil {
+		if _, err := xds.ParseHeaders(v); err != nil {
 			bad("CONFIG_GRPC_XDS_CLIENT_ADDITIONAL_HEADERS", "%v", err)
 		} else {
 			es.flags["config-xds-headers"] = v

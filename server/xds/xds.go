@@ -1,4 +1,12 @@
-package server
+// Package xds is the server's xDS configuration source: it subscribes to
+// go-control-plane's RateLimitConfig resources on an xDS management server
+// over ADS, state of the world, one resource per domain, as
+// envoyproxy/ratelimit (CONFIG_TYPE=GRPC_XDS_SOTW) does, and hands every
+// push, as configuration sources, to a function of its user (the server
+// parses, checks and applies it). It reconnects with backoff and resends
+// the last accepted version, and ACKs or NACKs each push by what that
+// function returned.
+package xds
 
 import (
 	"context"
@@ -32,23 +40,23 @@ import (
 	"github.com/floodgate-dev/floodgate/server/config"
 )
 
-// XDSTypeURL is the type of the resources the xDS configuration source
+// TypeURL is the type of the resources the xDS configuration source
 // subscribes to: go-control-plane's RateLimitConfig, as envoyproxy/ratelimit
 // (CONFIG_TYPE=GRPC_XDS_SOTW) does.
-const XDSTypeURL = "type.googleapis.com/ratelimit.config.ratelimit.v3.RateLimitConfig"
+const TypeURL = "type.googleapis.com/ratelimit.config.ratelimit.v3.RateLimitConfig"
 
-// Defaults of XDSOptions.
+// Defaults of Options.
 const (
-	DefaultXDSRetryInterval = 3 * time.Second // envoy's CONFIG_GRPC_XDS_SERVER_CONNECT_RETRY_INTERVAL
-	DefaultXDSMaxRetry      = time.Minute     // envoy's XDS_CLIENT_BACKOFF_MAX_INTERVAL
+	DefaultRetryInterval = 3 * time.Second // envoy's CONFIG_GRPC_XDS_SERVER_CONNECT_RETRY_INTERVAL
+	DefaultMaxRetry      = time.Minute     // envoy's XDS_CLIENT_BACKOFF_MAX_INTERVAL
 )
 
-// XDSOptions configure the xDS configuration source: instead of reading
+// Options configure the xDS configuration source: instead of reading
 // files, the server subscribes to RateLimitConfig resources on an xDS
 // management server over ADS, state of the world
 // (envoy.service.discovery.v3.AggregatedDiscoveryService), one resource per
 // domain.
-type XDSOptions struct {
+type Options struct {
 	// Address is the management server's gRPC target (host:port, or any
 	// grpc-go target such as dns:///host:port or unix:PATH). Required.
 	Address string
@@ -65,8 +73,8 @@ type XDSOptions struct {
 	// RetryInterval is the first delay before connecting again after the
 	// stream ends or cannot be opened; each failure in a row doubles it, up
 	// to MaxRetryInterval, with a random ±25%. A stream that received a
-	// response starts over from RetryInterval. DefaultXDSRetryInterval and
-	// DefaultXDSMaxRetry when 0.
+	// response starts over from RetryInterval. DefaultRetryInterval and
+	// DefaultMaxRetry when 0.
 	RetryInterval    time.Duration
 	MaxRetryInterval time.Duration
 	// MaxMsgSize bounds a response (grpc-go's 4 MiB when 0).
@@ -79,42 +87,11 @@ type XDSOptions struct {
 	WaitFirst bool
 }
 
-// applyXDS makes the resources a management server pushed (version: its
-// version_info) the configuration, as Reload does for files: the same
-// parsing and checks, the same atomic swap, metrics and logs. Every rejected
-// push is counted and logged (pushes differ by their nonce); decodeErr, when
-// set, is why the push's resources could not be decoded.
-func (s *Server) applyXDS(version string, srcs []config.Source, decodeErr error) error {
-	s.reloadMu.Lock()
-	defer s.reloadMu.Unlock()
-	defer s.xdsFirstOnce.Do(func() { close(s.xdsFirst) })
-	var cfg *config.Config
-	err := decodeErr
-	if err == nil {
-		e := &s.cfg.Service.Envoy
-		cfg, err = config.LoadSources(srcs, config.LoadOptions{MergeDomains: e.Enabled && e.MergeDomainConfig, Envoy: e.Enabled})
-	}
-	if err == nil {
-		err = s.svc.SetConfig(cfg, version)
-	}
-	if err != nil {
-		s.svc.EnvoyConfigLoaded(false)
-		s.metrics.reload(false)
-		s.log.Error("configuration rejected; the previous one keeps serving", "xds", s.cfg.XDS.Address, "version", version, "error", err)
-		return err
-	}
-	s.setHealth()
-	s.metrics.reload(true)
-	s.log.Info("configuration loaded", "xds", s.cfg.XDS.Address, "version", version, "domains", len(cfg.Domains))
-	s.version = version
-	return nil
-}
-
-// xdsClient subscribes to RateLimitConfig resources and hands each push to
+// Client subscribes to RateLimitConfig resources and hands each push to
 // apply. It keeps the last accepted version (sent on reconnecting, so an
 // unchanged management server need not push again).
-type xdsClient struct {
-	o     XDSOptions
+type Client struct {
+	o     Options
 	node  *corev3.Node
 	apply func(version string, srcs []config.Source, decodeErr error) error
 	log   *slog.Logger
@@ -132,15 +109,15 @@ type xdsClient struct {
 	nackDelay   time.Duration
 }
 
-func newXDSClient(o XDSOptions, apply func(string, []config.Source, error) error, log *slog.Logger) (*xdsClient, error) {
+func New(o Options, apply func(string, []config.Source, error) error, log *slog.Logger) (*Client, error) {
 	if o.Address == "" {
-		return nil, errors.New("server: xDS: no management server address")
+		return nil, errors.New("xds: no management server address")
 	}
 	if o.RetryInterval <= 0 {
-		o.RetryInterval = DefaultXDSRetryInterval
+		o.RetryInterval = DefaultRetryInterval
 	}
 	if o.MaxRetryInterval <= 0 {
-		o.MaxRetryInterval = DefaultXDSMaxRetry
+		o.MaxRetryInterval = DefaultMaxRetry
 	}
 	o.MaxRetryInterval = max(o.MaxRetryInterval, o.RetryInterval)
 	md := &structpb.Struct{Fields: map[string]*structpb.Value{}}
@@ -148,12 +125,12 @@ func newXDSClient(o XDSOptions, apply func(string, []config.Source, error) error
 		md.Fields[k] = structpb.NewStringValue(v)
 	}
 	node := &corev3.Node{Id: o.NodeID, Metadata: md, UserAgentName: "floodgate"}
-	return &xdsClient{o: o, node: node, apply: apply, log: log}, nil
+	return &Client{o: o, node: node, apply: apply, log: log}, nil
 }
 
 // run subscribes until ctx ends, connecting again with back-off whenever the
 // stream ends. The configuration last accepted keeps serving meanwhile.
-func (x *xdsClient) run(ctx context.Context) {
+func (x *Client) Run(ctx context.Context) {
 	delay := x.o.RetryInterval
 	for {
 		received, err := x.session(ctx)
@@ -178,7 +155,7 @@ func (x *xdsClient) run(ctx context.Context) {
 
 // session connects, subscribes and handles pushes until the stream fails.
 // received reports whether a response arrived.
-func (x *xdsClient) session(ctx context.Context) (received bool, err error) {
+func (x *Client) session(ctx context.Context) (received bool, err error) {
 	creds := insecure.NewCredentials()
 	if x.o.TLS != nil {
 		creds = credentials.NewTLS(x.o.TLS)
@@ -211,7 +188,7 @@ func (x *xdsClient) session(ctx context.Context) (received bool, err error) {
 	x.mu.Unlock()
 	// The node goes on the first request only; no resource names: every
 	// RateLimitConfig of this node (a wildcard subscription).
-	if err := stream.Send(&discoverypb.DiscoveryRequest{Node: x.node, TypeUrl: XDSTypeURL, VersionInfo: accepted}); err != nil {
+	if err := stream.Send(&discoverypb.DiscoveryRequest{Node: x.node, TypeUrl: TypeURL, VersionInfo: accepted}); err != nil {
 		return false, sendErr(stream, err)
 	}
 	x.log.Info("xDS: subscribed to the management server", "xds", x.o.Address, "node", x.o.NodeID)
@@ -221,11 +198,11 @@ func (x *xdsClient) session(ctx context.Context) (received bool, err error) {
 			return received, err
 		}
 		received = true
-		if resp.GetTypeUrl() != XDSTypeURL {
+		if resp.GetTypeUrl() != TypeURL {
 			x.log.Warn("xDS: ignoring a response of another type", "type", resp.GetTypeUrl())
 			continue
 		}
-		ack := &discoverypb.DiscoveryRequest{TypeUrl: XDSTypeURL, ResponseNonce: resp.GetNonce()}
+		ack := &discoverypb.DiscoveryRequest{TypeUrl: TypeURL, ResponseNonce: resp.GetNonce()}
 		key := pushKey(resp)
 		if key == x.rejectedKey {
 			err = x.rejectedErr
@@ -288,8 +265,8 @@ func sendErr(stream grpc.BidiStreamingClient[discoverypb.DiscoveryRequest, disco
 func xdsSources(resources []*anypb.Any) ([]config.Source, error) {
 	srcs := make([]config.Source, 0, len(resources))
 	for i, r := range resources {
-		if r.GetTypeUrl() != XDSTypeURL {
-			return nil, fmt.Errorf("resource %d: type %q, want %q", i, r.GetTypeUrl(), XDSTypeURL)
+		if r.GetTypeUrl() != TypeURL {
+			return nil, fmt.Errorf("resource %d: type %q, want %q", i, r.GetTypeUrl(), TypeURL)
 		}
 		rc := &rlsconfpb.RateLimitConfig{}
 		if err := anypb.UnmarshalTo(r, rc, proto.UnmarshalOptions{}); err != nil {
@@ -375,14 +352,14 @@ func xdsDescriptors(ds []*rlsconfpb.RateLimitDescriptor) []xdsYAMLDescriptor {
 	return out
 }
 
-// ParseXDSNodeMetadata reads envoyproxy/ratelimit's
+// ParseNodeMetadata reads envoyproxy/ratelimit's
 // CONFIG_GRPC_XDS_NODE_METADATA: "k1=v1,k2=v2" (entries without '=' are
 // skipped, as envoy does).
-// ParseXDSHeaders parses envoyproxy/ratelimit's form of extra xDS request
+// ParseHeaders parses envoyproxy/ratelimit's form of extra xDS request
 // headers, "k1:v1,k2:v2" (CONFIG_GRPC_XDS_CLIENT_ADDITIONAL_HEADERS), into
-// XDSOptions.Headers. An entry without ':' or with an empty name is an
+// Options.Headers. An entry without ':' or with an empty name is an
 // error naming it; names are lower-cased, as gRPC metadata keys are.
-func ParseXDSHeaders(s string) (map[string]string, error) {
+func ParseHeaders(s string) (map[string]string, error) {
 	m := map[string]string{}
 	for _, e := range strings.Split(s, ",") {
 		if strings.TrimSpace(e) == "" {
@@ -398,7 +375,7 @@ func ParseXDSHeaders(s string) (map[string]string, error) {
 	return m, nil
 }
 
-func ParseXDSNodeMetadata(s string) map[string]string {
+func ParseNodeMetadata(s string) map[string]string {
 	m := map[string]string{}
 	for _, e := range strings.Split(s, ",") {
 		if k, v, ok := strings.Cut(e, "="); ok {
