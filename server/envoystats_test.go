@@ -10,6 +10,7 @@ import (
 	"github.com/floodgate-dev/floodgate/internal/backendtest"
 	"github.com/floodgate-dev/floodgate/internal/testenv"
 	"github.com/floodgate-dev/floodgate/server/envoystats"
+	"github.com/floodgate-dev/floodgate/server/storeurl"
 )
 
 // Tests of envoyproxy/ratelimit's StatsD statistics (Options.EnvoyStats),
@@ -187,7 +188,7 @@ func TestEnvoyStatsConfigLoad(t *testing.T) {
 // store is asked, as envoy does).
 func TestEnvoyStatsRedisError(t *testing.T) {
 	r := testenv.NewRedis(t)
-	b, c, err := OpenStore("redis://"+r.Addr, backendtest.UniquePrefix(), time.Second)
+	b, c, err := storeurl.Open("redis://"+r.Addr, backendtest.UniquePrefix(), time.Second)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -15,6 +15,7 @@ import (
 	"github.com/floodgate-dev/floodgate/internal/testenv"
 	"github.com/floodgate-dev/floodgate/internal/unwrap"
 	"github.com/floodgate-dev/floodgate/server/config"
+	"github.com/floodgate-dev/floodgate/server/storeurl"
 )
 
 const failoverYAML = `domain: api
@@ -66,7 +67,7 @@ func testClusterFailover(t *testing.T, fullCoverage bool) {
 	c := testenv.NewClusterWith(t, opts...)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	b, closer, err := OpenStore("redis://"+strings.Join(c.Addrs, ","), backendtest.UniquePrefix(), time.Second)
+	b, closer, err := storeurl.Open("redis://"+strings.Join(c.Addrs, ","), backendtest.UniquePrefix(), time.Second)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -17,6 +17,7 @@ import (
 
 	"github.com/floodgate-dev/floodgate/internal/backendtest"
 	"github.com/floodgate-dev/floodgate/internal/testenv"
+	"github.com/floodgate-dev/floodgate/server/storeurl"
 )
 
 // TestFailureModes pauses a private Redis (SIGSTOP) and checks that every
@@ -28,7 +29,7 @@ func TestFailureModes(t *testing.T) {
 
 	for _, mode := range []FailureMode{FailOpen, FailClosed, FailError} {
 		t.Run(mode.String(), func(t *testing.T) {
-			b, c, err := OpenStore("redis://"+r.Addr, backendtest.UniquePrefix(), time.Second)
+			b, c, err := storeurl.Open("redis://"+r.Addr, backendtest.UniquePrefix(), time.Second)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -153,7 +154,7 @@ func TestBreaker(t *testing.T) {
 // in a few milliseconds instead of running into the caller's deadline.
 func TestCallerDeadlineShorterThanTimeout(t *testing.T) {
 	r := testenv.NewRedis(t)
-	b, c, err := OpenStore("redis://"+r.Addr, backendtest.UniquePrefix(), time.Second)
+	b, c, err := storeurl.Open("redis://"+r.Addr, backendtest.UniquePrefix(), time.Second)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -220,7 +221,7 @@ func TestCallerDeadlineShorterThanTimeout(t *testing.T) {
 // store answers do not open the breaker.
 func TestCallerCancelIsNotAStoreFailure(t *testing.T) {
 	r := testenv.NewRedis(t)
-	b, c, err := OpenStore("redis://"+r.Addr, backendtest.UniquePrefix(), time.Second)
+	b, c, err := storeurl.Open("redis://"+r.Addr, backendtest.UniquePrefix(), time.Second)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -15,6 +15,7 @@ import (
 	"github.com/floodgate-dev/floodgate/clock"
 	"github.com/floodgate-dev/floodgate/internal/backendtest"
 	"github.com/floodgate-dev/floodgate/internal/testenv"
+	"github.com/floodgate-dev/floodgate/server/storeurl"
 )
 
 const localCacheYAML = `domain: api
@@ -84,7 +85,7 @@ func TestLocalCacheAttackSavesStoreCalls(t *testing.T) {
 	r := testenv.NewRedis(t)
 	const n = 2000
 	run := func(cacheBytes int) (calls int, hits float64) {
-		b, c, err := OpenStore("redis://"+r.Addr, backendtest.UniquePrefix(), time.Second)
+		b, c, err := storeurl.Open("redis://"+r.Addr, backendtest.UniquePrefix(), time.Second)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -307,7 +308,7 @@ func BenchmarkLocalCacheAttack(b *testing.B) {
 	r := testenv.NewRedis(b)
 	for _, size := range []int{0, 1 << 20} {
 		b.Run(fmt.Sprintf("cache=%d", size), func(b *testing.B) {
-			st, c, err := OpenStore("redis://"+r.Addr, backendtest.UniquePrefix(), time.Second)
+			st, c, err := storeurl.Open("redis://"+r.Addr, backendtest.UniquePrefix(), time.Second)
 			if err != nil {
 				b.Fatal(err)
 			}

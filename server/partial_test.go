@@ -18,6 +18,7 @@ import (
 	"github.com/floodgate-dev/floodgate/internal/testenv"
 	"github.com/floodgate-dev/floodgate/internal/unwrap"
 	"github.com/floodgate-dev/floodgate/server/config"
+	"github.com/floodgate-dev/floodgate/server/storeurl"
 )
 
 // TestClusterPartialOutage is issue 14's "one failed shard is not an
@@ -28,7 +29,7 @@ import (
 // in the error mode see no internal address.
 func TestClusterPartialOutage(t *testing.T) {
 	c := testenv.NewCluster(t)
-	b, closer, err := OpenStore("redis://"+strings.Join(c.Addrs, ","), backendtest.UniquePrefix(), time.Second)
+	b, closer, err := storeurl.Open("redis://"+strings.Join(c.Addrs, ","), backendtest.UniquePrefix(), time.Second)
 	if err != nil {
 		t.Fatal(err)
 	}

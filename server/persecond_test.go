@@ -17,6 +17,7 @@ import (
 	"github.com/floodgate-dev/floodgate/internal/backendtest"
 	"github.com/floodgate-dev/floodgate/internal/testenv"
 	"github.com/floodgate-dev/floodgate/server/config"
+	"github.com/floodgate-dev/floodgate/server/storeurl"
 )
 
 // Tests of the per-second store (Options.PerSecondBackend, stores.go), on
@@ -58,12 +59,12 @@ func openTwoStores(t *testing.T) (mainR, psR *testenv.Redis, mainB, psB backend.
 	t.Helper()
 	mainR, psR = testenv.NewRedis(t), testenv.NewRedis(t)
 	prefix = backendtest.UniquePrefix()
-	mainB, c1, err := OpenStore("redis://"+mainR.Addr, prefix, time.Second)
+	mainB, c1, err := storeurl.Open("redis://"+mainR.Addr, prefix, time.Second)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { c1.Close() })
-	psB, c2, err := OpenStore("redis://"+psR.Addr, prefix, time.Second, StoreFlag("redis-persecond"))
+	psB, c2, err := storeurl.Open("redis://"+psR.Addr, prefix, time.Second, storeurl.Flag("redis-persecond"))
 	if err != nil {
 		t.Fatal(err)
 	}

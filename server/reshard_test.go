@@ -21,6 +21,7 @@ import (
 	"github.com/floodgate-dev/floodgate/internal/unwrap"
 	"github.com/floodgate-dev/floodgate/ratelimit"
 	"github.com/floodgate-dev/floodgate/server/config"
+	"github.com/floodgate-dev/floodgate/server/storeurl"
 )
 
 const (
@@ -86,7 +87,7 @@ func TestClusterReshardUnderLoad(t *testing.T) {
 	}
 
 	prefix := backendtest.UniquePrefix()
-	b, closer, err := OpenStore("redis://"+strings.Join(c.Addrs, ","), prefix, time.Second)
+	b, closer, err := storeurl.Open("redis://"+strings.Join(c.Addrs, ","), prefix, time.Second)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -343,7 +344,7 @@ func TestClusterMigratingSlotKeepsCount(t *testing.T) {
 	src, dst := c.Nodes[0], c.Nodes[1]
 	srcID, dstID := clusterMyID(t, src.Addr), clusterMyID(t, dst.Addr)
 	prefix := backendtest.UniquePrefix()
-	b, closer, err := OpenStore("redis://"+strings.Join(c.Addrs, ","), prefix, time.Second)
+	b, closer, err := storeurl.Open("redis://"+strings.Join(c.Addrs, ","), prefix, time.Second)
 	if err != nil {
 		t.Fatal(err)
 	}

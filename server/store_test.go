@@ -7,6 +7,7 @@ import (
 
 	"github.com/floodgate-dev/floodgate/internal/backendtest"
 	"github.com/floodgate-dev/floodgate/internal/testenv"
+	"github.com/floodgate-dev/floodgate/server/storeurl"
 )
 
 func TestRedactURL(t *testing.T) {
@@ -19,8 +20,8 @@ func TestRedactURL(t *testing.T) {
 		"redis://s1:26379?master_set=m&sentinel_password=sp":   "redis://s1:26379?master_set=m&sentinel_password=xxxxx",
 		"redis://h:1?dial_timeout=1s&password=p%40ss":          "redis://h:1?dial_timeout=1s&password=xxxxx",
 	} {
-		if got := RedactURL(in); got != want {
-			t.Errorf("RedactURL(%q) = %q, want %q", in, got, want)
+		if got := storeurl.Redact(in); got != want {
+			t.Errorf("storeurl.Redact(%q) = %q, want %q", in, got, want)
 		}
 	}
 }
@@ -34,10 +35,10 @@ func TestOpenStoreSecrets(t *testing.T) {
 		t.Fatal(err)
 	}
 	url := "redis://" + r.Addr
-	if _, _, err := OpenStore(url, backendtest.UniquePrefix(), time.Second); err == nil {
+	if _, _, err := storeurl.Open(url, backendtest.UniquePrefix(), time.Second); err == nil {
 		t.Fatal("no password, yet OpenStore succeeded")
 	}
-	b, c, err := OpenStore(url, backendtest.UniquePrefix(), time.Second, RedisPassword(pass))
+	b, c, err := storeurl.Open(url, backendtest.UniquePrefix(), time.Second, storeurl.RedisPassword(pass))
 	if err != nil {
 		t.Fatalf("password given apart: %v", err)
 	}
@@ -49,27 +50,27 @@ func TestOpenStoreSecrets(t *testing.T) {
 
 	for _, tc := range []struct {
 		url  string
-		opts []StoreOption
+		opts []storeurl.Option
 		want string
 	}{
 		{url: "redis://:" + pass + "x@" + r.Addr, want: "WRONGPASS"},
-		{url: url, opts: []StoreOption{RedisPassword(pass + "x")}, want: "WRONGPASS"},
-		{url: "redis://:" + pass + "@" + r.Addr, opts: []StoreOption{RedisPassword(pass)}, want: "given twice"},
-		{url: url, opts: []StoreOption{SentinelPassword(pass)}, want: "no Sentinel master"},
+		{url: url, opts: []storeurl.Option{storeurl.RedisPassword(pass + "x")}, want: "WRONGPASS"},
+		{url: "redis://:" + pass + "@" + r.Addr, opts: []storeurl.Option{storeurl.RedisPassword(pass)}, want: "given twice"},
+		{url: url, opts: []storeurl.Option{storeurl.SentinelPassword(pass)}, want: "no Sentinel master"},
 		{url: "redis+sentinel://:" + pass + "@127.0.0.1:1/m?sentinel_password=" + pass + "&dial_timeout=200ms", want: "--redis redis+sentinel://:xxxxx@127.0.0.1:1/m?sentinel_password=xxxxx"},
-		{url: "redis+sentinel://127.0.0.1:1/m", opts: []StoreOption{SentinelPassword(pass), RedisPassword(pass)}, want: "redis+sentinel://127.0.0.1:1/m"},
+		{url: "redis+sentinel://127.0.0.1:1/m", opts: []storeurl.Option{storeurl.SentinelPassword(pass), storeurl.RedisPassword(pass)}, want: "redis+sentinel://127.0.0.1:1/m"},
 		{url: "redis://:" + pass + "@h:1?protocol=bogus", want: "--redis redis://:xxxxx@h:1"},
 	} {
-		_, _, err := OpenStore(tc.url, backendtest.UniquePrefix(), 300*time.Millisecond, tc.opts...)
+		_, _, err := storeurl.Open(tc.url, backendtest.UniquePrefix(), 300*time.Millisecond, tc.opts...)
 		if err == nil {
-			t.Errorf("%s: no error", RedactURL(tc.url))
+			t.Errorf("%s: no error", storeurl.Redact(tc.url))
 			continue
 		}
 		if strings.Contains(err.Error(), pass) {
-			t.Errorf("%s: the error shows the password: %v", RedactURL(tc.url), err)
+			t.Errorf("%s: the error shows the password: %v", storeurl.Redact(tc.url), err)
 		}
 		if !strings.Contains(err.Error(), tc.want) {
-			t.Errorf("%s: %v, want it to contain %q", RedactURL(tc.url), err, tc.want)
+			t.Errorf("%s: %v, want it to contain %q", storeurl.Redact(tc.url), err, tc.want)
 		}
 	}
 }

@@ -20,6 +20,8 @@ import (
 	"github.com/floodgate-dev/floodgate/backend"
 	"github.com/floodgate-dev/floodgate/internal/backendtest"
 	"github.com/floodgate-dev/floodgate/internal/testenv"
+	"github.com/floodgate-dev/floodgate/server/internal/tlsfiles"
+	"github.com/floodgate-dev/floodgate/server/storeurl"
 )
 
 // newCA makes a test CA in dir, failing the test on error.
@@ -105,15 +107,15 @@ func TestTLSFileErrors(t *testing.T) {
 		{"swapped", a.KeyFile, a.CertFile, "certificate file " + a.KeyFile, "swapped"},
 		{"mismatch", a.CertFile, b.KeyFile, "key file " + b.KeyFile + " does not match the certificate in " + a.CertFile, ""},
 	} {
-		_, err := loadKeyPair(tc.cert, tc.key)
+		_, err := tlsfiles.LoadKeyPair(tc.cert, tc.key)
 		if err == nil || !strings.Contains(err.Error(), tc.want) || !strings.Contains(err.Error(), tc.want2) {
 			t.Errorf("%s: %v, want %q %q", tc.name, err, tc.want, tc.want2)
 		}
 	}
-	if _, err := loadCAPool(notPEM, false); err == nil || !strings.Contains(err.Error(), "CA file "+notPEM+": no PEM certificate") {
+	if _, err := tlsfiles.LoadCAPool(notPEM, false); err == nil || !strings.Contains(err.Error(), "CA file "+notPEM+": no PEM certificate") {
 		t.Errorf("CA not PEM: %v", err)
 	}
-	if _, err := loadCAPool(a.KeyFile, false); err == nil || !strings.Contains(err.Error(), "CA file "+a.KeyFile) {
+	if _, err := tlsfiles.LoadCAPool(a.KeyFile, false); err == nil || !strings.Contains(err.Error(), "CA file "+a.KeyFile) {
 		t.Errorf("CA a key: %v", err)
 	}
 
@@ -145,17 +147,17 @@ func TestTLSFileErrors(t *testing.T) {
 	for _, tc := range []struct {
 		name string
 		url  string
-		o    RedisTLSOptions
+		o    storeurl.RedisTLSOptions
 		want string
 	}{
-		{"no Redis URL", "", RedisTLSOptions{CAFile: ca.CertFile}, "no Redis URL"},
-		{"files with redis://", "redis://127.0.0.1:1", RedisTLSOptions{CAFile: ca.CertFile}, "does not use TLS: write rediss://"},
-		{"files with unix", "unix:///tmp/x.sock", RedisTLSOptions{Enable: true}, "does not use TLS"},
-		{"CA missing", "rediss://127.0.0.1:1", RedisTLSOptions{CAFile: missing}, "CA file " + missing + ": not found"},
-		{"cert without key", "rediss://127.0.0.1:1", RedisTLSOptions{CertFile: a.CertFile}, "both a certificate and a key"},
-		{"client key mismatch", "rediss://127.0.0.1:1", RedisTLSOptions{CertFile: a.CertFile, KeyFile: b.KeyFile}, "key file " + b.KeyFile + " does not match"},
+		{"no Redis URL", "", storeurl.RedisTLSOptions{CAFile: ca.CertFile}, "no Redis URL"},
+		{"files with redis://", "redis://127.0.0.1:1", storeurl.RedisTLSOptions{CAFile: ca.CertFile}, "does not use TLS: write rediss://"},
+		{"files with unix", "unix:///tmp/x.sock", storeurl.RedisTLSOptions{Enable: true}, "does not use TLS"},
+		{"CA missing", "rediss://127.0.0.1:1", storeurl.RedisTLSOptions{CAFile: missing}, "CA file " + missing + ": not found"},
+		{"cert without key", "rediss://127.0.0.1:1", storeurl.RedisTLSOptions{CertFile: a.CertFile}, "both a certificate and a key"},
+		{"client key mismatch", "rediss://127.0.0.1:1", storeurl.RedisTLSOptions{CertFile: a.CertFile, KeyFile: b.KeyFile}, "key file " + b.KeyFile + " does not match"},
 	} {
-		_, _, err := OpenStore(tc.url, "p", 300*time.Millisecond, RedisTLS(tc.o))
+		_, _, err := storeurl.Open(tc.url, "p", 300*time.Millisecond, storeurl.RedisTLS(tc.o))
 		if err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("%s: %v, want %q", tc.name, err, tc.want)
 		}
@@ -175,9 +177,9 @@ func TestRedisTLSStore(t *testing.T) {
 	dir := t.TempDir()
 	client := issue(t, r.TLS.CA, "floodgate", testenv.CertOptions{Client: true})
 	url := "rediss://" + r.Addr
-	good := RedisTLSOptions{CAFile: r.TLS.CA.CertFile, CertFile: client.CertFile, KeyFile: client.KeyFile}
+	good := storeurl.RedisTLSOptions{CAFile: r.TLS.CA.CertFile, CertFile: client.CertFile, KeyFile: client.KeyFile}
 
-	b, c, err := OpenStore(url, backendtest.UniquePrefix(), 2*time.Second, RedisTLS(good))
+	b, c, err := storeurl.Open(url, backendtest.UniquePrefix(), 2*time.Second, storeurl.RedisTLS(good))
 	if err != nil {
 		t.Fatalf("OpenStore over TLS with a client certificate: %v", err)
 	}
@@ -190,7 +192,7 @@ func TestRedisTLSStore(t *testing.T) {
 	// REDIS_TLS=true with a host:port URL, as envoyproxy/ratelimit takes it.
 	enabled := good
 	enabled.Enable = true
-	b, c, err = OpenStore(r.Addr, backendtest.UniquePrefix(), 2*time.Second, RedisTLS(enabled))
+	b, c, err = storeurl.Open(r.Addr, backendtest.UniquePrefix(), 2*time.Second, storeurl.RedisTLS(enabled))
 	if err != nil {
 		t.Fatalf("OpenStore host:port with Enable: %v", err)
 	}
@@ -207,14 +209,14 @@ func TestRedisTLSStore(t *testing.T) {
 	for _, tc := range []struct {
 		name string
 		url  string
-		o    RedisTLSOptions
+		o    storeurl.RedisTLSOptions
 		want []string
 	}{
 		{"wrong CA", url, wrongCA, []string{"unknown authority", "signed by no CA in " + otherCA.CertFile}},
 		{"no client certificate", url, noCert, []string{"require a client certificate"}},
-		{"plain URL to a TLS server", "redis://" + r.Addr + "?dial_timeout=500ms", RedisTLSOptions{}, []string{"--redis redis://", "write rediss://"}},
+		{"plain URL to a TLS server", "redis://" + r.Addr + "?dial_timeout=500ms", storeurl.RedisTLSOptions{}, []string{"--redis redis://", "write rediss://"}},
 	} {
-		_, _, err := OpenStore(tc.url, backendtest.UniquePrefix(), time.Second, RedisTLS(tc.o))
+		_, _, err := storeurl.Open(tc.url, backendtest.UniquePrefix(), time.Second, storeurl.RedisTLS(tc.o))
 		if err == nil {
 			t.Errorf("%s: OpenStore succeeded", tc.name)
 			continue
@@ -233,13 +235,13 @@ func TestRedisTLSStore(t *testing.T) {
 	if _, err := r.Do(t.Context(), "CONFIG", "SET", "tls-cert-file", named.CertFile, "tls-key-file", named.KeyFile); err != nil {
 		t.Fatal(err)
 	}
-	_, _, err = OpenStore(url, backendtest.UniquePrefix(), time.Second, RedisTLS(good))
+	_, _, err = storeurl.Open(url, backendtest.UniquePrefix(), time.Second, storeurl.RedisTLS(good))
 	if err == nil || !strings.Contains(err.Error(), "does not name the host") {
 		t.Fatalf("a certificate for another host: %v, want a host name error", err)
 	}
 	skip := good
 	skip.SkipHostnameVerification = true
-	b, c, err = OpenStore(url, backendtest.UniquePrefix(), 2*time.Second, RedisTLS(skip))
+	b, c, err = storeurl.Open(url, backendtest.UniquePrefix(), 2*time.Second, storeurl.RedisTLS(skip))
 	if err != nil {
 		t.Fatalf("host name not verified: %v", err)
 	}
@@ -248,7 +250,7 @@ func TestRedisTLSStore(t *testing.T) {
 	}
 	c.Close()
 	skip.CAFile = otherCA.CertFile
-	if _, _, err = OpenStore(url, backendtest.UniquePrefix(), time.Second, RedisTLS(skip)); err == nil || !strings.Contains(err.Error(), "unknown authority") {
+	if _, _, err = storeurl.Open(url, backendtest.UniquePrefix(), time.Second, storeurl.RedisTLS(skip)); err == nil || !strings.Contains(err.Error(), "unknown authority") {
 		t.Fatalf("host name not verified, wrong CA: %v, want the chain refused", err)
 	}
 }
@@ -273,8 +275,8 @@ func TestRedisTLSClientCertRotation(t *testing.T) {
 	}
 	trust(caA)
 	client := issue(t, caA, "floodgate", testenv.CertOptions{Client: true})
-	b, c, err := OpenStore("rediss://"+r.Addr, backendtest.UniquePrefix(), time.Second,
-		RedisTLS(RedisTLSOptions{CAFile: r.TLS.CA.CertFile, CertFile: client.CertFile, KeyFile: client.KeyFile}))
+	b, c, err := storeurl.Open("rediss://"+r.Addr, backendtest.UniquePrefix(), time.Second,
+		storeurl.RedisTLS(storeurl.RedisTLSOptions{CAFile: r.TLS.CA.CertFile, CertFile: client.CertFile, KeyFile: client.KeyFile}))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -489,34 +491,4 @@ func readSerial(t *testing.T, certFile string) *big.Int {
 		t.Fatal(err)
 	}
 	return pool.Leaf.SerialNumber
-}
-
-// TestRedisTLSOptionsTopologies: TLS options reach every connection of a
-// Sentinel URL (the Sentinels' and the master's) and of a Cluster seed
-// list, each verifying the host it dials.
-func TestRedisTLSOptionsTopologies(t *testing.T) {
-	for _, tc := range []struct {
-		url      string
-		o        RedisTLSOptions
-		sentinel bool
-	}{
-		{"rediss+sentinel://s1:26379,s2:26379/mymaster", RedisTLSOptions{}, true},
-		{"redis+sentinel://s1:26379/mymaster", RedisTLSOptions{Enable: true}, true},
-		{"rediss://n1:7000,n2:7001", RedisTLSOptions{SkipHostnameVerification: true}, false},
-		{"n1:7000,n2:7001", RedisTLSOptions{Enable: true}, false},
-	} {
-		opt, err := parseRedisURL(tc.url)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := applyRedisTLS(&opt, tc.url, tc.o, nil); err != nil {
-			t.Fatalf("%s: %v", tc.url, err)
-		}
-		if opt.TLSConfig == nil || opt.TLSConfig.ServerName != "" || opt.DialCtxFn == nil {
-			t.Errorf("%s: TLSConfig %+v, DialCtxFn set %v: want TLS, verifying each dialled host", tc.url, opt.TLSConfig, opt.DialCtxFn != nil)
-		}
-		if tc.sentinel && (opt.Sentinel.TLSConfig == nil || opt.Sentinel.TLSConfig.ServerName != "") {
-			t.Errorf("%s: the Sentinels' connections do not use TLS: %+v", tc.url, opt.Sentinel.TLSConfig)
-		}
-	}
 }

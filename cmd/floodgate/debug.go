@@ -8,6 +8,7 @@ import (
 	"strings"
 
 	"github.com/floodgate-dev/floodgate/server"
+	"github.com/floodgate-dev/floodgate/server/storeurl"
 )
 
 // listenDebug opens the listener of --debug-addr. Profiles show the request
@@ -52,7 +53,7 @@ func debugHandler(token string) http.Handler {
 }
 
 // cmdline is net/http/pprof's Cmdline with every password in the arguments
-// replaced (server.RedactURL): a --redis URL may carry one.
+// replaced (storeurl.Redact): a --redis URL may carry one.
 func cmdline(w http.ResponseWriter, _ *http.Request) {
 	w.Header().Set("X-Content-Type-Options", "nosniff")
 	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
@@ -65,10 +66,10 @@ func redactArgs(args []string) []string {
 	out := make([]string, len(args))
 	for i, a := range args {
 		if name, v, ok := strings.Cut(a, "="); ok && strings.HasPrefix(name, "-") {
-			out[i] = name + "=" + server.RedactURL(v)
+			out[i] = name + "=" + storeurl.Redact(v)
 			continue
 		}
-		out[i] = server.RedactURL(a)
+		out[i] = storeurl.Redact(a)
 	}
 	return out
 }

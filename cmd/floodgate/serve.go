@@ -21,6 +21,7 @@ import (
 
 	"github.com/floodgate-dev/floodgate/backend"
 	"github.com/floodgate-dev/floodgate/server"
+	"github.com/floodgate-dev/floodgate/server/storeurl"
 	"github.com/floodgate-dev/floodgate/server/config"
 	"github.com/floodgate-dev/floodgate/server/envoystats"
 )
@@ -355,13 +356,13 @@ func runServe(args []string, stdout, stderr io.Writer) int {
 		backendName = "redis"
 	}
 	info, _ := debug.ReadBuildInfo()
-	attrs := []any{"version", versionString(info), "backend", backendName, "store", server.RedactURL(*redisURL)}
+	attrs := []any{"version", versionString(info), "backend", backendName, "store", storeurl.Redact(*redisURL)}
 	if *psStore.url != "" {
 		psT := *psTimeout
 		if psT == 0 {
 			psT = *timeout
 		}
-		attrs = append(attrs, "persecond_store", server.RedactURL(*psStore.url), "persecond_timeout", psT)
+		attrs = append(attrs, "persecond_store", storeurl.Redact(*psStore.url), "persecond_timeout", psT)
 	}
 	logger.Info("floodgate starting", append(attrs, "http", srv.HTTPAddr(), "grpc", srv.GRPCAddr(), "failure_mode", mode.String(), "timeout", *timeout, "compat", *compat)...)
 
@@ -453,7 +454,7 @@ func readSecret(flag, file, env string) (string, error) {
 }
 
 // openWaiting opens a store with open. With startup (envoy mode), a store
-// that does not answer (server.ErrUnreachable) is tried again as
+// that does not answer (storeurl.ErrUnreachable) is tried again as
 // envoyproxy/ratelimit does (REDIS_STARTUP_*), each failure logged, until it
 // answers, startup.Elapsed has passed (when not 0) or ctx ends (a signal);
 // other errors, and every error without startup, are returned at once.
@@ -461,7 +462,7 @@ func openWaiting(ctx context.Context, startup *envoyStartup, logger *slog.Logger
 	start := time.Now()
 	for n := 1; ; n++ {
 		b, c, err := open()
-		if err == nil || startup == nil || !errors.Is(err, server.ErrUnreachable) {
+		if err == nil || startup == nil || !errors.Is(err, storeurl.ErrUnreachable) {
 			return b, c, err
 		}
 		elapsed := time.Since(start)

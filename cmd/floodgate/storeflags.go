@@ -8,7 +8,7 @@ import (
 	"time"
 
 	"github.com/floodgate-dev/floodgate/backend"
-	"github.com/floodgate-dev/floodgate/server"
+	"github.com/floodgate-dev/floodgate/server/storeurl"
 )
 
 // storeFlags are the flags of one Redis store of serve: --NAME URL and its
@@ -16,7 +16,7 @@ import (
 // --NAME-tls-ca, --NAME-tls-cert, --NAME-tls-key and
 // --NAME-tls-insecure-skip-verify. serve has two sets: --redis, the main
 // store, and --redis-persecond, the store of the limits whose unit is a
-// second. Both open through server.OpenStore.
+// second. Both open through storeurl.Open.
 type storeFlags struct {
 	name        string // the URL flag's name: redis, redis-persecond
 	passEnv     string // the variable the password may come from instead of --NAME-password-file
@@ -60,16 +60,16 @@ func (f *storeFlags) passwords() (pass, sentinel string, err error) {
 	return pass, sentinel, nil
 }
 
-// open opens the store (server.OpenStore) with its passwords and TLS
+// open opens the store (storeurl.Open) with its passwords and TLS
 // options; an empty URL is the embedded memory backend, with memory's
 // options.
 func (f *storeFlags) open(prefix string, timeout time.Duration, pass, sentinel string, logger *slog.Logger, memory ...backend.Option) (backend.Backend, io.Closer, error) {
-	return server.OpenStore(*f.url, prefix, timeout,
-		server.StoreFlag(f.name),
-		server.RedisPassword(pass), server.SentinelPassword(sentinel),
-		server.RedisTLS(server.RedisTLSOptions{CAFile: *f.tlsCA, CertFile: *f.tlsCert, KeyFile: *f.tlsKey, SkipHostnameVerification: *f.tlsSkip}),
-		server.StoreLogger(logger),
-		server.MemoryOptions(memory...))
+	return storeurl.Open(*f.url, prefix, timeout,
+		storeurl.Flag(f.name),
+		storeurl.RedisPassword(pass), storeurl.SentinelPassword(sentinel),
+		storeurl.RedisTLS(storeurl.RedisTLSOptions{CAFile: *f.tlsCA, CertFile: *f.tlsCert, KeyFile: *f.tlsKey, SkipHostnameVerification: *f.tlsSkip}),
+		storeurl.Logger(logger),
+		storeurl.MemoryOptions(memory...))
 }
 
 // tlsGiven reports whether any of the store's TLS flags is set.

@@ -1,7 +1,7 @@
 // Command libload is the library side of serve.sh's comparison: it decides
 // with ratelimit.Limiter.Allow, from --concurrency goroutines for
 // --duration, against a Redis through the same client the decision server
-// uses (rueidis, opened by server.OpenStore), with the rule of serve.sh's
+// uses (rueidis, opened by storeurl.Open), with the rule of serve.sh's
 // configuration, and prints one JSON object shaped like floodgate bench
 // --json's (decisions_per_s, requests, latency_us), so that the library and
 // the server are measured on the same Redis in the same run.
@@ -23,7 +23,7 @@ import (
 	"time"
 
 	"github.com/floodgate-dev/floodgate/ratelimit"
-	"github.com/floodgate-dev/floodgate/server"
+	"github.com/floodgate-dev/floodgate/server/storeurl"
 )
 
 func main() {
@@ -39,7 +39,7 @@ func main() {
 		fmt.Fprintln(os.Stderr, "usage: libload --redis URL [--keys N] [--concurrency N] [--duration D]")
 		os.Exit(2)
 	}
-	be, closer, err := server.OpenStore(*url, *prefix, 2*time.Second)
+	be, closer, err := storeurl.Open(*url, *prefix, 2*time.Second)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "libload:", err)
 		os.Exit(1)

@@ -1,4 +1,8 @@
-package server
+// Package storeurl opens the store a URL names for floodgate serve: the
+// embedded memory backend, or a Redis server, Cluster or Sentinel master
+// through rueidis (backend/rueidisadapter), with TLS files that are read
+// again when they change and errors that never show a password.
+package storeurl
 
 import (
 	"context"
@@ -18,9 +22,10 @@ import (
 
 	"github.com/floodgate-dev/floodgate/backend"
 	"github.com/floodgate-dev/floodgate/backend/rueidisadapter"
+	"github.com/floodgate-dev/floodgate/server/internal/tlsfiles"
 )
 
-// OpenStore returns the backend a URL names, and a Closer for it:
+// Open returns the backend a URL names, and a Closer for it:
 //
 //	""  or  memory://                                   the embedded memory backend (state in this process)
 //	redis://[user:pass@]host:port[/db]                  a Redis server; a Cluster is detected by itself
@@ -42,13 +47,13 @@ import (
 // calls per decision under load, for at most that much latency. Other query
 // parameters are rueidis.ParseURL's (dial_timeout, client_name, protocol=2,
 // ...). State keys start with prefix (for example "floodgate").
-// OpenStore checks that the store answers within timeout.
+// Open checks that the store answers within timeout.
 //
 // Passwords can stay out of the URL (and so out of argv and process
 // listings): RedisPassword and SentinelPassword give them separately; a
-// password given both ways is an error. Every error OpenStore returns shows
-// the URL redacted (RedactURL) and never contains a password.
-func OpenStore(url, prefix string, timeout time.Duration, opts ...StoreOption) (backend.Backend, io.Closer, error) {
+// password given both ways is an error. Every error Open returns shows
+// the URL redacted (Redact) and never contains a password.
+func Open(url, prefix string, timeout time.Duration, opts ...Option) (backend.Backend, io.Closer, error) {
 	var sc storeConfig
 	for _, o := range opts {
 		o(&sc)
@@ -62,7 +67,7 @@ func OpenStore(url, prefix string, timeout time.Duration, opts ...StoreOption) (
 	}
 	secrets := append(urlSecrets(url), sc.password, sc.sentinelPassword)
 	fail := func(err error) (backend.Backend, io.Closer, error) {
-		return nil, nil, fmt.Errorf("--%s %s: %s", sc.flagName(), RedactURL(url), redactSecrets(err.Error(), secrets...))
+		return nil, nil, fmt.Errorf("--%s %s: %s", sc.flagName(), Redact(url), redactSecrets(err.Error(), secrets...))
 	}
 	// unreachable is fail for a store that did not answer as asked
 	// (dial, handshake, authentication, PING): ErrUnreachable.
@@ -114,19 +119,19 @@ func OpenStore(url, prefix string, timeout time.Duration, opts ...StoreOption) (
 	return b, closer(func() error { b.Close(); c.Close(); return nil }), nil
 }
 
-// ErrUnreachable matches (errors.Is) an OpenStore error of a store that did
+// ErrUnreachable matches (errors.Is) an Open error of a store that did
 // not answer as asked: it could not be dialled, the TLS handshake or the
 // authentication failed, or PING got no answer in time. Trying again may
 // succeed, unlike after a bad URL or an unreadable TLS file.
-var ErrUnreachable = errors.New("server: the store does not answer")
+var ErrUnreachable = errors.New("storeurl: the store does not answer")
 
 type unreachableError struct{ err error }
 
 func (e unreachableError) Error() string        { return e.err.Error() }
 func (e unreachableError) Is(target error) bool { return target == ErrUnreachable }
 
-// StoreOption configures OpenStore.
-type StoreOption func(*storeConfig)
+// Option configures Open.
+type Option func(*storeConfig)
 
 type storeConfig struct {
 	password, sentinelPassword string
@@ -143,11 +148,11 @@ func (c *storeConfig) flagName() string {
 	return c.flag
 }
 
-// StoreFlag names the command-line flag that gave the store's URL, without
+// Flag names the command-line flag that gave the store's URL, without
 // its dashes ("redis" by default, "redis-persecond" for the per-second
 // store): errors start with it, and their hints name its companions
 // (--FLAG-tls-ca, ...).
-func StoreFlag(name string) StoreOption { return func(c *storeConfig) { c.flag = name } }
+func Flag(name string) Option { return func(c *storeConfig) { c.flag = name } }
 
 // RedisTLSOptions configure TLS to Redis, beyond a rediss:// URL's
 // defaults (the system's CAs, the host name verified, no client
@@ -175,24 +180,24 @@ func (o RedisTLSOptions) files() bool { return o.CAFile != "" || o.CertFile != "
 
 // RedisTLS configures TLS to Redis. The CA and the client certificate are
 // read again when their files change: each new connection uses the files'
-// current content (a reload that fails is logged, see StoreLogger, and the
+// current content (a reload that fails is logged, see Logger, and the
 // previous content stays in use).
-func RedisTLS(o RedisTLSOptions) StoreOption { return func(c *storeConfig) { c.tls = o } }
+func RedisTLS(o RedisTLSOptions) Option { return func(c *storeConfig) { c.tls = o } }
 
-// StoreLogger receives the store's events: certificate reloads.
-func StoreLogger(l *slog.Logger) StoreOption { return func(c *storeConfig) { c.logger = l } }
+// Logger receives the store's events: certificate reloads.
+func Logger(l *slog.Logger) Option { return func(c *storeConfig) { c.logger = l } }
 
 // RedisPassword authenticates to Redis with p instead of a password in the
 // URL (a user name, if any, stays in the URL). "" changes nothing.
-func RedisPassword(p string) StoreOption { return func(c *storeConfig) { c.password = p } }
+func RedisPassword(p string) Option { return func(c *storeConfig) { c.password = p } }
 
 // SentinelPassword authenticates to the Sentinels of a redis+sentinel:// URL
 // with p instead of ?sentinel_password=. "" changes nothing.
-func SentinelPassword(p string) StoreOption { return func(c *storeConfig) { c.sentinelPassword = p } }
+func SentinelPassword(p string) Option { return func(c *storeConfig) { c.sentinelPassword = p } }
 
 // MemoryOptions are the options of the embedded memory backend, used when
 // the URL names no Redis.
-func MemoryOptions(opts ...backend.Option) StoreOption {
+func MemoryOptions(opts ...backend.Option) Option {
 	return func(c *storeConfig) { c.memory = append(c.memory, opts...) }
 }
 
@@ -217,18 +222,18 @@ func applyRedisTLS(opt *rueidis.ClientOption, url string, o RedisTLSOptions, log
 	if (o.CertFile == "") != (o.KeyFile == "") {
 		return errors.New("TLS: a client certificate needs both a certificate and a key file")
 	}
-	var ca *reloading[*x509.CertPool]
-	var cert *reloading[*tls.Certificate]
+	var ca *tlsfiles.Reloading[*x509.CertPool]
+	var cert *tlsfiles.Reloading[*tls.Certificate]
 	var err error
 	if o.CAFile != "" {
-		ca, err = newReloading("Redis TLS CA", log, func() (*x509.CertPool, error) { return loadCAPool(o.CAFile, true) }, o.CAFile)
+		ca, err = tlsfiles.NewReloading("Redis TLS CA", log, func() (*x509.CertPool, error) { return tlsfiles.LoadCAPool(o.CAFile, true) }, o.CAFile)
 		if err != nil {
 			return fmt.Errorf("TLS: %w", err)
 		}
 	}
 	if o.CertFile != "" {
-		cert, err = newReloading("Redis TLS client certificate", log, func() (*tls.Certificate, error) {
-			return loadKeyPair(o.CertFile, o.KeyFile)
+		cert, err = tlsfiles.NewReloading("Redis TLS client certificate", log, func() (*tls.Certificate, error) {
+			return tlsfiles.LoadKeyPair(o.CertFile, o.KeyFile)
 		}, o.CertFile, o.KeyFile)
 		if err != nil {
 			return fmt.Errorf("TLS: %w", err)
@@ -249,10 +254,10 @@ func applyRedisTLS(opt *rueidis.ClientOption, url string, o RedisTLSOptions, log
 			conf.ServerName, _, _ = net.SplitHostPort(dst)
 		}
 		if ca != nil {
-			conf.RootCAs = ca.get()
+			conf.RootCAs = ca.Get()
 		}
 		if cert != nil {
-			conf.GetClientCertificate = func(*tls.CertificateRequestInfo) (*tls.Certificate, error) { return cert.get(), nil }
+			conf.GetClientCertificate = func(*tls.CertificateRequestInfo) (*tls.Certificate, error) { return cert.Get(), nil }
 		}
 		if o.SkipHostnameVerification && !conf.InsecureSkipVerify {
 			conf.InsecureSkipVerify = true // and the chain verified below
@@ -322,7 +327,7 @@ func (f closer) Close() error { return f() }
 // wait would cost more latency than any batching saves.
 const maxFlushDelay = time.Millisecond
 
-// parseRedisURL reads the forms OpenStore documents into rueidis options.
+// parseRedisURL reads the forms Open documents into rueidis options.
 // ?max_flush_delay=D (a Go duration, at most 1ms) sets rueidis's
 // MaxFlushDelay on every form: each write to Redis waits up to D to gather
 // more commands.
@@ -474,10 +479,10 @@ func parseRedisAddr(s string) (rueidis.ClientOption, error) {
 	return opt, nil
 }
 
-// RedactURL returns a Redis URL fit for logs and messages: the password of
+// Redact returns a Redis URL fit for logs and messages: the password of
 // its user information and the values of its password query parameters
 // (sentinel_password, password) are replaced by "xxxxx".
-func RedactURL(s string) string {
+func Redact(s string) string {
 	return redactSecrets(s, urlSecrets(s)...)
 }
 
