@@ -14,7 +14,7 @@ import (
 type serverTLS struct {
 	cert *tlsfiles.Reloading[*tls.Certificate]
 	ca   *tlsfiles.Reloading[*x509.CertPool] // nil: no client certificates asked for
-	san  string                     // "": any client certificate the CA signed
+	san  string                              // "": any client certificate the CA signed
 }
 
 // listenerTLS returns the TLS configurations of the HTTP and gRPC listeners

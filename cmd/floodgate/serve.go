@@ -21,9 +21,9 @@ import (
 
 	"github.com/floodgate-dev/floodgate/backend"
 	"github.com/floodgate-dev/floodgate/server"
-	"github.com/floodgate-dev/floodgate/server/storeurl"
 	"github.com/floodgate-dev/floodgate/server/config"
 	"github.com/floodgate-dev/floodgate/server/envoystats"
+	"github.com/floodgate-dev/floodgate/server/storeurl"
 )
 
 const serveUsage = `Usage: floodgate serve --config FILE|DIR [flags]

@@ -183,4 +183,3 @@ func LoadCAPool(file string, system bool) (*x509.CertPool, error) {
 	}
 	return pool, nil
 }
-
