@@ -222,10 +222,7 @@ func (d *redisDriver) acquire(ctx context.Context, owner string, ttl time.Durati
 		defer sub.Close()
 		wake = sub.C
 	} else if !errors.Is(err, redisstore.ErrNoPubSub) {
-		if ctxErr := ctx.Err(); ctxErr != nil {
-			return lockdriver.Grant{}, fmt.Errorf("lock: %w", errors.Join(err, ctxErr))
-		}
-		return lockdriver.Grant{}, fmt.Errorf("lock: %w", err)
+		return lockdriver.Grant{}, fmt.Errorf("lock: %w", err) // ctx's error too, when it explains err
 	}
 	queued := false
 	defer func() {

@@ -167,10 +167,7 @@ func redisWait(ctx context.Context, r *redisstore.Store, channel string, side by
 		defer sub.Close()
 		wake = sub.C
 	} else if !errors.Is(err, redisstore.ErrNoPubSub) {
-		if cerr := ctxEnded(ctx); cerr != nil {
-			return lockdriver.Grant{}, fmt.Errorf("lock: %w", errors.Join(err, cerr))
-		}
-		return lockdriver.Grant{}, fmt.Errorf("lock: %w", err)
+		return lockdriver.Grant{}, fmt.Errorf("lock: %w", err) // ctx's error too, when it explains err
 	}
 	// Leave when giving up between attempts; an attempt whose answer never
 	// came is cancelled instead, which leaves the queue too.
@@ -207,17 +204,4 @@ func redisWait(ctx context.Context, r *redisstore.Store, channel string, side by
 		}
 		t.Stop()
 	}
-}
-
-// ctxEnded returns ctx's error, or context.DeadlineExceeded once ctx's
-// deadline has passed even if its timer has not fired yet (a client that
-// takes its socket deadline from ctx may fail first), or nil.
-func ctxEnded(ctx context.Context) error {
-	if err := ctx.Err(); err != nil {
-		return err
-	}
-	if dl, ok := ctx.Deadline(); ok && !time.Now().Before(dl) {
-		return context.DeadlineExceeded
-	}
-	return nil
 }

@@ -61,7 +61,11 @@ func (r *Store) Subscribe(ctx context.Context, channel string) (*Subscription, e
 	if r.hub == nil {
 		return nil, ErrNoPubSub
 	}
-	return r.hub.add(ctx, channel)
+	sub, err := r.hub.add(ctx, channel)
+	if err != nil {
+		return nil, r.wrap(ctx, err)
+	}
+	return sub, nil
 }
 
 // Publish runs PUBLISH through a script, so that it works with any Scripter.

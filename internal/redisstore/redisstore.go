@@ -182,14 +182,19 @@ func runScript[T any](ctx context.Context, r *Store, s *Script, evalSha, eval fu
 }
 
 // contextCause returns the context's error when it explains err: the context
-// ended, or err is a network time-out at the context's deadline (a client
-// that derives its socket deadline from ctx times out a hair before ctx does).
+// ended, its deadline has passed (its timer may not have fired yet), or err
+// is a network time-out at the deadline (a client that derives its socket
+// deadline from ctx times out a hair before ctx does).
 func contextCause(ctx context.Context, err error) error {
 	if ctxErr := ctx.Err(); ctxErr != nil {
 		return ctxErr
 	}
+	dl, ok := ctx.Deadline()
+	if !ok {
+		return nil
+	}
 	var ne net.Error
-	if dl, ok := ctx.Deadline(); ok && errors.As(err, &ne) && ne.Timeout() && time.Until(dl) < 10*time.Millisecond {
+	if left := time.Until(dl); left <= 0 || errors.As(err, &ne) && ne.Timeout() && left < 10*time.Millisecond {
 		return context.DeadlineExceeded
 	}
 	return nil
