@@ -37,6 +37,11 @@
 # one round are what count on a shared machine; OUT names the results file
 # (relative to bench/; default results/serve-latest.jsonl).
 #
+# BASE=REV adds, for each floodgate case (closed-*, open-*, redis-grpc,
+# redis-http, compat-grpc), the same case against floodgate built from the
+# git revision REV, named CASE@base: before and after a change, in one run,
+# interleaved, with the same load generator (the working tree's).
+#
 # PIN=1 (the default on a machine with 2 or more cores) puts the server on the
 # last core and the load generator on the others (taskset, GOMAXPROCS to
 # match) in the memory and floor cases, so that the generator's work does not
@@ -74,6 +79,14 @@ trap cleanup EXIT
 go build -o "$tmp/rlsfloor" ./cmd/rlsfloor
 go build -o "$tmp/libload" ./cmd/libload
 fg=$tmp/floodgate
+srv=$fg # the server of the case running: $fg, or the BASE build
+base_desc=""
+if [[ -n ${BASE:-} ]]; then
+	mkdir -p "$tmp/base-src"
+	git -C .. archive "$BASE" | tar -x -C "$tmp/base-src"
+	(cd "$tmp/base-src" && go build -buildvcs=false -o "$tmp/floodgate-base" ./cmd/floodgate)
+	base_desc="$(git -C .. rev-parse --short "$BASE")"
+fi
 # The configuration, in envoyproxy/ratelimit's runtime layout so that every
 # server reads the same file.
 mkdir -p "$tmp/runtime/current/config"
@@ -206,7 +219,7 @@ serve() {
 			env "${env_vars[@]}" GOMAXPROCS="$sprocs" "$envoy" >"$tmp/serve.log" 2>&1 &
 		else
 			server="floodgate --compat envoy"
-			env "${env_vars[@]}" GOMAXPROCS="$sprocs" "$fg" serve --compat envoy >"$tmp/serve.log" 2>&1 &
+			env "${env_vars[@]}" GOMAXPROCS="$sprocs" "$srv" serve --compat envoy >"$tmp/serve.log" 2>&1 &
 		fi
 		server_pid=$!
 		pids+=("$server_pid")
@@ -226,7 +239,7 @@ serve() {
 		ready='listening on'
 		GOMAXPROCS=$sprocs start "$scpus" "$tmp/rlsfloor" --addr 127.0.0.1:0 2>"$tmp/serve.log" &
 	else
-		GOMAXPROCS=$sprocs start "$scpus" "$fg" "${args[@]}" 2>"$tmp/serve.log" &
+		GOMAXPROCS=$sprocs start "$scpus" "$srv" "${args[@]}" 2>"$tmp/serve.log" &
 	fi
 	server_pid=$!
 	pids+=("$server_pid")
@@ -287,7 +300,7 @@ libload() {
 # record CASE STORE SERVER_TICKS REDIS_TICKS: append the run in $tmp/run.json.
 record() {
 	printf '{"case":"%s","server":"%s","store":"%s","round":%d,"pin":%s,"client":"%s","server_cpu_s":%s,"redis_cpu_s":%s,"bench":%s}\n' \
-		"$1" "$server" "$2" "$run" "$PIN" "$CLIENT" "$(awk -v t="$3" -v hz="$hz" 'BEGIN{print t/hz}')" \
+		"$1" "$server${server_suffix:-}" "$2" "$run" "$PIN" "$CLIENT" "$(awk -v t="$3" -v hz="$hz" 'BEGIN{print t/hz}')" \
 		"$(awk -v t="$4" -v hz="$hz" 'BEGIN{print t/hz}')" "$(tr -d '\n' <"$tmp/run.json")" >>"$out"
 }
 
@@ -297,24 +310,36 @@ out=$OUT
 echo "serve.sh: floodgate $(cd .. && git describe --always --dirty 2>/dev/null || echo '(no git)'), $(go env GOVERSION), $(redis-server --version 2>/dev/null | grep -o 'v=[^ ]*' || echo 'no redis-server'); results in $out" >&2
 echo "serve.sh: $cores cores, PIN=$PIN (server on CPUs ${server_cpus:-all}, load generator on ${client_cpus:-all}), $RUNS runs of $DURATION per case" >&2
 read -ra cases <<<"$CASES"
+if [[ -n $base_desc ]]; then
+	for c in "${cases[@]}"; do
+		case $c in
+		closed-* | open-* | redis-grpc | redis-http | compat-grpc) cases+=("$c@base") ;;
+		esac
+	done
+	echo "serve.sh: BASE=$BASE ($base_desc): each floodgate case also runs as CASE@base" >&2
+fi
 for ((run = 1; run <= RUNS; run++)); do
 	# Each round starts one case later, so that no case always runs right
 	# after the same other one.
 	for ((i = 0; i < ${#cases[@]}; i++)); do
 		c=${cases[$(((i + run - 1) % ${#cases[@]}))]}
+		name=$c srv=$fg server_suffix=""
+		if [[ $c == *@base ]]; then
+			c=${c%@base} srv=$tmp/floodgate-base server_suffix=" (base $base_desc)"
+		fi
 		case $c in
 		closed-grpc | closed-http)
 			serve memory
-			for keys in 1 10000; do load "$c" memory "${c#closed-}" "$keys"; done
+			for keys in 1 10000; do load "$name" memory "${c#closed-}" "$keys"; done
 			stop_server ;;
 		open-grpc | open-http)
 			serve memory
-			for rate in $RATES; do load "$c" memory "${c#open-}" 10000 "$rate"; done
+			for rate in $RATES; do load "$name" memory "${c#open-}" 10000 "$rate"; done
 			stop_server ;;
 		floor-grpc)
 			serve floor
-			for keys in 1 10000; do load "$c" floor grpc "$keys"; done
-			for rate in $RATES; do load "$c" floor grpc 10000 "$rate"; done
+			for keys in 1 10000; do load "$name" floor grpc "$keys"; done
+			for rate in $RATES; do load "$name" floor grpc 10000 "$rate"; done
 			stop_server ;;
 		redis-lib)
 			redis-cli -p "$redis_port" flushall >/dev/null
@@ -322,16 +347,16 @@ for ((run = 1; run <= RUNS; run++)); do
 		redis-grpc | redis-http)
 			redis-cli -p "$redis_port" flushall >/dev/null
 			serve redis
-			for keys in 1 10000; do load "$c" redis "${c#redis-}" "$keys"; done
+			for keys in 1 10000; do load "$name" redis "${c#redis-}" "$keys"; done
 			if [[ $c == redis-grpc ]]; then
-				for rate in $REDIS_RATES; do load "$c" redis grpc 10000 "$rate"; done
+				for rate in $REDIS_RATES; do load "$name" redis grpc 10000 "$rate"; done
 			fi
 			stop_server ;;
 		envoy-grpc | envoy-pipelined-grpc | compat-grpc)
 			redis-cli -p "$redis_port" flushall >/dev/null
 			serve "${c%-grpc}"
-			for keys in 1 10000; do load "$c" redis grpc "$keys"; done
-			for rate in $REDIS_RATES; do load "$c" redis grpc 10000 "$rate"; done
+			for keys in 1 10000; do load "$name" redis grpc "$keys"; done
+			for rate in $REDIS_RATES; do load "$name" redis grpc 10000 "$rate"; done
 			stop_server ;;
 		*)
 			echo "serve.sh: unknown case $c" >&2
