@@ -9,6 +9,7 @@ import (
 
 	"github.com/floodgate-dev/floodgate/ratelimit"
 	"github.com/floodgate-dev/floodgate/server/config"
+	"github.com/floodgate-dev/floodgate/server/decision"
 )
 
 // The decision core. Decide runs the front chosen at start-up: the core's
@@ -18,7 +19,7 @@ import (
 // ones on their own, and records the answer; an observer (envoy's
 // statistics) sees each decision. Nothing in it depends on which
 // compatibility mode runs: what differs is the policy value and the
-// observer, both fixed by NewService.
+// observer (a decision.Observer), both fixed by NewService.
 
 // policy is what a compatibility mode may change in how the core counts,
 // chosen once by NewService. The zero value is floodgate's own.
@@ -37,28 +38,6 @@ type policy struct {
 	// emptyDescriptors accepts a descriptor with no entries (it matches no
 	// limit) rather than refusing the request.
 	emptyDescriptors bool
-}
-
-// observer sees the core's decisions, for statistics kept outside it. Its
-// methods run on the hot path and must be quick and safe for concurrent
-// use.
-type observer interface {
-	// configSet is told of every configuration SetConfig makes current.
-	configSet(cfg *config.Config)
-	// matched is told, once per request, the limit of each descriptor
-	// (nil where none applies); known is false when the request's domain
-	// is not configured. It returns the request's tally, told of each
-	// decision, or nil.
-	matched(req *Request, limits []*config.Limit, known bool) tally
-	// storeFailed is told of every store failure.
-	storeFailed()
-}
-
-// tally is an observer's record of one request.
-type tally interface {
-	// decided is told of descriptor i's decision r; cached when the local
-	// cache found it over its limit.
-	decided(i int, l *config.Limit, cost int64, r ratelimit.Result, cached bool)
 }
 
 // Decide decides req. Errors: *InputError for a malformed request, and
@@ -103,7 +82,7 @@ func (s *Service) decideValid(ctx context.Context, req *Request) (*Response, err
 	var reqBuf [8]ratelimit.Request
 	var idxBuf [8]int
 	var resBuf [8]ratelimit.Result
-	d := decision{rs: rs, req: req, resp: resp}
+	d := deciding{rs: rs, req: req, resp: resp}
 	var gate batch
 	gate.reqs, gate.idx = s.match(&d, reqBuf[:0], idxBuf[:0])
 	if n := len(gate.reqs); n > len(resBuf) {
@@ -126,14 +105,14 @@ func (s *Service) decideValid(ctx context.Context, req *Request) (*Response, err
 	return resp, nil
 }
 
-// decision is one request on its way through the core.
-type decision struct {
+// deciding is one request on its way through the core.
+type deciding struct {
 	rs     *ruleset
 	req    *Request
 	resp   *Response
 	limits []*config.Limit // of each descriptor; nil where none applies
 	shadow []int           // the shadow-mode descriptors, decided one by one
-	tally  tally           // the observer's, or nil
+	tally  decision.Tally  // the observer's, or nil
 }
 
 // batch is descriptors of a request decided in one count: their store
@@ -153,7 +132,7 @@ type batch struct {
 // of those with a limit, and which are decided alone (d.shadow) or
 // together: those it appends to reqs (their store requests) and idx
 // (their indexes), and returns.
-func (s *Service) match(d *decision, reqs []ratelimit.Request, idx []int) ([]ratelimit.Request, []int) {
+func (s *Service) match(d *deciding, reqs []ratelimit.Request, idx []int) ([]ratelimit.Request, []int) {
 	req, resp := d.req, d.resp
 	d.limits = make([]*config.Limit, len(req.Descriptors))
 	dom := d.rs.cfg.Domains[req.Domain]
@@ -168,7 +147,7 @@ func (s *Service) match(d *decision, reqs []ratelimit.Request, idx []int) ([]rat
 		d.limits = config.ApplyReplaces(d.limits)
 	}
 	if s.obs != nil {
-		d.tally = s.obs.matched(req, d.limits, dom != nil)
+		d.tally = s.obs.Matched(req, d.limits, dom != nil)
 	}
 	for i, l := range d.limits {
 		if l == nil {
@@ -190,7 +169,7 @@ func (s *Service) match(d *decision, reqs []ratelimit.Request, idx []int) ([]rat
 }
 
 // request is the store request of descriptor i.
-func (d *decision) request(s *Service, i int) ratelimit.Request {
+func (d *deciding) request(s *Service, i int) ratelimit.Request {
 	l, desc := d.limits[i], &d.req.Descriptors[i]
 	return ratelimit.Request{Limiter: s.limiter(d.rs, l), Key: stateKey(l, desc.Entries), N: desc.Cost}
 }
@@ -198,12 +177,12 @@ func (d *decision) request(s *Service, i int) ratelimit.Request {
 // settle writes the result j of b, descriptor i's, into its status, and
 // tells the tally. A shadow-mode descriptor over its limit is marked
 // Shadow and keeps its OK code.
-func (d *decision) settle(s *Service, i, j int, b *batch, shadow bool) {
+func (d *deciding) settle(s *Service, i, j int, b *batch, shadow bool) {
 	st, r := &d.resp.Statuses[i], b.results[j]
 	st.Remaining, st.RetryAfter, st.ResetAfter = r.Remaining, r.RetryAfter, r.ResetAfter
 	cached := b.hits != nil && b.hits[j]
 	if d.tally != nil {
-		d.tally.decided(i, st.Limit, d.req.Descriptors[i].Cost, r, cached)
+		d.tally.Decided(i, st.Limit, d.req.Descriptors[i].Cost, r, cached)
 	}
 	if r.RetryAfter == 0 {
 		return
@@ -220,7 +199,7 @@ func (d *decision) settle(s *Service, i, j int, b *batch, shadow bool) {
 
 // decideShadow decides shadow-mode descriptor i on its own. Its failure
 // changes no answer, so it is only logged.
-func (s *Service) decideShadow(ctx context.Context, d *decision, i int) {
+func (s *Service) decideShadow(ctx context.Context, d *deciding, i int) {
 	var b batch
 	var req [1]ratelimit.Request
 	var res [1]ratelimit.Result
@@ -237,7 +216,7 @@ func (s *Service) decideShadow(ctx context.Context, d *decision, i int) {
 // and remembers the store's denials in the cache. Under FailOpen, one of
 // two stores failing leaves its requests admitted and marks the answer
 // Failed (stores.go); any other failure is returned, for the failure mode.
-func (s *Service) count(ctx context.Context, d *decision, b *batch) error {
+func (s *Service) count(ctx context.Context, d *deciding, b *batch) error {
 	start := s.localNow()
 	s.localCheck(d, b, start)
 	var err error

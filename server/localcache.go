@@ -202,7 +202,7 @@ func (c *localCache) remember(key []byte, n int64, r ratelimit.Result, start tim
 // all of them, and decides as it did (the cached one is still over).
 // Decided each apart (policy.each), every hit is answered from it. Every
 // request is looked up either way, as envoy looks every descriptor up.
-func (s *Service) localCheck(d *decision, b *batch, now time.Time) {
+func (s *Service) localCheck(d *deciding, b *batch, now time.Time) {
 	c := s.local
 	if c == nil {
 		return
@@ -241,7 +241,7 @@ func (s *Service) localCheck(d *decision, b *batch, now time.Time) {
 // cache had not found, asked at start. Unless they were decided each
 // apart, the cost denied under a key is that of every request of b under
 // it: the store decided them together.
-func (s *Service) localRemember(d *decision, b *batch, start time.Time) {
+func (s *Service) localRemember(d *deciding, b *batch, start time.Time) {
 	c := s.local
 	if c == nil {
 		return

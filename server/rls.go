@@ -13,6 +13,7 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/floodgate-dev/floodgate/server/config"
+	"github.com/floodgate-dev/floodgate/server/envoy"
 )
 
 // RLS serves Envoy's rate limit service, envoy.service.ratelimit.v3, from a
@@ -113,7 +114,7 @@ func errorKind(err error) string {
 	var ie *InputError
 	var tl *TooLargeError
 	var be *bodyError
-	var ee *envoyError
+	var ee *envoy.Error
 	switch {
 	case err == nil:
 		return ""

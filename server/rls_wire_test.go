@@ -378,7 +378,7 @@ func TestRLSWireEncode(t *testing.T) {
 	}
 
 	responses = append(responses, &Response{Code: CodeOverLimit, Statuses: []Status{{Code: CodeOverLimit, Limit: named}},
-		Headers: []Header{{"RateLimit-Limit", "2"}, {"RateLimit-Remaining", "0"}}})
+		Headers: []Header{{Key: "RateLimit-Limit", Value: "2"}, {Key: "RateLimit-Remaining", Value: "0"}}})
 	meta, err := structpb.NewStruct(map[string]any{"domain": "api", "descriptors": []any{map[string]any{"entries": []any{"user=gil"}}}, "hitsAddend": 2})
 	if err != nil {
 		t.Fatal(err)

@@ -32,6 +32,7 @@ import (
 	"github.com/floodgate-dev/floodgate/backend"
 	"github.com/floodgate-dev/floodgate/ratelimit"
 	"github.com/floodgate-dev/floodgate/server/config"
+	"github.com/floodgate-dev/floodgate/server/envoy"
 	"github.com/floodgate-dev/floodgate/server/xds"
 )
 
@@ -268,7 +269,7 @@ func New(c Config) (*Server, error) {
 		s.grpcLn = s.conns.wrap(ln, "grpc")
 		var interceptors []grpc.UnaryServerInterceptor
 		if es := c.Service.EnvoyStats; es != nil {
-			interceptors = append(interceptors, envoyStatsUnary(es))
+			interceptors = append(interceptors, envoy.StatsInterceptor(es))
 		}
 		interceptors = append(interceptors, s.conns.unary)
 		streamInterceptors := []grpc.StreamServerInterceptor{s.conns.stream, s.watches.stream}

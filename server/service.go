@@ -16,95 +16,29 @@ import (
 	"github.com/floodgate-dev/floodgate/backend"
 	"github.com/floodgate-dev/floodgate/ratelimit"
 	"github.com/floodgate-dev/floodgate/server/config"
+	"github.com/floodgate-dev/floodgate/server/decision"
+	"github.com/floodgate-dev/floodgate/server/envoy"
 	"github.com/floodgate-dev/floodgate/server/envoystats"
 )
 
-// Code is the verdict of a request or of one descriptor; its values are those
-// of Envoy RLS v3 RateLimitResponse.Code.
-type Code int32
+// The decision model, package decision's; named here for the server's
+// users.
+type (
+	Code       = decision.Code
+	Request    = decision.Request
+	Descriptor = decision.Descriptor
+	Override   = decision.Override
+	Response   = decision.Response
+	Header     = decision.Header
+	Status     = decision.Status
+)
 
 // The codes of Envoy RLS v3.
 const (
-	CodeUnknown   Code = 0
-	CodeOK        Code = 1
-	CodeOverLimit Code = 2
+	CodeUnknown   = decision.CodeUnknown
+	CodeOK        = decision.CodeOK
+	CodeOverLimit = decision.CodeOverLimit
 )
-
-// String returns the Envoy enum name.
-func (c Code) String() string {
-	switch c {
-	case CodeOK:
-		return "OK"
-	case CodeOverLimit:
-		return "OVER_LIMIT"
-	}
-	return "UNKNOWN"
-}
-
-// Request is one rate limit request, independent of the API it came over.
-type Request struct {
-	Domain      string
-	Descriptors []Descriptor
-}
-
-// Descriptor is one descriptor of a Request.
-type Descriptor struct {
-	Entries []config.Entry
-	// Cost is the number of units the descriptor consumes: Envoy's
-	// hits_addend. 0 peeks: the status is reported, nothing is consumed.
-	Cost int64
-	// Override, when set, is the descriptor's own limit (Envoy's
-	// RateLimitDescriptor.limit); it applies instead of the configuration's
-	// as long as the domain is configured. It is a fixed window.
-	Override *Override
-}
-
-// Override is a limit carried by a request descriptor.
-type Override struct {
-	RequestsPerUnit uint32
-	Unit            config.Unit
-}
-
-// Response is the decision for a Request.
-type Response struct {
-	Code     Code     // OVER_LIMIT when any status is OVER_LIMIT
-	Statuses []Status // one per descriptor, in request order
-	// Failed reports that the store could not decide (an error, a timeout or
-	// the circuit breaker): the codes are the failure mode's. With a
-	// per-second store under FailOpen, they may be for the failing store's
-	// descriptors only, the other store's being decided (stores.go).
-	Failed bool
-	// Headers are the response_headers_to_add of the answer: envoy
-	// compatibility mode's RateLimit-Limit, -Remaining and -Reset
-	// (EnvoyOptions.ResponseHeaders); nil otherwise.
-	Headers []Header
-
-	failureMode bool // the whole answer is the failure mode's
-}
-
-// Header is one header of Response.Headers.
-type Header struct{ Key, Value string }
-
-// Status is the decision for one descriptor.
-type Status struct {
-	Code Code
-	// Limit is the limit the descriptor was decided under; nil when none
-	// applies (the code is then OK).
-	Limit *config.Limit
-	// Remaining is what the limit has left after this request; MaxUint32 for
-	// an unlimited limit.
-	Remaining int64
-	// RetryAfter is how long until the descriptor's own limit admits the
-	// request again: 0 when it admits it now (even when another descriptor
-	// of the request is over its limit), < 0 when its cost can never be
-	// admitted.
-	RetryAfter time.Duration
-	// ResetAfter is how long until the limit is back to full.
-	ResetAfter time.Duration
-	// Shadow reports a limit in shadow mode that was exceeded: the code is
-	// OK, the excess is counted in metrics.
-	Shadow bool
-}
 
 // FailureMode says how the service answers when the store cannot decide.
 type FailureMode int
@@ -238,7 +172,7 @@ type Service struct {
 	// observes its decisions (nil: nobody).
 	front  func(context.Context, *Request) (*Response, error)
 	policy policy
-	obs    observer
+	obs    decision.Observer
 	// storeSpan names the spans of store calls (tracing.go).
 	storeSpan string
 }
@@ -310,7 +244,7 @@ func NewService(b backend.Backend, opts Options) (*Service, error) {
 		s.front, s.storeSpan = s.envoyDecide, spanEnvoyStore
 	}
 	if opts.EnvoyStats != nil {
-		s.obs = &envoyObserver{es: opts.EnvoyStats}
+		s.obs = envoy.NewObserver(opts.EnvoyStats)
 	}
 	s.main = newStore(storeMain, b, opts.Timeout, opts.Breaker)
 	if opts.PerSecondBackend != nil {
@@ -367,7 +301,7 @@ func (s *Service) SetConfig(cfg *config.Config, version string) error {
 		}
 	}
 	if s.obs != nil {
-		s.obs.configSet(cfg)
+		s.obs.ConfigSet(cfg)
 	}
 	if s.local != nil {
 		rs.localGens = s.local.generations(rs)
@@ -634,7 +568,7 @@ func (s *Service) fail(ctx context.Context, domain string, resp *Response, err e
 		}
 		return nil, fmt.Errorf("%w for this request's keys (%s)", ErrUnavailable, strings.ReplaceAll(reason, "_", " "))
 	}
-	resp.Failed, resp.failureMode = true, true
+	resp.Failed, resp.ByFailureMode = true, true
 	resp.Code = CodeOK
 	for i := range resp.Statuses {
 		st := &resp.Statuses[i]
@@ -655,7 +589,7 @@ func (s *Service) fail(ctx context.Context, domain string, resp *Response, err e
 // answered by the failure mode.
 func (s *Service) storeFailed(ctx context.Context, domain string, err error) (reason, store string) {
 	if s.obs != nil {
-		s.obs.storeFailed()
+		s.obs.StoreFailed()
 	}
 	reason = "error"
 	switch {

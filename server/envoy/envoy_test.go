@@ -1,0 +1,107 @@
+package envoy
+
+import (
+	"testing"
+	"time"
+
+	"github.com/floodgate-dev/floodgate/server/config"
+	"github.com/floodgate-dev/floodgate/server/decision"
+)
+
+// TestReset: whole seconds to the end of the unit's current window on the
+// Unix clock, as envoyproxy/ratelimit's CalculateReset.
+func TestReset(t *testing.T) {
+	at := time.Date(2026, 12, 2, 12, 0, 15, 500_000_000, time.UTC)
+	for _, tc := range []struct {
+		u    config.Unit
+		now  time.Time
+		want time.Duration
+	}{
+		{config.UnitSecond, at, time.Second},
+		{config.UnitMinute, at, 45 * time.Second},
+		{config.UnitHour, at, 59*time.Minute + 45*time.Second},
+		{config.UnitHour, time.Date(2026, 12, 2, 12, 59, 59, 0, time.UTC), time.Second},
+	} {
+		if got := Reset(tc.u, tc.now); got != tc.want {
+			t.Errorf("Reset(%v, %v) = %v, want %v", tc.u, tc.now, got, tc.want)
+		}
+	}
+}
+
+// TestFinish: the answer's form under envoy's settings, on a response the
+// core decided.
+func TestFinish(t *testing.T) {
+	now := time.Date(2026, 12, 2, 12, 0, 15, 0, time.UTC)
+	perMinute := &config.Limit{Unit: config.UnitMinute, RequestsPerUnit: 10}
+	quota := &config.Limit{Unit: config.UnitMinute, RequestsPerUnit: 5, QuotaMode: true}
+	resp := func(codes ...decision.Code) *decision.Response {
+		r := &decision.Response{Code: decision.CodeOK}
+		for i, c := range codes {
+			l := perMinute
+			if i > 0 {
+				l = quota
+			}
+			r.Statuses = append(r.Statuses, decision.Status{Code: c, Limit: l, Remaining: 3, ResetAfter: 1234 * time.Millisecond})
+			if c == decision.CodeOverLimit {
+				r.Code = decision.CodeOverLimit
+			}
+		}
+		return r
+	}
+
+	r := resp(decision.CodeOverLimit, decision.CodeOK)
+	Finish(r, now, Options{Enabled: true, ResponseHeaders: true}, nil)
+	if r.Code != decision.CodeOverLimit || r.Statuses[0].Remaining != 0 || r.Statuses[0].ResetAfter != 45*time.Second || r.Statuses[1].Remaining != 3 {
+		t.Errorf("over a rate limit: %+v", r)
+	}
+	want := []decision.Header{{Key: "RateLimit-Limit", Value: "10"}, {Key: "RateLimit-Remaining", Value: "0"}, {Key: "RateLimit-Reset", Value: "45"}}
+	if len(r.Headers) != 3 || r.Headers[0] != want[0] || r.Headers[1] != want[1] || r.Headers[2] != want[2] {
+		t.Errorf("headers %v, want %v", r.Headers, want)
+	}
+
+	r = resp(decision.CodeOverLimit)
+	Finish(r, now, Options{Enabled: true, ShadowMode: true}, nil)
+	if r.Code != decision.CodeOK || r.Statuses[0].Code != decision.CodeOverLimit || r.Headers != nil {
+		t.Errorf("global shadow mode: %+v, want OK overall, the status kept", r)
+	}
+
+	// Quota descriptors make the answer OVER_LIMIT only when every one of
+	// them is over.
+	r = resp(decision.CodeOK, decision.CodeOverLimit, decision.CodeOK)
+	Finish(r, now, Options{Enabled: true}, nil)
+	if r.Code != decision.CodeOK {
+		t.Errorf("one quota descriptor of two over: %v, want OK", r.Code)
+	}
+	r = resp(decision.CodeOK, decision.CodeOverLimit, decision.CodeOverLimit)
+	Finish(r, now, Options{Enabled: true}, nil)
+	if r.Code != decision.CodeOverLimit {
+		t.Errorf("every quota descriptor over: %v, want OVER_LIMIT", r.Code)
+	}
+}
+
+// TestHealthy: HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED waits for a domain.
+func TestHealthy(t *testing.T) {
+	on := Options{Enabled: true, HealthyWithAtLeastOneConfig: true}
+	one := &config.Config{Domains: map[string]*config.Domain{"d": {}}}
+	for _, tc := range []struct {
+		o    Options
+		cfg  *config.Config
+		want bool
+	}{
+		{Options{Enabled: true}, nil, true},
+		{on, nil, false},
+		{on, &config.Config{}, false},
+		{on, one, true},
+	} {
+		if got := Healthy(tc.o, tc.cfg); got != tc.want {
+			t.Errorf("Healthy(%+v, %v) = %v, want %v", tc.o, tc.cfg, got, tc.want)
+		}
+	}
+}
+
+// TestDynamicMetadataNil: no request or no answer, no metadata.
+func TestDynamicMetadataNil(t *testing.T) {
+	if m := DynamicMetadata(nil, &decision.Response{}); m != nil {
+		t.Errorf("without a request: %v", m)
+	}
+}
