@@ -10,6 +10,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/floodgate-dev/floodgate/backend"
+	"github.com/floodgate-dev/floodgate/server/internal/rlswire"
 )
 
 // FuzzCheckRequest: any body gives a request or an InputError, never a
@@ -70,7 +71,7 @@ func FuzzRLSRequest(f *testing.F) {
 		if proto.Unmarshal(data, &req) != nil {
 			return
 		}
-		in, err := fromProto(&req)
+		in, err := rlswire.FromProto(&req)
 		if err != nil {
 			var ie *InputError
 			if !errors.As(err, &ie) {
@@ -101,6 +102,6 @@ func checkDecide(t *testing.T, s *Service, in *Request) {
 	if over != (resp.Code == CodeOverLimit) {
 		t.Fatalf("overall %v does not follow the statuses %+v", resp.Code, resp.Statuses)
 	}
-	toProto(resp)
+	rlswire.ToProto(resp)
 	checkResponse(resp)
 }

@@ -16,6 +16,7 @@ import (
 	"google.golang.org/protobuf/encoding/protojson"
 
 	"github.com/floodgate-dev/floodgate/server/config"
+	"github.com/floodgate-dev/floodgate/server/internal/rlswire"
 )
 
 // DefaultMaxBodyBytes bounds the body of an HTTP request.
@@ -205,7 +206,7 @@ func (h *httpAPI) decideJSON(w http.ResponseWriter, r *http.Request, fail func(h
 	if err := protojson.Unmarshal(data, &req); err != nil {
 		return fail(w, inputErrorf("request is not a RateLimitRequest in protojson: %v", err))
 	}
-	in, err := fromProto(&req)
+	in, err := rlswire.FromProto(&req)
 	if err != nil {
 		return fail(w, err)
 	}
@@ -213,7 +214,7 @@ func (h *httpAPI) decideJSON(w http.ResponseWriter, r *http.Request, fail func(h
 	if err != nil {
 		return fail(w, err)
 	}
-	p := toProto(out)
+	p := rlswire.ToProto(out)
 	p.DynamicMetadata = h.s.envoyDynamicMetadata(&req, out)
 	resp, err := protojson.Marshal(p)
 	if err != nil {

@@ -33,6 +33,7 @@ import (
 
 	"github.com/floodgate-dev/floodgate/backend"
 	"github.com/floodgate-dev/floodgate/server/config"
+	"github.com/floodgate-dev/floodgate/server/internal/rlswire"
 )
 
 func wireEntry(k, v string) *rlscommon.RateLimitDescriptor_Entry {
@@ -145,7 +146,7 @@ func wireRequestCases(t testing.TB) []struct {
 		}
 		many.Descriptors = append(many.Descriptors, d)
 	}
-	msg("more descriptors and entries than wireRequest holds", many)
+	msg("more descriptors and entries than rlswire.Incoming holds", many)
 
 	typical := mustMarshal(t, &rls.RateLimitRequest{Domain: "api", HitsAddend: 2, Descriptors: []*rlscommon.RateLimitDescriptor{
 		withLimit(withHits(wireDesc("user", "gil", "path", "/x"), 3), 5, typev3.RateLimitUnit_MINUTE, wrapperspb.UInt32(1))}})
@@ -256,28 +257,28 @@ func wireRequestCases(t testing.TB) []struct {
 // or an InputError where proto.Unmarshal fails.
 func checkWireDecode(t *testing.T, wire []byte) {
 	t.Helper()
-	var w wireRequest
-	w.decode(wire)
+	var w rlswire.Incoming
+	w.Decode(wire)
 	var ie *InputError
-	if w.err != nil && !errors.As(w.err, &ie) {
-		t.Fatalf("%x: not an InputError: %v", wire, w.err)
+	if w.Err != nil && !errors.As(w.Err, &ie) {
+		t.Fatalf("%x: not an InputError: %v", wire, w.Err)
 	}
 	var req rls.RateLimitRequest
 	if err := proto.Unmarshal(wire, &req); err != nil {
-		if w.err == nil {
-			t.Fatalf("%x: proto.Unmarshal: %v; hand-written: %+v", wire, err, w.req)
+		if w.Err == nil {
+			t.Fatalf("%x: proto.Unmarshal: %v; hand-written: %+v", wire, err, w.Req)
 		}
 		return
 	}
-	want, err := fromProto(&req)
+	want, err := rlswire.FromProto(&req)
 	switch {
-	case err != nil && (w.err == nil || w.err.Error() != err.Error()):
-		t.Fatalf("%x: fromProto: %v; hand-written: %+v, %v", wire, err, w.req, w.err)
+	case err != nil && (w.Err == nil || w.Err.Error() != err.Error()):
+		t.Fatalf("%x: fromProto: %v; hand-written: %+v, %v", wire, err, w.Req, w.Err)
 	case err != nil:
-	case w.err != nil:
-		t.Fatalf("%x: %v; fromProto: %+v", wire, w.err, want)
-	case !reflect.DeepEqual(&w.req, want):
-		t.Fatalf("%x:\nhand-written %s\nfromProto    %s", wire, formatRequest(&w.req), formatRequest(want))
+	case w.Err != nil:
+		t.Fatalf("%x: %v; fromProto: %+v", wire, w.Err, want)
+	case !reflect.DeepEqual(&w.Req, want):
+		t.Fatalf("%x:\nhand-written %s\nfromProto    %s", wire, formatRequest(&w.Req), formatRequest(want))
 	}
 }
 
@@ -304,10 +305,10 @@ func TestRLSWireDecode(t *testing.T) {
 		t.Run(c.name, func(t *testing.T) { checkWireDecode(t, c.wire) })
 	}
 	// Spot checks of what the cases above only compare.
-	var w wireRequest
-	w.decode(wireRequestCases(t)[2].wire)
-	if w.err != nil || w.req.Domain != "api" || len(w.req.Descriptors) != 2 || w.req.Descriptors[0].Entries[1] != (config.Entry{Key: "path", Value: "/upload"}) {
-		t.Fatalf("typical: %+v %v", w.req, w.err)
+	var w rlswire.Incoming
+	w.Decode(wireRequestCases(t)[2].wire)
+	if w.Err != nil || w.Req.Domain != "api" || len(w.Req.Descriptors) != 2 || w.Req.Descriptors[0].Entries[1] != (config.Entry{Key: "path", Value: "/upload"}) {
+		t.Fatalf("typical: %+v %v", w.Req, w.Err)
 	}
 	for _, c := range []struct {
 		wire []byte
@@ -321,10 +322,10 @@ func TestRLSWireDecode(t *testing.T) {
 		{[]byte{0x12, 0x02, 0x2d, 0x01}, "malformed RateLimitRequest: descriptors[0].field 5: unexpected EOF"},
 		{[]byte{0x00}, "malformed RateLimitRequest: invalid field number 0"},
 	} {
-		var w wireRequest
-		w.decode(c.wire)
-		if w.err == nil || w.err.Error() != c.want {
-			t.Errorf("%x: %v, want %s", c.wire, w.err, c.want)
+		var w rlswire.Incoming
+		w.Decode(c.wire)
+		if w.Err == nil || w.Err.Error() != c.want {
+			t.Errorf("%x: %v, want %s", c.wire, w.Err, c.want)
 		}
 	}
 }
@@ -390,12 +391,12 @@ func TestRLSWireEncode(t *testing.T) {
 	withMeta := len(responses)
 	responses = append(responses, responses[len(responses)-1], responses[3])
 
-	c := newRLSCodec()
+	c := rlswire.NewCodec()
 	for i, r := range responses {
-		pm := toProto(r)
-		w := &wireResponse{Response: r}
+		pm := rlswire.ToProto(r)
+		w := &rlswire.Outgoing{Response: r}
 		if i >= withMeta {
-			pm.DynamicMetadata, w.metadata = meta, metaWire
+			pm.DynamicMetadata, w.Metadata = meta, metaWire
 		}
 		want, err := proto.MarshalOptions{Deterministic: true}.Marshal(pm)
 		if err != nil {
@@ -413,18 +414,18 @@ func TestRLSWireEncode(t *testing.T) {
 
 	// A name proto.Marshal refuses is refused.
 	bad := &Response{Statuses: []Status{{Limit: &config.Limit{Name: "\xff"}}}}
-	if _, err := proto.Marshal(toProto(bad)); err == nil {
+	if _, err := proto.Marshal(rlswire.ToProto(bad)); err == nil {
 		t.Fatal("proto.Marshal took invalid UTF-8")
 	}
-	if _, err := c.Marshal(&wireResponse{Response: bad}); err == nil {
+	if _, err := c.Marshal(&rlswire.Outgoing{Response: bad}); err == nil {
 		t.Fatal("invalid UTF-8 encoded")
 	}
 }
 
-// TestRLSCodecDelegates: messages other than wireRequest and wireResponse
+// TestRLSCodecDelegates: messages other than rlswire.Incoming and wireResponse
 // go through the proto codec.
 func TestRLSCodecDelegates(t *testing.T) {
-	c := newRLSCodec()
+	c := rlswire.NewCodec()
 	if c.Name() != "proto" {
 		t.Fatalf("name %q", c.Name())
 	}
@@ -443,10 +444,10 @@ func TestRLSCodecDelegates(t *testing.T) {
 	}
 	// A request in several buffers, as gRPC hands over a large one.
 	wire := mustMarshal(t, &rls.RateLimitRequest{Domain: "api", Descriptors: []*rlscommon.RateLimitDescriptor{wireDesc("user", "gil")}})
-	var w wireRequest
-	if err := c.Unmarshal(mem.BufferSlice{mem.SliceBuffer(wire[:3]), mem.SliceBuffer(wire[3:])}, &w); err != nil || w.err != nil ||
-		w.req.Domain != "api" || w.req.Descriptors[0].Entries[0].Value != "gil" {
-		t.Fatalf("%+v %v %v", w.req, w.err, err)
+	var w rlswire.Incoming
+	if err := c.Unmarshal(mem.BufferSlice{mem.SliceBuffer(wire[:3]), mem.SliceBuffer(wire[3:])}, &w); err != nil || w.Err != nil ||
+		w.Req.Domain != "api" || w.Req.Descriptors[0].Entries[0].Value != "gil" {
+		t.Fatalf("%+v %v %v", w.Req, w.Err, err)
 	}
 }
 
@@ -600,13 +601,13 @@ func benchRequest(b *testing.B) []byte {
 func BenchmarkRLSDecode(b *testing.B) {
 	wire := benchRequest(b)
 	data := mem.BufferSlice{mem.SliceBuffer(wire)}
-	c := newRLSCodec()
+	c := rlswire.NewCodec()
 	b.Run("hand", func(b *testing.B) {
 		b.ReportAllocs()
 		for b.Loop() {
-			w := new(wireRequest)
-			if err := c.Unmarshal(data, w); err != nil || w.err != nil {
-				b.Fatal(err, w.err)
+			w := new(rlswire.Incoming)
+			if err := c.Unmarshal(data, w); err != nil || w.Err != nil {
+				b.Fatal(err, w.Err)
 			}
 		}
 	})
@@ -617,7 +618,7 @@ func BenchmarkRLSDecode(b *testing.B) {
 			if err := c.Unmarshal(data, req); err != nil {
 				b.Fatal(err)
 			}
-			if _, err := fromProto(req); err != nil {
+			if _, err := rlswire.FromProto(req); err != nil {
 				b.Fatal(err)
 			}
 		}
@@ -632,11 +633,11 @@ func BenchmarkRLSEncode(b *testing.B) {
 		{Code: CodeOK, Limit: l, Remaining: 42, ResetAfter: 3*time.Hour + 7*time.Millisecond},
 		{Code: CodeOK, Limit: &config.Limit{Unlimited: true}, Remaining: math.MaxUint32},
 	}}
-	c := newRLSCodec()
+	c := rlswire.NewCodec()
 	b.Run("hand", func(b *testing.B) {
 		b.ReportAllocs()
 		for b.Loop() {
-			data, err := c.Marshal(&wireResponse{Response: r})
+			data, err := c.Marshal(&rlswire.Outgoing{Response: r})
 			if err != nil {
 				b.Fatal(err)
 			}
@@ -646,7 +647,7 @@ func BenchmarkRLSEncode(b *testing.B) {
 	b.Run("proto", func(b *testing.B) {
 		b.ReportAllocs()
 		for b.Loop() {
-			data, err := c.Marshal(toProto(r))
+			data, err := c.Marshal(rlswire.ToProto(r))
 			if err != nil {
 				b.Fatal(err)
 			}

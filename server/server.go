@@ -33,6 +33,7 @@ import (
 	"github.com/floodgate-dev/floodgate/ratelimit"
 	"github.com/floodgate-dev/floodgate/server/config"
 	"github.com/floodgate-dev/floodgate/server/envoy"
+	"github.com/floodgate-dev/floodgate/server/internal/rlswire"
 	"github.com/floodgate-dev/floodgate/server/xds"
 )
 
@@ -290,7 +291,7 @@ func New(c Config) (*Server, error) {
 			grpc.NumStreamWorkers(streamWorkers),
 			// ShouldRateLimit's messages are read and written by hand
 			// (rls_wire.go); every other message by the proto codec.
-			grpc.ForceServerCodecV2(newRLSCodec()),
+			grpc.ForceServerCodecV2(rlswire.NewCodec()),
 		}
 		if d := orDefault(c.GRPCHandshakeTimeout, DefaultGRPCHandshakeTimeout); d > 0 {
 			gopts = append(gopts, grpc.ConnectionTimeout(d))

@@ -89,11 +89,8 @@ const (
 // cannot decide.
 var ErrUnavailable = errors.New("rate limit store unavailable")
 
-// InputError is a malformed request: the transports answer it with 400 or
-// InvalidArgument.
-type InputError struct{ Msg string }
-
-func (e *InputError) Error() string { return e.Msg }
+// InputError is decision.InputError: a malformed request.
+type InputError = decision.InputError
 
 // TooLargeError is a request body over the size limit: HTTP answers it
 // with 413.

@@ -122,3 +122,9 @@ type Tally interface {
 	// limit without asking the store.
 	Decided(i int, l *config.Limit, cost int64, r ratelimit.Result, cached bool)
 }
+
+// InputError is a malformed request: the transports answer it with 400 or
+// InvalidArgument.
+type InputError struct{ Msg string }
+
+func (e *InputError) Error() string { return e.Msg }
