@@ -10,6 +10,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/floodgate-dev/floodgate/backend"
+	"github.com/floodgate-dev/floodgate/server/checkapi"
 	"github.com/floodgate-dev/floodgate/server/internal/rlswire"
 )
 
@@ -28,7 +29,7 @@ func FuzzCheckRequest(f *testing.F) {
 	}
 	s := newService(f, backend.NewMemory(), Options{})
 	f.Fuzz(func(t *testing.T, data []byte) {
-		cr, err := ParseCheckRequest(data)
+		cr, err := checkapi.Parse(data)
 		if err != nil {
 			var ie *InputError
 			if !errors.As(err, &ie) {
@@ -103,5 +104,5 @@ func checkDecide(t *testing.T, s *Service, in *Request) {
 		t.Fatalf("overall %v does not follow the statuses %+v", resp.Code, resp.Statuses)
 	}
 	rlswire.ToProto(resp)
-	checkResponse(resp)
+	checkapi.FromDecision(resp)
 }

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"math"
 	"mime"
 	"net"
 	"net/http"
@@ -15,7 +14,7 @@ import (
 	rls "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"google.golang.org/protobuf/encoding/protojson"
 
-	"github.com/floodgate-dev/floodgate/server/config"
+	"github.com/floodgate-dev/floodgate/server/checkapi"
 	"github.com/floodgate-dev/floodgate/server/internal/rlswire"
 )
 
@@ -262,38 +261,6 @@ var httpStatuses = map[string]int{
 	"envoy":        http.StatusBadRequest,
 }
 
-// CheckRequest is the body of POST /v1/check. Descriptors are JSON objects
-// whose members are the entries, in order: {"user": "alice", "path": "/x"}.
-type CheckRequest struct {
-	Domain      string
-	Descriptors [][]config.Entry
-	Cost        *int64 // nil: 1
-}
-
-// CheckResponse is the answer of POST /v1/check.
-type CheckResponse struct {
-	Allowed      bool            `json:"allowed"`
-	Code         string          `json:"code"`
-	RetryAfterMS int64           `json:"retry_after_ms"`         // the longest of the descriptors'; -1 when a cost can never be admitted
-	Failed       bool            `json:"store_failed,omitempty"` // answered by the failure mode
-	Decisions    []CheckDecision `json:"decisions"`
-}
-
-// CheckDecision is one descriptor's part of a CheckResponse.
-type CheckDecision struct {
-	Code         string `json:"code"`
-	Descriptor   string `json:"descriptor,omitempty"` // the limit's path in the configuration; "" when no limit applies
-	Name         string `json:"name,omitempty"`
-	Algorithm    string `json:"algorithm,omitempty"`
-	Limit        uint32 `json:"limit,omitempty"`
-	Unit         string `json:"unit,omitempty"`
-	Unlimited    bool   `json:"unlimited,omitempty"`
-	Remaining    int64  `json:"remaining"`
-	RetryAfterMS int64  `json:"retry_after_ms"`
-	ResetAfterMS int64  `json:"reset_after_ms"`
-	Shadow       bool   `json:"shadow,omitempty"`
-}
-
 func (h *httpAPI) check(w http.ResponseWriter, r *http.Request) {
 	start := time.Now()
 	code := h.traceHTTP(spanCheck, w, r, h.serveCheck)
@@ -307,7 +274,7 @@ func (h *httpAPI) serveCheck(w http.ResponseWriter, r *http.Request) string {
 	if err != nil {
 		return h.error(w, err)
 	}
-	cr, err := ParseCheckRequest(data)
+	cr, err := checkapi.Parse(data)
 	if err != nil {
 		return h.error(w, err)
 	}
@@ -323,7 +290,7 @@ func (h *httpAPI) serveCheck(w http.ResponseWriter, r *http.Request) string {
 	if err != nil {
 		return h.error(w, err)
 	}
-	resp := checkResponse(out)
+	resp := checkapi.FromDecision(out)
 	w.Header().Set("Content-Type", "application/json")
 	if !resp.Allowed {
 		if resp.RetryAfterMS > 0 {
@@ -333,48 +300,4 @@ func (h *httpAPI) serveCheck(w http.ResponseWriter, r *http.Request) string {
 	}
 	json.NewEncoder(w).Encode(resp)
 	return out.Code.String()
-}
-
-func checkResponse(out *Response) *CheckResponse {
-	resp := &CheckResponse{
-		Allowed:   out.Code != CodeOverLimit,
-		Code:      out.Code.String(),
-		Failed:    out.Failed,
-		Decisions: make([]CheckDecision, len(out.Statuses)),
-	}
-	for i := range out.Statuses {
-		st := &out.Statuses[i]
-		d := CheckDecision{Code: st.Code.String(), Shadow: st.Shadow}
-		if l := st.Limit; l != nil {
-			d.Descriptor, d.Name, d.Algorithm = l.Path, l.Name, l.Algorithm
-			if l.Unlimited {
-				d.Unlimited = true
-				d.Remaining = math.MaxUint32
-			} else {
-				d.Limit, d.Unit = l.RequestsPerUnit, l.Unit.String()
-				d.Remaining = max(st.Remaining, 0)
-				d.RetryAfterMS = ceilMS(st.RetryAfter)
-				d.ResetAfterMS = ceilMS(st.ResetAfter)
-			}
-		}
-		if st.Code == CodeOverLimit {
-			switch {
-			case d.RetryAfterMS < 0 || resp.RetryAfterMS < 0:
-				resp.RetryAfterMS = -1
-			default:
-				resp.RetryAfterMS = max(resp.RetryAfterMS, d.RetryAfterMS)
-			}
-		}
-		resp.Decisions[i] = d
-	}
-	return resp
-}
-
-// ceilMS rounds d up to whole milliseconds, so that a client that waits that
-// long is admitted; negative durations give -1.
-func ceilMS(d time.Duration) int64 {
-	if d < 0 {
-		return -1
-	}
-	return int64((d + time.Millisecond - 1) / time.Millisecond)
 }

@@ -25,6 +25,7 @@ import (
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
 	"github.com/floodgate-dev/floodgate/backend"
+	"github.com/floodgate-dev/floodgate/server/checkapi"
 )
 
 func post(t *testing.T, h http.Handler, path, body string, hdr ...string) *httptest.ResponseRecorder {
@@ -43,7 +44,7 @@ func TestHTTPCheck(t *testing.T) {
 	h := NewHTTPHandler(s, HTTPOptions{})
 	body := `{"domain":"api","descriptors":[{"path":"/upload","user":"ann"}],"cost":2}`
 	w := post(t, h, "/v1/check", body)
-	var resp CheckResponse
+	var resp checkapi.Response
 	if err := json.Unmarshal(w.Body.Bytes(), &resp); err != nil || w.Code != 200 {
 		t.Fatalf("%d %s %v", w.Code, w.Body, err)
 	}
@@ -60,13 +61,13 @@ func TestHTTPCheck(t *testing.T) {
 	}
 	// Member order is entry order: user then path matches nothing.
 	w = post(t, h, "/v1/check", `{"domain":"api","descriptors":[{"user":"ann","path":"/upload"}]}`)
-	resp = CheckResponse{}
+	resp = checkapi.Response{}
 	if err := json.Unmarshal(w.Body.Bytes(), &resp); err != nil || w.Code != 200 || resp.Decisions[0].Descriptor != "" {
 		t.Fatalf("%d %s", w.Code, w.Body)
 	}
 	// Unlimited.
 	w = post(t, h, "/v1/check", `{"domain":"api","descriptors":[{"user":"vip"}]}`)
-	resp = CheckResponse{}
+	resp = checkapi.Response{}
 	if err := json.Unmarshal(w.Body.Bytes(), &resp); err != nil || !resp.Decisions[0].Unlimited || resp.Decisions[0].Remaining != 1<<32-1 {
 		t.Fatalf("%s", w.Body)
 	}

@@ -1,16 +1,22 @@
-package server
+// Package checkapi is the friendly JSON of floodgate serve's POST /v1/check:
+// the request (Parse reads it), and the answer (FromDecision builds it from
+// a decision). A Go client may use its types to build requests and read
+// answers.
+package checkapi
 
 import (
 	"encoding/json"
 	"fmt"
 	"math"
 	"strconv"
+	"time"
 	"unicode/utf8"
 
 	"github.com/floodgate-dev/floodgate/server/config"
+	"github.com/floodgate-dev/floodgate/server/decision"
 )
 
-// ParseCheckRequest decodes the body of POST /v1/check. Descriptor objects
+// Parse decodes the body of POST /v1/check. Descriptor objects
 // keep their member order, which is the entry order matching depends on.
 // Unknown members are errors that name them.
 //
@@ -24,11 +30,11 @@ import (
 // It reads the body in one pass without encoding/json's token decoder, which
 // cost 15% of the HTTP server's CPU; FuzzCheckRequestReference holds it to
 // the answers of that decoder.
-func ParseCheckRequest(data []byte) (*CheckRequest, error) {
+func Parse(data []byte) (*Request, error) {
 	p := checkParser{data: data}
 	cr, err := p.request()
 	if err != nil {
-		return nil, inputErrorf("check request: %v", err)
+		return nil, &decision.InputError{Msg: "check request: " + err.Error()}
 	}
 	return cr, nil
 }
@@ -39,12 +45,12 @@ type checkParser struct {
 	i    int
 }
 
-func (p *checkParser) request() (*CheckRequest, error) {
+func (p *checkParser) request() (*Request, error) {
 	if err := p.expect('{'); err != nil {
 		return nil, err
 	}
 	var (
-		cr                              CheckRequest
+		cr                              Request
 		seenDomain, seenDescs, seenCost bool
 		seenHits                        bool
 	)
@@ -107,7 +113,7 @@ func (p *checkParser) request() (*CheckRequest, error) {
 	return &cr, nil
 }
 
-func (p *checkParser) descriptors(cr *CheckRequest) error {
+func (p *checkParser) descriptors(cr *Request) error {
 	if p.peek() != '[' {
 		return fmt.Errorf("descriptors must be a list of objects: want \"[\", got %s", p.got())
 	}
@@ -334,4 +340,81 @@ func (p *checkParser) literal(word string) (string, error) {
 	}
 	p.i += len(word)
 	return word, nil
+}
+
+// Request is the body of POST /v1/check. Descriptors are JSON objects
+// whose members are the entries, in order: {"user": "alice", "path": "/x"}.
+type Request struct {
+	Domain      string
+	Descriptors [][]config.Entry
+	Cost        *int64 // nil: 1
+}
+
+// Response is the answer of POST /v1/check.
+type Response struct {
+	Allowed      bool       `json:"allowed"`
+	Code         string     `json:"code"`
+	RetryAfterMS int64      `json:"retry_after_ms"`         // the longest of the descriptors'; -1 when a cost can never be admitted
+	Failed       bool       `json:"store_failed,omitempty"` // answered by the failure mode
+	Decisions    []Decision `json:"decisions"`
+}
+
+// Decision is one descriptor's part of a Response.
+type Decision struct {
+	Code         string `json:"code"`
+	Descriptor   string `json:"descriptor,omitempty"` // the limit's path in the configuration; "" when no limit applies
+	Name         string `json:"name,omitempty"`
+	Algorithm    string `json:"algorithm,omitempty"`
+	Limit        uint32 `json:"limit,omitempty"`
+	Unit         string `json:"unit,omitempty"`
+	Unlimited    bool   `json:"unlimited,omitempty"`
+	Remaining    int64  `json:"remaining"`
+	RetryAfterMS int64  `json:"retry_after_ms"`
+	ResetAfterMS int64  `json:"reset_after_ms"`
+	Shadow       bool   `json:"shadow,omitempty"`
+}
+
+// FromDecision is the answer to a request decided as out.
+func FromDecision(out *decision.Response) *Response {
+	resp := &Response{
+		Allowed:   out.Code != decision.CodeOverLimit,
+		Code:      out.Code.String(),
+		Failed:    out.Failed,
+		Decisions: make([]Decision, len(out.Statuses)),
+	}
+	for i := range out.Statuses {
+		st := &out.Statuses[i]
+		d := Decision{Code: st.Code.String(), Shadow: st.Shadow}
+		if l := st.Limit; l != nil {
+			d.Descriptor, d.Name, d.Algorithm = l.Path, l.Name, l.Algorithm
+			if l.Unlimited {
+				d.Unlimited = true
+				d.Remaining = math.MaxUint32
+			} else {
+				d.Limit, d.Unit = l.RequestsPerUnit, l.Unit.String()
+				d.Remaining = max(st.Remaining, 0)
+				d.RetryAfterMS = ceilMS(st.RetryAfter)
+				d.ResetAfterMS = ceilMS(st.ResetAfter)
+			}
+		}
+		if st.Code == decision.CodeOverLimit {
+			switch {
+			case d.RetryAfterMS < 0 || resp.RetryAfterMS < 0:
+				resp.RetryAfterMS = -1
+			default:
+				resp.RetryAfterMS = max(resp.RetryAfterMS, d.RetryAfterMS)
+			}
+		}
+		resp.Decisions[i] = d
+	}
+	return resp
+}
+
+// ceilMS rounds d up to whole milliseconds, so that a client that waits that
+// long is admitted; negative durations give -1.
+func ceilMS(d time.Duration) int64 {
+	if d < 0 {
+		return -1
+	}
+	return int64((d + time.Millisecond - 1) / time.Millisecond)
 }
