@@ -27,6 +27,8 @@ import (
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+
+	"github.com/floodgate-dev/floodgate/server/internal/connlimit"
 )
 
 // Tests of connection shedding (issue 12, "Connections are never shed"):
@@ -274,17 +276,7 @@ func TestConnCapRefusesWhenAllServing(t *testing.T) {
 }
 
 // busyConns counts the open connections serving a request.
-func (s *Server) busyConns() int {
-	s.conns.mu.Lock()
-	defer s.conns.mu.Unlock()
-	n := 0
-	for _, c := range s.conns.conns {
-		if c.busy.Load() > 0 {
-			n++
-		}
-	}
-	return n
-}
+func (s *Server) busyConns() int { return s.conns.Busy() }
 
 // TestConnBusyTracking: the cap knows which connections are serving, over
 // TCP and over TLS: an HTTP request from its first byte to its answer
@@ -413,7 +405,7 @@ func TestAcceptEMFILEShedsIdle(t *testing.T) {
 	defer tcp.Close()
 	m := NewMetrics()
 	fl := &emfileListener{Listener: tcp, fail: make(chan struct{}, 1)}
-	ln := m.newConnLimit(10, "http").wrap(fl, "http")
+	ln := connlimit.New(m.Registry, 10, "http").Wrap(fl, "http")
 	client := dialRaw(t, tcp.Addr().String())
 	c, err := ln.Accept()
 	if err != nil {
@@ -449,8 +441,8 @@ func TestConnCap(t *testing.T) {
 		{1, 1, 1},
 		{1 << 40, 2, 0}, // unlimited: no cap
 	} {
-		if got := connCap(tc.soft, tc.procs); got != tc.want {
-			t.Errorf("connCap(%d, %d) = %d, want %d", tc.soft, tc.procs, got, tc.want)
+		if got := connlimit.Cap(tc.soft, tc.procs); got != tc.want {
+			t.Errorf("Cap(%d, %d) = %d, want %d", tc.soft, tc.procs, got, tc.want)
 		}
 	}
 }

@@ -33,6 +33,7 @@ import (
 	"github.com/floodgate-dev/floodgate/ratelimit"
 	"github.com/floodgate-dev/floodgate/server/config"
 	"github.com/floodgate-dev/floodgate/server/envoy"
+	"github.com/floodgate-dev/floodgate/server/internal/connlimit"
 	"github.com/floodgate-dev/floodgate/server/internal/rlswire"
 	"github.com/floodgate-dev/floodgate/server/xds"
 )
@@ -159,8 +160,8 @@ type Server struct {
 	httpSrv        *http.Server
 	grpcSrv        *grpc.Server
 	rlqs           *RLQS
-	conns          *connLimit    // over both listeners
-	watches        healthWatches // the health service's Watch calls, ended at shutdown
+	conns          *connlimit.Limit // over both listeners
+	watches        healthWatches    // the health service's Watch calls, ended at shutdown
 
 	draining  atomic.Bool // set on shutdown: health checks fail
 	storeDown atomic.Bool // EnvoyOptions.HealthFollowsStore: the last probe failed
@@ -227,9 +228,9 @@ func New(c Config) (*Server, error) {
 	}
 	maxConns := c.MaxConns
 	if maxConns == 0 {
-		maxConns = defaultMaxConns()
+		maxConns = connlimit.DefaultMax()
 	}
-	s.conns = s.metrics.newConnLimit(maxConns, "http", "grpc")
+	s.conns = connlimit.New(s.metrics.Registry, maxConns, "http", "grpc")
 
 	httpTLS, grpcTLS, err := listenerTLS(c) // tlsreload.go
 	if err != nil {
@@ -243,7 +244,7 @@ func New(c Config) (*Server, error) {
 		if err != nil {
 			return nil, fmt.Errorf("server: HTTP: %w", err)
 		}
-		ln = s.conns.wrap(ln, "http")
+		ln = s.conns.Wrap(ln, "http")
 		if httpTLS != nil {
 			ln = tls.NewListener(ln, httpTLS)
 		}
@@ -254,7 +255,7 @@ func New(c Config) (*Server, error) {
 			ReadTimeout:  orDefault(c.HTTPReadTimeout, DefaultHTTPReadTimeout),
 			WriteTimeout: s.dash.writeTimeout,
 			IdleTimeout:  orDefault(c.HTTPIdleTimeout, DefaultHTTPIdleTimeout),
-			ConnState:    s.conns.connState,
+			ConnState:    s.conns.ConnState,
 			ErrorLog:     slog.NewLogLogger(c.Logger.Handler(), slog.LevelWarn),
 		}
 		if s.httpSrv.ReadTimeout == 0 {
@@ -267,13 +268,13 @@ func New(c Config) (*Server, error) {
 			s.closeListeners()
 			return nil, fmt.Errorf("server: gRPC: %w", err)
 		}
-		s.grpcLn = s.conns.wrap(ln, "grpc")
+		s.grpcLn = s.conns.Wrap(ln, "grpc")
 		var interceptors []grpc.UnaryServerInterceptor
 		if es := c.Service.EnvoyStats; es != nil {
 			interceptors = append(interceptors, envoy.StatsInterceptor(es))
 		}
-		interceptors = append(interceptors, s.conns.unary)
-		streamInterceptors := []grpc.StreamServerInterceptor{s.conns.stream, s.watches.stream}
+		interceptors = append(interceptors, s.conns.Unary)
+		streamInterceptors := []grpc.StreamServerInterceptor{s.conns.Stream, s.watches.stream}
 		if c.Token != "" {
 			interceptors = append(interceptors, tokenInterceptor(c.Token, s.metrics))
 			streamInterceptors = append(streamInterceptors, tokenStreamInterceptor(c.Token, s.metrics))
@@ -574,7 +575,7 @@ func (s *Server) Serve(ctx context.Context) error {
 	stopDash := make(chan struct{})
 	dashDone := make(chan struct{})
 	go func() { s.dash.run(stopDash); close(dashDone) }()
-	s.log.Info("serving", "http", s.HTTPAddr(), "grpc", s.GRPCAddr(), "max_conns", s.conns.capacity())
+	s.log.Info("serving", "http", s.HTTPAddr(), "grpc", s.GRPCAddr(), "max_conns", s.conns.Capacity())
 	var err error
 loop:
 	for {

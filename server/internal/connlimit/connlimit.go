@@ -1,4 +1,7 @@
-package server
+// Package connlimit caps the connections open on the server's listeners
+// together, so that the process always keeps descriptors for its store's
+// connections, reloads and probes (see Limit).
+package connlimit
 
 import (
 	"context"
@@ -15,11 +18,11 @@ import (
 	"google.golang.org/grpc/peer"
 )
 
-// connLimit caps the connections open on a Server's listeners together (HTTP
+// Limit caps the connections open on a server's listeners together (HTTP
 // and gRPC), so that the process always keeps descriptors for its store's
 // connections, configuration reloads and probes, and never fails with EMFILE.
 //
-// A listener wrapped by wrap admits a new connection while fewer than max
+// A listener wrapped by Wrap admits a new connection while fewer than max
 // are open. At the cap it makes room by closing the connection idle the
 // longest: an HTTP connection between requests, or one that has not sent a
 // request yet (a TLS handshake or request header still to come); a gRPC
@@ -27,7 +30,7 @@ import (
 // preface. When every open connection is serving a request, the new one is
 // refused: closed right after accept, so that the accept loop never blocks.
 // Which connections are serving it learns from http.Server.ConnState
-// (connState) and from gRPC interceptors (unary, stream); "idle the longest"
+// (ConnState) and from gRPC interceptors (Unary, Stream); "idle the longest"
 // is by the order of these events, not by a clock.
 //
 // A connection closed to make room may have been about to send a request: a
@@ -38,7 +41,7 @@ import (
 // (Config.GRPCHandshakeTimeout on the gRPC listener), whichever comes first.
 //
 // Safe for concurrent use.
-type connLimit struct {
+type Limit struct {
 	max int // math.MaxInt: no cap, only the counts
 
 	mu    sync.Mutex
@@ -56,15 +59,15 @@ const (
 	shedNoFDs   = "descriptors" // an idle connection closed because accept failed with EMFILE or ENFILE
 )
 
-// newConnLimit returns a limit of max connections over the listeners named
-// (the metrics' listener label); max <= 0 means no cap. Its metrics are
-// registered in m:
+// New returns a limit of max connections over the listeners named (the
+// metrics' listener label); max <= 0 means no cap. Its metrics are
+// registered in reg:
 //
 //	floodgate_connections_open{listener}             connections open now
 //	floodgate_connections_limit                      the cap on them together; 0 when none
 //	floodgate_connections_shed_total{listener,reason} idle, refused, descriptors
-func (m *Metrics) newConnLimit(max int, listeners ...string) *connLimit {
-	l := &connLimit{max: max, open: map[string]prometheus.Gauge{}}
+func New(reg prometheus.Registerer, max int, listeners ...string) *Limit {
+	l := &Limit{max: max, open: map[string]prometheus.Gauge{}}
 	if max <= 0 {
 		l.max, max = math.MaxInt, 0
 	}
@@ -80,7 +83,7 @@ func (m *Metrics) newConnLimit(max int, listeners ...string) *connLimit {
 		Name: "floodgate_connections_limit", Help: "The cap on open connections over all listeners; 0 when there is none.",
 	})
 	limit.Set(float64(max))
-	m.Registry.MustRegister(open, l.shed, limit)
+	reg.MustRegister(open, l.shed, limit)
 	for _, ln := range listeners {
 		l.open[ln] = open.WithLabelValues(ln)
 		for _, r := range []string{shedIdle, shedRefused, shedNoFDs} {
@@ -90,24 +93,24 @@ func (m *Metrics) newConnLimit(max int, listeners ...string) *connLimit {
 	return l
 }
 
-// capacity returns the cap, 0 when there is none.
-func (l *connLimit) capacity() int {
+// Capacity returns the cap, 0 when there is none.
+func (l *Limit) Capacity() int {
 	if l.max == math.MaxInt {
 		return 0
 	}
 	return l.max
 }
 
-// wrap returns ln with its connections counted and capped by l, under the
+// Wrap returns ln with its connections counted and capped by l, under the
 // name listener.
-func (l *connLimit) wrap(ln net.Listener, listener string) net.Listener {
+func (l *Limit) Wrap(ln net.Listener, listener string) net.Listener {
 	return &limitedListener{Listener: ln, lim: l, name: listener}
 }
 
-// limitedListener is a listener whose connections a connLimit tracks.
+// limitedListener is a listener whose connections a Limit tracks.
 type limitedListener struct {
 	net.Listener
-	lim  *connLimit
+	lim  *Limit
 	name string
 }
 
@@ -135,7 +138,7 @@ func (ln *limitedListener) Accept() (net.Conn, error) {
 // admit tracks c, closing the idlest connection first when the cap is
 // reached. It returns false, tracking nothing, when every open connection is
 // serving.
-func (l *connLimit) admit(c *trackedConn) bool {
+func (l *Limit) admit(c *trackedConn) bool {
 	l.mu.Lock()
 	var victim *trackedConn
 	if len(l.conns) >= l.max {
@@ -158,7 +161,7 @@ func (l *connLimit) admit(c *trackedConn) bool {
 }
 
 // shedIdlest closes the connection idle the longest, if any.
-func (l *connLimit) shedIdlest(reason string) {
+func (l *Limit) shedIdlest(reason string) {
 	l.mu.Lock()
 	victim := l.idlestLocked()
 	if victim != nil {
@@ -171,7 +174,7 @@ func (l *connLimit) shedIdlest(reason string) {
 }
 
 // evict closes c, which removeLocked no longer tracks.
-func (l *connLimit) evict(c *trackedConn, reason string) {
+func (l *Limit) evict(c *trackedConn, reason string) {
 	c.Conn.Close()
 	l.shed.WithLabelValues(c.listener, reason).Inc()
 }
@@ -179,7 +182,7 @@ func (l *connLimit) evict(c *trackedConn, reason string) {
 // idlestLocked returns the open connection idle the longest, or nil when
 // every one is serving. It requires l.mu; its cost is linear in the open
 // connections, paid only at the cap.
-func (l *connLimit) idlestLocked() *trackedConn {
+func (l *Limit) idlestLocked() *trackedConn {
 	var idlest *trackedConn
 	var since uint64
 	for _, c := range l.conns {
@@ -194,14 +197,14 @@ func (l *connLimit) idlestLocked() *trackedConn {
 }
 
 // remove stops tracking c; it may be called more than once.
-func (l *connLimit) remove(c *trackedConn) {
+func (l *Limit) remove(c *trackedConn) {
 	l.mu.Lock()
 	l.removeLocked(c)
 	l.mu.Unlock()
 }
 
 // removeLocked stops tracking c, if it still is. It requires l.mu.
-func (l *connLimit) removeLocked(c *trackedConn) {
+func (l *Limit) removeLocked(c *trackedConn) {
 	if c.idx < 0 {
 		return
 	}
@@ -215,14 +218,14 @@ func (l *connLimit) removeLocked(c *trackedConn) {
 }
 
 // idle records that c stopped serving now.
-func (l *connLimit) idle(c *trackedConn) {
+func (l *Limit) idle(c *trackedConn) {
 	c.since.Store(l.seq.Add(1))
 	c.busy.Store(0)
 }
 
-// connState is the http.Server's ConnState hook: a connection is serving
+// ConnState is the http.Server's ConnState hook: a connection is serving
 // from the first byte of a request until its answer is written.
-func (l *connLimit) connState(c net.Conn, st http.ConnState) {
+func (l *Limit) ConnState(c net.Conn, st http.ConnState) {
 	if tc, ok := c.(interface{ NetConn() net.Conn }); ok { // *tls.Conn
 		c = tc.NetConn()
 	}
@@ -238,13 +241,13 @@ func (l *connLimit) connState(c net.Conn, st http.ConnState) {
 	}
 }
 
-// unary is a gRPC interceptor marking the call's connection busy while the
+// Unary is a gRPC interceptor marking the call's connection busy while the
 // call runs.
 //
 // An interceptor rather than a stats.Handler: grpc-go calls a stats handler
 // with an event allocated for each phase of every call, where this costs two
 // atomic additions.
-func (l *connLimit) unary(ctx context.Context, req any, _ *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
+func (l *Limit) Unary(ctx context.Context, req any, _ *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
 	tc := rpcConn(ctx)
 	if tc == nil {
 		return handler(ctx, req)
@@ -254,9 +257,9 @@ func (l *connLimit) unary(ctx context.Context, req any, _ *grpc.UnaryServerInfo,
 	return handler(ctx, req)
 }
 
-// stream is unary's counterpart for streaming calls (the health service's
+// Stream is Unary's counterpart for streaming calls (the health service's
 // Watch).
-func (l *connLimit) stream(srv any, ss grpc.ServerStream, _ *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
+func (l *Limit) Stream(srv any, ss grpc.ServerStream, _ *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
 	tc := rpcConn(ss.Context())
 	if tc == nil {
 		return handler(srv, ss)
@@ -266,7 +269,7 @@ func (l *connLimit) stream(srv any, ss grpc.ServerStream, _ *grpc.StreamServerIn
 	return handler(srv, ss)
 }
 
-func (l *connLimit) rpcDone(c *trackedConn) {
+func (l *Limit) rpcDone(c *trackedConn) {
 	c.since.Store(l.seq.Add(1))
 	c.busy.Add(-1)
 }
@@ -284,16 +287,16 @@ func rpcConn(ctx context.Context) *trackedConn {
 	return nil
 }
 
-// trackedConn is a connection a connLimit counts. Closing it stops the
+// trackedConn is a connection a Limit counts. Closing it stops the
 // tracking.
 type trackedConn struct {
 	net.Conn
-	lim      *connLimit
+	lim      *Limit
 	listener string
 	addr     connAddr
 
 	busy  atomic.Int32  // HTTP: 1 while a request is read or served; gRPC: calls in flight
-	since atomic.Uint64 // connLimit.seq when accepted or last done serving
+	since atomic.Uint64 // Limit.seq when accepted or last done serving
 	idx   int           // in lim.conns; -1 once untracked; guarded by lim.mu
 }
 
@@ -336,16 +339,29 @@ const (
 	fdPerProc = 10
 )
 
-// connCap returns the default cap on open connections for a soft
+// Cap returns the default cap on open connections for a soft
 // RLIMIT_NOFILE of soft with procs GOMAXPROCS: soft less fdReserve, less
 // fdPerProc per proc, less an eighth, and at least a quarter of soft. An
 // unlimited soft limit (or one beyond what an int holds) gives no cap (0).
 //
 // For example, with 2 procs: 1024 → 812, 2048 → 1708, 65536 → 57260.
-func connCap(soft uint64, procs int) int {
+func Cap(soft uint64, procs int) int {
 	if soft >= math.MaxInt32 {
 		return 0
 	}
 	n := int(soft)
 	return max(n-fdReserve-fdPerProc*procs-n/8, n/4, 1)
+}
+
+// Busy counts the open connections serving a request.
+func (l *Limit) Busy() int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	n := 0
+	for _, c := range l.conns {
+		if c.busy.Load() > 0 {
+			n++
+		}
+	}
+	return n
 }
