@@ -15,40 +15,8 @@ import (
 
 	"github.com/floodgate-dev/floodgate/backend"
 	"github.com/floodgate-dev/floodgate/internal/testenv"
+	"github.com/floodgate-dev/floodgate/server/internal/dashboard"
 )
-
-func TestTopKeys(t *testing.T) {
-	tk := newTopKeys(3)
-	for _, k := range []string{"a", "a", "a", "b", "b", "c", "d"} {
-		tk.add("api", "p", k)
-	}
-	got := tk.list()
-	// d replaced c (count 1) and inherits its count as error.
-	want := []KeyCount{{Key: "a", Count: 3}, {Key: "b", Count: 2}, {Key: "d", Count: 2, Error: 1}}
-	if len(got) != len(want) {
-		t.Fatalf("%+v", got)
-	}
-	for i := range want {
-		if got[i].Key != want[i].Key || got[i].Count != want[i].Count || got[i].Error != want[i].Error {
-			t.Fatalf("entry %d: %+v, want %+v", i, got[i], want[i])
-		}
-	}
-}
-
-func TestQuantile(t *testing.T) {
-	prev := []bucketCount{{0.001, 0}, {0.01, 0}, {1, 0}}
-	cur := []bucketCount{{0.001, 50}, {0.01, 99}, {1, 100}}
-	near := func(a, b float64) bool { return a-b < 1e-9 && b-a < 1e-9 }
-	if q := quantileMS(cur, prev, 0.5); !near(q, 1) {
-		t.Fatalf("p50 %v ms, want 1", q)
-	}
-	if q := quantileMS(cur, prev, 0.99); !near(q, 10) {
-		t.Fatalf("p99 %v ms, want 10", q)
-	}
-	if q := quantileMS(prev, prev, 0.5); q != -1 {
-		t.Fatalf("no observations: %v", q)
-	}
-}
 
 // TestDashboardRates: a tick turns counter deltas into rates per second.
 func TestDashboardRates(t *testing.T) {
@@ -56,17 +24,17 @@ func TestDashboardRates(t *testing.T) {
 	s := newService(t, backend.NewMemory(), Options{Metrics: m})
 	d := newDashboard(s, m)
 	t0 := time.Unix(1000, 0)
-	d.tick(t0)
+	d.Tick(t0)
 	for range 10 {
 		decide(t, s, desc(1, "user", "rate"))
 	}
-	d.tick(t0.Add(2 * time.Second))
-	snap := d.history[len(d.history)-1]
+	d.Tick(t0.Add(2 * time.Second))
+	snap, _ := d.Latest()
 	// 3 within the limit (3/day), 7 over: over 2 seconds.
 	if snap.DecisionsPerSec != 5 || snap.OverLimitPerSec != 3.5 || snap.OverLimitRatio != 0.7 {
 		t.Fatalf("%+v", snap)
 	}
-	var user *RuleRate
+	var user *dashboard.RuleRate
 	for i := range snap.Rules {
 		if snap.Rules[i].Descriptor == "api|user" {
 			user = &snap.Rules[i]
@@ -121,10 +89,8 @@ func TestDashboardInBrowser(t *testing.T) {
 	}
 	// Let the dashboard take a few samples with traffic in them.
 	waitFor(t, func() bool {
-		srv.dash.mu.Lock()
-		defer srv.dash.mu.Unlock()
-		n := len(srv.dash.history)
-		return n >= 2 && srv.dash.history[n-1].DecisionsPerSec > 0
+		snap, n := srv.dash.Latest()
+		return n >= 2 && snap.DecisionsPerSec > 0
 	})
 
 	url := "http://" + srv.HTTPAddr() + "/ui/?poll"

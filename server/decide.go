@@ -193,7 +193,7 @@ func (d *deciding) settle(s *Service, i, j int, b *batch, shadow bool) {
 	}
 	st.Code, d.resp.Code = CodeOverLimit, CodeOverLimit
 	if s.top != nil {
-		s.top.add(d.req.Domain, st.Limit.Path, b.reqs[j].Key)
+		s.top.Add(d.req.Domain, st.Limit.Path, b.reqs[j].Key)
 	}
 }
 

@@ -15,6 +15,7 @@ import (
 	"google.golang.org/protobuf/encoding/protojson"
 
 	"github.com/floodgate-dev/floodgate/server/checkapi"
+	"github.com/floodgate-dev/floodgate/server/internal/dashboard"
 	"github.com/floodgate-dev/floodgate/server/internal/rlswire"
 )
 
@@ -28,8 +29,8 @@ type HTTPOptions struct {
 	Token        string
 	MaxBodyBytes int64 // DefaultMaxBodyBytes when 0
 
-	dash    *dashboard  // Server's; serves /ui
-	healthy func() bool // Server's; answers /healthcheck (always healthy when nil)
+	dash    *dashboard.Dashboard // Server's; serves /ui
+	healthy func() bool          // Server's; answers /healthcheck (always healthy when nil)
 }
 
 // NewHTTPHandler returns the HTTP API of s:
@@ -86,7 +87,7 @@ func NewHTTPHandler(s *Service, o HTTPOptions) http.Handler {
 		mux.HandleFunc("GET /metrics", h.auth(mh.ServeHTTP))
 	}
 	if o.dash != nil {
-		o.dash.routes(mux, h.auth)
+		o.dash.Routes(mux, h.auth)
 	}
 	return mux
 }

@@ -24,7 +24,10 @@ func metricValue(t *testing.T, m *Metrics, name string, want ...string) float64 
 		}
 	samples:
 		for _, s := range f.GetMetric() {
-			l := labels(s)
+			l := map[string]string{}
+			for _, p := range s.GetLabel() {
+				l[p.GetName()] = p.GetValue()
+			}
 			for i := 0; i+1 < len(want); i += 2 {
 				if l[want[i]] != want[i+1] {
 					continue samples

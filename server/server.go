@@ -34,6 +34,7 @@ import (
 	"github.com/floodgate-dev/floodgate/server/config"
 	"github.com/floodgate-dev/floodgate/server/envoy"
 	"github.com/floodgate-dev/floodgate/server/internal/connlimit"
+	"github.com/floodgate-dev/floodgate/server/internal/dashboard"
 	"github.com/floodgate-dev/floodgate/server/internal/rlswire"
 	"github.com/floodgate-dev/floodgate/server/xds"
 )
@@ -154,7 +155,7 @@ type Server struct {
 	log     *slog.Logger
 	metrics *Metrics
 	health  *health.Server
-	dash    *dashboard
+	dash    *dashboard.Dashboard
 
 	httpLn, grpcLn net.Listener
 	httpSrv        *http.Server
@@ -249,11 +250,11 @@ func New(c Config) (*Server, error) {
 			ln = tls.NewListener(ln, httpTLS)
 		}
 		s.httpLn = ln
-		s.dash.writeTimeout = orDefault(c.HTTPWriteTimeout, DefaultHTTPWriteTimeout)
+		s.dash.WriteTimeout = orDefault(c.HTTPWriteTimeout, DefaultHTTPWriteTimeout)
 		s.httpSrv = &http.Server{
 			Handler:      answerEarly(NewHTTPHandler(svc, HTTPOptions{Token: c.Token, MaxBodyBytes: c.MaxBodyBytes, dash: s.dash, healthy: s.Healthy})),
 			ReadTimeout:  orDefault(c.HTTPReadTimeout, DefaultHTTPReadTimeout),
-			WriteTimeout: s.dash.writeTimeout,
+			WriteTimeout: s.dash.WriteTimeout,
 			IdleTimeout:  orDefault(c.HTTPIdleTimeout, DefaultHTTPIdleTimeout),
 			ConnState:    s.conns.ConnState,
 			ErrorLog:     slog.NewLogLogger(c.Logger.Handler(), slog.LevelWarn),
@@ -574,7 +575,7 @@ func (s *Server) Serve(ctx context.Context) error {
 	}
 	stopDash := make(chan struct{})
 	dashDone := make(chan struct{})
-	go func() { s.dash.run(stopDash); close(dashDone) }()
+	go func() { s.dash.Run(stopDash); close(dashDone) }()
 	s.log.Info("serving", "http", s.HTTPAddr(), "grpc", s.GRPCAddr(), "max_conns", s.conns.Capacity())
 	var err error
 loop:
@@ -670,4 +671,17 @@ func listen(addr string) (net.Listener, error) {
 		os.Remove(path)
 	}
 	return net.Listen("unix", path)
+}
+
+// newDashboard returns the dashboard of s, reading m.
+func newDashboard(s *Service, m *Metrics) *dashboard.Dashboard {
+	return dashboard.New(dashboard.Source{
+		Gather:      m.own.Gather,
+		BreakerOpen: s.breakerOpen,
+		Config: func() (string, time.Time) {
+			_, version, loaded := s.Config()
+			return version, loaded
+		},
+		Top: s.top,
+	})
 }

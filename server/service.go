@@ -19,6 +19,7 @@ import (
 	"github.com/floodgate-dev/floodgate/server/decision"
 	"github.com/floodgate-dev/floodgate/server/envoy"
 	"github.com/floodgate-dev/floodgate/server/envoystats"
+	"github.com/floodgate-dev/floodgate/server/internal/dashboard"
 )
 
 // The decision model, package decision's; named here for the server's
@@ -157,7 +158,7 @@ type Service struct {
 	failLog *logLimiter // store failures, at most one line a second per reason and node
 	nodes   nodeLabels  // the store nodes errors have named, bounded
 	rules   atomic.Pointer[ruleset]
-	top     *topKeys // keys most often over their limit, for the dashboard; nil without metrics
+	top     *dashboard.TopKeys // keys most often over their limit, for the dashboard; nil without metrics
 
 	overrides sync.Map // overrideKey -> *ratelimit.Limiter
 	nOverride atomic.Int32
@@ -255,7 +256,7 @@ func NewService(b backend.Backend, opts Options) (*Service, error) {
 				opts.Metrics.watchMemory(mem)
 			}
 		}
-		s.top = newTopKeys(64)
+		s.top = dashboard.NewTopKeys(64)
 	}
 	if opts.LocalCacheBytes > 0 {
 		s.local = newLocalCache(opts.LocalCacheBytes, b.Clock())

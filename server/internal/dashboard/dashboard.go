@@ -1,4 +1,9 @@
-package server
+// Package dashboard is the server's page at /ui: once a second it turns
+// the server's metrics into per-second rates (a Snapshot), keeps two
+// minutes of them, and streams them to the page as server-sent events. It
+// reads a Prometheus registry, so deciding costs nothing more; only
+// over-limit decisions feed its TopKeys sketch.
+package dashboard
 
 import (
 	"embed"
@@ -19,13 +24,10 @@ var uiFiles embed.FS
 // historyLen is how many one-second samples the dashboard keeps.
 const historyLen = 120
 
-// dashboard turns the server's metrics into per-second rates, once a second,
-// for the page at /ui. It reads the Prometheus registry, so deciding costs
-// nothing more; only over-limit decisions feed the top-keys sketch.
-type dashboard struct {
-	s   *Service
-	m   *Metrics
-	top *topKeys
+// Dashboard turns the server's metrics into per-second rates, once a
+// second, for the page at /ui.
+type Dashboard struct {
+	src Source
 
 	mu      sync.Mutex
 	prev    map[string]float64 // counter values at the last tick, by series
@@ -35,9 +37,20 @@ type dashboard struct {
 	subs    map[chan []byte]struct{}
 	stopped bool // no more event streams: the server is shutting down
 
-	// writeTimeout bounds writing one event of a stream; 0 for none. Set
+	// WriteTimeout bounds writing one event of a stream; 0 for none. Set
 	// before serving.
-	writeTimeout time.Duration
+	WriteTimeout time.Duration
+}
+
+// Source is what the dashboard reads: the server's own metrics (Gather:
+// its registry without the Go runtime's and the process's), whether a
+// store's circuit breaker is open, the configuration served (its version
+// and when it was loaded), and the keys most often over their limits.
+type Source struct {
+	Gather      func() ([]*dto.MetricFamily, error)
+	BreakerOpen func() bool
+	Config      func() (version string, loaded time.Time)
+	Top         *TopKeys
 }
 
 // Snapshot is one second of the dashboard: rates over the last tick.
@@ -74,13 +87,25 @@ type ConfigStatus struct {
 	Rejected float64   `json:"rejected"`
 }
 
-func newDashboard(s *Service, m *Metrics) *dashboard {
-	return &dashboard{s: s, m: m, top: s.top, prev: map[string]float64{}, subs: map[chan []byte]struct{}{}}
+// New returns a dashboard of src.
+func New(src Source) *Dashboard {
+	return &Dashboard{src: src, prev: map[string]float64{}, subs: map[chan []byte]struct{}{}}
 }
 
-// tick takes a sample now.
-func (d *dashboard) tick(now time.Time) {
-	fams, err := d.m.own.Gather()
+// Latest returns the last sample and how many are kept (0: none yet, and
+// a zero Snapshot).
+func (d *Dashboard) Latest() (Snapshot, int) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if len(d.history) == 0 {
+		return Snapshot{}, 0
+	}
+	return d.history[len(d.history)-1], len(d.history)
+}
+
+// Tick takes a sample now.
+func (d *Dashboard) Tick(now time.Time) {
+	fams, err := d.src.Gather()
 	if err != nil {
 		return
 	}
@@ -99,7 +124,7 @@ func (d *dashboard) tick(now time.Time) {
 		}
 		return math.Max(0, v-d.prev[key]) / dt
 	}
-	snap := Snapshot{Time: now, BackendP50MS: -1, BackendP99MS: -1, BreakerOpen: d.s.breakerOpen()}
+	snap := Snapshot{Time: now, BackendP50MS: -1, BackendP99MS: -1, BreakerOpen: d.src.BreakerOpen()}
 	rules := map[[2]string]*RuleRate{}
 	var lat []bucketCount
 	for _, f := range fams {
@@ -172,8 +197,8 @@ func (d *dashboard) tick(now time.Time) {
 		}
 		return a.Descriptor < b.Descriptor
 	})
-	snap.TopLimited = d.top.list()
-	_, snap.Config.Version, snap.Config.Loaded = d.s.Config()
+	snap.TopLimited = d.src.Top.List()
+	snap.Config.Version, snap.Config.Loaded = d.src.Config()
 	d.prev, d.prevAt, d.prevLat = cur, now, lat
 	d.history = append(d.history, snap)
 	if len(d.history) > historyLen {
@@ -225,9 +250,9 @@ func labels(m *dto.Metric) map[string]string {
 	return out
 }
 
-// run samples every second until stop closes.
-func (d *dashboard) run(stop <-chan struct{}) {
-	d.tick(time.Now())
+// Run samples every second until stop closes.
+func (d *Dashboard) Run(stop <-chan struct{}) {
+	d.Tick(time.Now())
 	t := time.NewTicker(time.Second)
 	defer t.Stop()
 	for {
@@ -242,14 +267,14 @@ func (d *dashboard) run(stop <-chan struct{}) {
 			d.mu.Unlock()
 			return
 		case now := <-t.C:
-			d.tick(now)
+			d.Tick(now)
 		}
 	}
 }
 
-// routes adds the dashboard's paths to mux: /ui/ (the page), /ui/stats (the
+// Routes adds the dashboard's paths to mux: /ui/ (the page), /ui/stats (the
 // history as JSON) and /ui/events (Server-Sent Events, one Snapshot a second).
-func (d *dashboard) routes(mux *http.ServeMux, auth func(http.HandlerFunc) http.HandlerFunc) {
+func (d *Dashboard) Routes(mux *http.ServeMux, auth func(http.HandlerFunc) http.HandlerFunc) {
 	sub, _ := fs.Sub(uiFiles, "ui")
 	files := http.StripPrefix("/ui/", http.FileServer(http.FS(sub)))
 	mux.HandleFunc("GET /ui", func(w http.ResponseWriter, r *http.Request) {
@@ -273,7 +298,7 @@ func (d *dashboard) routes(mux *http.ServeMux, auth func(http.HandlerFunc) http.
 	mux.HandleFunc("GET /ui/events", auth(d.events))
 }
 
-func (d *dashboard) events(w http.ResponseWriter, r *http.Request) {
+func (d *Dashboard) events(w http.ResponseWriter, r *http.Request) {
 	fl, ok := w.(http.Flusher)
 	if !ok {
 		http.Error(w, "streaming unsupported", http.StatusInternalServerError)
@@ -315,8 +340,8 @@ func (d *dashboard) events(w http.ResponseWriter, r *http.Request) {
 			if !ok {
 				return
 			}
-			if d.writeTimeout > 0 {
-				rc.SetWriteDeadline(time.Now().Add(d.writeTimeout))
+			if d.WriteTimeout > 0 {
+				rc.SetWriteDeadline(time.Now().Add(d.WriteTimeout))
 			}
 			if _, err := w.Write([]byte("data: ")); err != nil {
 				return
@@ -328,10 +353,10 @@ func (d *dashboard) events(w http.ResponseWriter, r *http.Request) {
 	}
 }
 
-// topKeys is a Space-Saving sketch of the keys most often over their limit:
+// TopKeys is a Space-Saving sketch of the keys most often over their limit:
 // at most cap counters; a new key replaces the smallest, inheriting its count
 // as its error bound. Counts are exact for keys that never left the sketch.
-type topKeys struct {
+type TopKeys struct {
 	mu     sync.Mutex
 	cap    int
 	counts map[string]*KeyCount
@@ -346,11 +371,14 @@ type KeyCount struct {
 	Error      uint64 `json:"error"` // the count may overstate by up to this
 }
 
-func newTopKeys(n int) *topKeys {
-	return &topKeys{cap: n, counts: make(map[string]*KeyCount, n)}
+// NewTopKeys returns a sketch of the n keys most often over their limits.
+func NewTopKeys(n int) *TopKeys {
+	return &TopKeys{cap: n, counts: make(map[string]*KeyCount, n)}
 }
 
-func (t *topKeys) add(domain, descriptor, key string) {
+// Add counts key, of descriptor in domain, once more over its limit. It is
+// safe for concurrent use.
+func (t *TopKeys) Add(domain, descriptor, key string) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if kc := t.counts[key]; kc != nil {
@@ -372,8 +400,8 @@ func (t *topKeys) add(domain, descriptor, key string) {
 	t.counts[key] = &KeyCount{Domain: domain, Descriptor: descriptor, Key: key, Count: minKC.Count + 1, Error: minKC.Count}
 }
 
-// list returns the ten keys with the highest counts.
-func (t *topKeys) list() []KeyCount {
+// List returns the ten keys with the highest counts.
+func (t *TopKeys) List() []KeyCount {
 	t.mu.Lock()
 	out := make([]KeyCount, 0, len(t.counts))
 	for _, kc := range t.counts {
