@@ -56,6 +56,10 @@ func NewHTTPHandler(s *Service, o HTTPOptions) http.Handler {
 		o.MaxBodyBytes = DefaultMaxBodyBytes
 	}
 	h := &httpAPI{s: s, o: o, cop: http.NewCrossOriginProtection()}
+	h.jsonError = h.error
+	if s.opts.Envoy.Enabled {
+		h.jsonError = h.envoyJSONError
+	}
 	mux := http.NewServeMux()
 	mux.HandleFunc("POST /json", h.auth(h.post(h.json)))
 	mux.HandleFunc("POST /v1/check", h.auth(h.post(h.check)))
@@ -96,6 +100,9 @@ type httpAPI struct {
 	s   *Service
 	o   HTTPOptions
 	cop *http.CrossOriginProtection
+	// jsonError answers POST /json's errors: h.error, or envoy's form
+	// (envoyJSONError) in envoy compatibility mode; chosen once.
+	jsonError func(http.ResponseWriter, error) string
 }
 
 // post refuses cross-origin browser requests (403) and bodies that a
@@ -190,10 +197,7 @@ func (h *httpAPI) json(w http.ResponseWriter, r *http.Request) {
 }
 
 func (h *httpAPI) serveJSON(w http.ResponseWriter, r *http.Request) string {
-	if h.s.opts.Envoy.Enabled {
-		return h.decideJSON(w, r, h.envoyJSONError)
-	}
-	return h.decideJSON(w, r, h.error)
+	return h.decideJSON(w, r, h.jsonError)
 }
 
 // decideJSON answers POST /json, its errors through fail.

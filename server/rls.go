@@ -3,6 +3,7 @@ package server
 import (
 	"context"
 	"errors"
+	"maps"
 	"time"
 
 	rls "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
@@ -19,11 +20,18 @@ import (
 // the same answers for less CPU.
 type RLS struct {
 	rls.UnimplementedRateLimitServiceServer
-	s *Service
+	s     *Service
+	codes map[string]codes.Code // by errorKind: grpcCodes, or envoyGRPCCodes
 }
 
 // NewRLS returns the gRPC service of s.
-func NewRLS(s *Service) *RLS { return &RLS{s: s} }
+func NewRLS(s *Service) *RLS {
+	r := &RLS{s: s, codes: grpcCodes}
+	if s.opts.Envoy.Enabled {
+		r.codes = envoyGRPCCodes
+	}
+	return r
+}
 
 // ShouldRateLimit decides req as envoyproxy/ratelimit does: statuses in
 // request order; no matching limit → OK without current_limit; unlimited → OK
@@ -67,13 +75,7 @@ func (r *RLS) answerUntraced(ctx context.Context, start time.Time, in *Request, 
 		m.request("grpc", code, time.Since(start))
 	}
 	if err != nil {
-		code := grpcCodes[kind]
-		if kind == "envoy" || kind == "unavailable" && r.s.opts.Envoy.Enabled {
-			// envoyproxy/ratelimit returns its service and Redis errors as
-			// plain errors, which gRPC sends as Unknown.
-			code = codes.Unknown
-		}
-		return nil, status.Error(code, err.Error())
+		return nil, status.Error(r.codes[kind], err.Error())
 	}
 	return out, nil
 }
@@ -102,6 +104,15 @@ var grpcCodes = map[string]codes.Code{
 	"error":       codes.Internal,
 	"envoy":       codes.Unknown,
 }
+
+// envoyGRPCCodes is grpcCodes in envoy compatibility mode:
+// envoyproxy/ratelimit returns its service and Redis errors as plain
+// errors, which gRPC sends as Unknown.
+var envoyGRPCCodes = func() map[string]codes.Code {
+	m := maps.Clone(grpcCodes)
+	m["unavailable"] = codes.Unknown
+	return m
+}()
 
 // errorKind sorts an error of a request for the APIs' answers and the
 // metrics' code label: invalid (an InputError), too_large (a TooLargeError), unavailable (the store, in

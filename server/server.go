@@ -458,8 +458,9 @@ func (s *Server) Reload() error {
 	}
 	var cfg *config.Config
 	if err == nil {
-		e := &s.cfg.Service.Envoy
-		cfg, err = config.LoadWith(s.cfg.ConfigPath, config.LoadOptions{MergeDomains: e.Enabled && e.MergeDomainConfig, Envoy: e.Enabled, EmptyDirectory: e.Enabled})
+		opts := s.loadOptions()
+		opts.EmptyDirectory = s.cfg.Service.Envoy.Enabled
+		cfg, err = config.LoadWith(s.cfg.ConfigPath, opts)
 	}
 	if err == nil {
 		err = s.svc.SetConfig(cfg, version)
@@ -684,4 +685,11 @@ func newDashboard(s *Service, m *Metrics) *dashboard.Dashboard {
 		},
 		Top: s.top,
 	})
+}
+
+// loadOptions are the configuration's parsing options, files' and xDS's:
+// envoyproxy/ratelimit's rules in envoy compatibility mode.
+func (s *Server) loadOptions() config.LoadOptions {
+	e := &s.cfg.Service.Envoy
+	return config.LoadOptions{MergeDomains: e.Enabled && e.MergeDomainConfig, Envoy: e.Enabled}
 }

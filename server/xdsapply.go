@@ -16,8 +16,7 @@ func (s *Server) applyXDS(version string, srcs []config.Source, decodeErr error)
 	var cfg *config.Config
 	err := decodeErr
 	if err == nil {
-		e := &s.cfg.Service.Envoy
-		cfg, err = config.LoadSources(srcs, config.LoadOptions{MergeDomains: e.Enabled && e.MergeDomainConfig, Envoy: e.Enabled})
+		cfg, err = config.LoadSources(srcs, s.loadOptions())
 	}
 	if err == nil {
 		err = s.svc.SetConfig(cfg, version)
