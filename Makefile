@@ -22,7 +22,7 @@ lint:
 fuzz:
 	go test -run '^$$' -fuzz FuzzRules -fuzztime 30s ./ratelimit
 	go test -run '^$$' -fuzz FuzzSimulateParseTraffic -fuzztime 300000x ./internal/simulate
-	go test -run '^$$' -fuzz FuzzCheckRequestReference -fuzztime 30s ./server
+	go test -run '^$$' -fuzz FuzzCheckRequestReference -fuzztime 30s ./server/checkapi
 	go test -run '^$$' -fuzz '^FuzzRLSWire$$' -fuzztime 30s ./server
 	go test -run '^$$' -fuzz '^FuzzCheckRequest$$' -fuzztime 30s ./server
 	go test -run '^$$' -fuzz FuzzRLSRequest -fuzztime 30s ./server

@@ -1,4 +1,4 @@
-package server
+package checkapi
 
 import (
 	"bytes"
@@ -13,22 +13,22 @@ import (
 	"testing"
 	"unicode/utf8"
 
-	"github.com/floodgate-dev/floodgate/server/checkapi"
 	"github.com/floodgate-dev/floodgate/server/config"
+	"github.com/floodgate-dev/floodgate/server/decision"
 )
 
-// parseCheckRequestReference is the first checkapi.Parse, built on
+// parseCheckRequestReference is the first Parse, built on
 // encoding/json's token decoder: the oracle the one-pass parser is fuzzed
 // against. It decodes the body of POST /v1/check. Descriptor objects
 // keep their member order, which is the entry order matching depends on.
 // Unknown members are errors that name them.
 //
 // Invalid UTF-8 anywhere is an error (encoding/json would replace it).
-func parseCheckRequestReference(data []byte) (*checkapi.Request, error) {
+func parseCheckRequestReference(data []byte) (*Request, error) {
 	dec := json.NewDecoder(bytes.NewReader(data))
 	dec.UseNumber()
 	bad := func(format string, args ...any) error {
-		return inputErrorf("check request: "+format, args...)
+		return &decision.InputError{Msg: fmt.Sprintf("check request: "+format, args...)}
 	}
 	if !utf8.Valid(data) {
 		return nil, bad("invalid UTF-8")
@@ -36,7 +36,7 @@ func parseCheckRequestReference(data []byte) (*checkapi.Request, error) {
 	if err := refExpectDelim(dec, '{'); err != nil {
 		return nil, bad("%v", err)
 	}
-	var cr checkapi.Request
+	var cr Request
 	seen := map[string]bool{}
 	for dec.More() {
 		tok, err := dec.Token()
@@ -169,7 +169,7 @@ func TestParseCheckRequest(t *testing.T) {
 	for _, body := range checkParseCases {
 		compareCheckParsers(t, []byte(body))
 	}
-	cr, err := checkapi.Parse([]byte(`{"domain":"api","descriptors":[{"user":"alice","n":7}],"cost":3}`))
+	cr, err := Parse([]byte(`{"domain":"api","descriptors":[{"user":"alice","n":7}],"cost":3}`))
 	if err != nil || cr.Domain != "api" || *cr.Cost != 3 || !reflect.DeepEqual(cr.Descriptors, [][]config.Entry{{{Key: "user", Value: "alice"}, {Key: "n", Value: "7"}}}) {
 		t.Fatalf("%+v %v", cr, err)
 	}
@@ -181,7 +181,7 @@ func TestParseCheckRequest(t *testing.T) {
 		`{} x`:                         `data after the object`,
 		"{\"domain\":\"a\xffb\"}":      `string at offset 10: invalid UTF-8 at offset 12`,
 	} {
-		if _, err := checkapi.Parse([]byte(body)); err == nil || !strings.Contains(err.Error(), want) {
+		if _, err := Parse([]byte(body)); err == nil || !strings.Contains(err.Error(), want) {
 			t.Errorf("%s: %v, want %q", body, err, want)
 		}
 	}
@@ -198,13 +198,13 @@ func FuzzCheckRequestReference(f *testing.F) {
 }
 
 func compareCheckParsers(t *testing.T, data []byte) {
-	got, err := checkapi.Parse(data)
+	got, err := Parse(data)
 	want, wantErr := parseCheckRequestReference(data)
 	if (err == nil) != (wantErr == nil) {
 		t.Fatalf("%q: one pass: %v; reference: %v", data, err, wantErr)
 	}
 	if err != nil {
-		var ie *InputError
+		var ie *decision.InputError
 		if !errors.As(err, &ie) {
 			t.Fatalf("%q: not an InputError: %v", data, err)
 		}
@@ -219,8 +219,8 @@ func compareCheckParsers(t *testing.T, data []byte) {
 // encoding/json reference on a typical body.
 func BenchmarkParseCheckRequest(b *testing.B) {
 	body := []byte(`{"domain":"api","descriptors":[{"user":"alice","path":"/upload"},{"remote_address":"10.1.2.3"}],"cost":1}`)
-	for name, parse := range map[string]func([]byte) (*checkapi.Request, error){
-		"one-pass": checkapi.Parse, "encoding-json": parseCheckRequestReference,
+	for name, parse := range map[string]func([]byte) (*Request, error){
+		"one-pass": Parse, "encoding-json": parseCheckRequestReference,
 	} {
 		b.Run(name, func(b *testing.B) {
 			b.ReportAllocs()
