@@ -69,18 +69,11 @@ func (s *Service) envoyServiceError(msg string) error {
 	return &envoy.Error{Msg: msg}
 }
 
-// EnvoyConfigLoaded counts a configuration load that failed in
-// envoyproxy/ratelimit's config_load_error (the server counts its failed
-// loads; the observer counts the successes in config_load_success). ok
-// true counts a success, for loads that do not go through SetConfig.
-func (s *Service) EnvoyConfigLoaded(ok bool) {
-	es := s.opts.EnvoyStats
-	if es == nil {
-		return
-	}
-	if ok {
-		es.ConfigLoadSuccess.Inc()
-	} else {
+// envoyConfigRejected counts a configuration load that failed (files or
+// xDS) in envoyproxy/ratelimit's config_load_error; the observer counts the
+// successes, in config_load_success, as SetConfig makes them current.
+func (s *Service) envoyConfigRejected() {
+	if es := s.opts.EnvoyStats; es != nil {
 		es.ConfigLoadError.Inc()
 	}
 }

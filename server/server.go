@@ -224,7 +224,7 @@ func New(c Config) (*Server, error) {
 		// envoyproxy/ratelimit starts without a configuration and answers
 		// "no rate limit configuration loaded" until a valid one is read.
 		s.metrics.reload(false)
-		s.svc.EnvoyConfigLoaded(false)
+		s.svc.envoyConfigRejected()
 		s.log.Error("the configuration is invalid; serving without one until it is fixed (envoy compatibility)", "path", c.ConfigPath, "error", err)
 	}
 	maxConns := c.MaxConns
@@ -468,7 +468,7 @@ func (s *Server) Reload() error {
 	if err != nil {
 		if rejected != s.rejected && (s.version != "" || s.rejected != "") {
 			// Not the first load, which New counts.
-			s.svc.EnvoyConfigLoaded(false)
+			s.svc.envoyConfigRejected()
 		}
 		if s.version != "" && rejected != s.rejected {
 			s.metrics.reload(false)

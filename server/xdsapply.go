@@ -22,7 +22,7 @@ func (s *Server) applyXDS(version string, srcs []config.Source, decodeErr error)
 		err = s.svc.SetConfig(cfg, version)
 	}
 	if err != nil {
-		s.svc.EnvoyConfigLoaded(false)
+		s.svc.envoyConfigRejected()
 		s.metrics.reload(false)
 		s.log.Error("configuration rejected; the previous one keeps serving", "xds", s.cfg.XDS.Address, "version", version, "error", err)
 		return err

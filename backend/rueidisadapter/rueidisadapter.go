@@ -45,10 +45,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
-	"net"
 	"slices"
-	"syscall"
 
 	"github.com/floodgate-dev/floodgate/backend"
 	"github.com/floodgate-dev/floodgate/internal/redisstore"
@@ -115,21 +112,13 @@ func (s scripter) do(ctx context.Context, evalSha bool, payload string, keys, ar
 		return rueidis.RedisResult{}, err
 	}
 	res := s.c.Do(ctx, cmd)
-	if !closedConn(res.NonRedisError()) || ctx.Err() != nil {
+	if !redisstore.ConnClosed(res.NonRedisError()) || ctx.Err() != nil {
 		return res, nil
 	}
 	if cmd, err = build(payload, keys, args); err != nil {
 		return rueidis.RedisResult{}, err
 	}
 	return s.c.Do(ctx, cmd), nil
-}
-
-// closedConn reports whether err says that the connection was closed under
-// the call (by the server, or reset), not that the call timed out or was
-// refused.
-func closedConn(err error) bool {
-	return err != nil && (errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) ||
-		errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.EPIPE) || errors.Is(err, net.ErrClosed))
 }
 
 // ints turns the result of Do into integers, errors as normalise does.

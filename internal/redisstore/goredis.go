@@ -304,12 +304,22 @@ func topologyError(err error) bool {
 		return false // the caller's context: says nothing of the node
 	}
 	var ne net.Error
-	if errors.As(err, &ne) || errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, syscall.ECONNREFUSED) || errors.Is(err, syscall.ECONNRESET) {
+	if errors.As(err, &ne) || ConnClosed(err) || errors.Is(err, syscall.ECONNREFUSED) {
 		return true
 	}
 	msg := err.Error()
 	return strings.HasPrefix(msg, "CLUSTERDOWN") || strings.HasPrefix(msg, "TRYAGAIN") ||
 		strings.Contains(msg, "connection refused") || strings.Contains(msg, "connection reset")
+}
+
+// ConnClosed reports whether err says that the connection a call went out
+// on was closed under it (by the server: EOF; reset; a broken pipe; closed
+// here), not that the call timed out or was refused. Both Redis adapters
+// judge failures by it: go-redis's for its Cluster topology, rueidis's to
+// resend a call once on a new connection.
+func ConnClosed(err error) bool {
+	return err != nil && (errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) ||
+		errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.EPIPE) || errors.Is(err, net.ErrClosed))
 }
 
 type reply struct {
