@@ -146,12 +146,14 @@ func Run(ctx context.Context, tr *Traffic, rules []Rule, opt Options) (*Report, 
 		errs     = make([]error, len(rules))
 		sem      = make(chan struct{}, runtime.GOMAXPROCS(0))
 		progress = func(n int64) {
-			d := done.Add(n)
-			if opt.Progress != nil {
-				progMu.Lock()
-				opt.Progress(d, total)
-				progMu.Unlock()
+			if opt.Progress == nil {
+				done.Add(n)
+				return
 			}
+			// Counted under the lock, so that the calls see done grow.
+			progMu.Lock()
+			opt.Progress(done.Add(n), total)
+			progMu.Unlock()
 		}
 	)
 	type job struct {
