@@ -41,43 +41,19 @@ const (
 	CodeOverLimit = decision.CodeOverLimit
 )
 
-// FailureMode says how the service answers when the store cannot decide.
-type FailureMode int
+// FailureMode is decision.FailureMode: how the service answers when the
+// store cannot decide.
+type FailureMode = decision.FailureMode
 
 // The failure modes.
 const (
-	// FailOpen answers OK to every descriptor (the default): a store outage
-	// does not take the protected service down.
-	FailOpen FailureMode = iota
-	// FailClosed answers OVER_LIMIT to every descriptor that has a limit.
-	FailClosed
-	// FailError returns ErrUnavailable, so that the caller (Envoy's
-	// failure_mode_deny) decides.
-	FailError
+	FailOpen   = decision.FailOpen
+	FailClosed = decision.FailClosed
+	FailError  = decision.FailError
 )
 
 // ParseFailureMode reads "allow", "deny" or "error".
-func ParseFailureMode(s string) (FailureMode, error) {
-	switch s {
-	case "allow", "open":
-		return FailOpen, nil
-	case "deny", "closed":
-		return FailClosed, nil
-	case "error":
-		return FailError, nil
-	}
-	return 0, fmt.Errorf("failure mode %q: want allow, deny or error", s)
-}
-
-func (m FailureMode) String() string {
-	switch m {
-	case FailClosed:
-		return "deny"
-	case FailError:
-		return "error"
-	}
-	return "allow"
-}
+func ParseFailureMode(s string) (FailureMode, error) { return decision.ParseFailureMode(s) }
 
 // Limits on a request, by default.
 const (
@@ -143,7 +119,7 @@ type Options struct {
 	// PerSecondTimeout is the per-call timeout of PerSecondBackend; Timeout
 	// when 0.
 	PerSecondTimeout time.Duration
-	// Quota configures Envoy's rate limit quota service (RLQS, rlqs.go).
+	// Quota configures Envoy's rate limit quota service (RLQS, package server/rlqs).
 	Quota QuotaOptions
 }
 

@@ -6,6 +6,7 @@
 package decision
 
 import (
+	"fmt"
 	"time"
 
 	"github.com/floodgate-dev/floodgate/ratelimit"
@@ -128,3 +129,41 @@ type Tally interface {
 type InputError struct{ Msg string }
 
 func (e *InputError) Error() string { return e.Msg }
+
+// FailureMode says how the server answers when the store cannot decide.
+type FailureMode int
+
+// The failure modes.
+const (
+	// FailOpen answers OK to every descriptor (the default): a store outage
+	// does not take the protected service down.
+	FailOpen FailureMode = iota
+	// FailClosed answers OVER_LIMIT to every descriptor that has a limit.
+	FailClosed
+	// FailError answers with an error (server.ErrUnavailable), so that
+	// the caller (Envoy's failure_mode_deny) decides.
+	FailError
+)
+
+// ParseFailureMode reads "allow", "deny" or "error".
+func ParseFailureMode(s string) (FailureMode, error) {
+	switch s {
+	case "allow", "open":
+		return FailOpen, nil
+	case "deny", "closed":
+		return FailClosed, nil
+	case "error":
+		return FailError, nil
+	}
+	return 0, fmt.Errorf("failure mode %q: want allow, deny or error", s)
+}
+
+func (m FailureMode) String() string {
+	switch m {
+	case FailClosed:
+		return "deny"
+	case FailError:
+		return "error"
+	}
+	return "allow"
+}

@@ -1,4 +1,4 @@
-package server
+package rlqs
 
 import (
 	"context"
@@ -18,9 +18,9 @@ import (
 // demand, the share it was granted and when that grant expires. Shares are
 // sized from the whole fleet: one floodgate server behind a Redis sees the
 // demand the others recorded. On Redis a fleet is one small hash
-// (rlqs_share.lua); on Memory, the same in a table entry.
+// (share.lua); on Memory, the same in a table entry.
 
-//go:embed rlqs_share.lua
+//go:embed share.lua
 var luaQuotaShare string
 
 var quotaShareScript = redisstore.NewScript(luaQuotaShare)
@@ -54,7 +54,7 @@ func (p quotaPolicy) split(limit int64) (budget, evenPart int64) {
 	return budget, budget * p.even / 10000
 }
 
-// quotaGrant is rlqs_share.lua's reply.
+// quotaGrant is share.lua's reply.
 type quotaGrant struct {
 	grant   int64 // thousandths of a request per unit
 	members int64 // live members, the caller included
@@ -90,7 +90,7 @@ func quotaShare(ctx context.Context, b backend.Backend, key, member string, dema
 		}
 		return quotaGrant{grant: v[0], members: v[1], demand: v[2]}, nil
 	}
-	return quotaGrant{}, fmt.Errorf("server: RLQS: backend %T is not supported", b)
+	return quotaGrant{}, fmt.Errorf("rlqs: backend %T is not supported", b)
 }
 
 // fleetMember is one member's entry in a Memory fleet.
@@ -108,7 +108,7 @@ func (m fleetMap) MemSize() int {
 	return n
 }
 
-// quotaShareMemory is rlqs_share.lua on Memory, step for step.
+// quotaShareMemory is share.lua on Memory, step for step.
 func quotaShareMemory(t *memstore.Table, key, member string, demand, limit, ttl, budget, evenPart int64, first bool) quotaGrant {
 	sh := t.Shard(key)
 	sh.Lock()
