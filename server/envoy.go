@@ -36,7 +36,7 @@ func envoyPolicy(o EnvoyOptions) policy {
 // checks, in its order and with its texts, around the core; then its form
 // of the answer (envoy.Finish), except for answers of the failure mode.
 func (s *Service) envoyDecide(ctx context.Context, req *Request) (*Response, error) {
-	ctx, endSpan := s.envoyExecutionSpan(ctx)
+	ctx, endSpan := s.tracer.EnvoyExecution(ctx)
 	defer endSpan()
 	if req != nil {
 		switch {

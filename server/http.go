@@ -17,6 +17,7 @@ import (
 	"github.com/floodgate-dev/floodgate/server/checkapi"
 	"github.com/floodgate-dev/floodgate/server/internal/dashboard"
 	"github.com/floodgate-dev/floodgate/server/internal/rlswire"
+	"github.com/floodgate-dev/floodgate/server/internal/tracing"
 )
 
 // DefaultMaxBodyBytes bounds the body of an HTTP request.
@@ -190,7 +191,7 @@ func (e *bodyError) Error() string {
 
 func (h *httpAPI) json(w http.ResponseWriter, r *http.Request) {
 	start := time.Now()
-	code := h.traceHTTP(spanJSON, w, r, h.serveJSON)
+	code := h.traceHTTP(tracing.SpanJSON, w, r, h.serveJSON)
 	if m := h.s.opts.Metrics; m != nil {
 		m.request("json", code, time.Since(start))
 	}
@@ -214,7 +215,7 @@ func (h *httpAPI) decideJSON(w http.ResponseWriter, r *http.Request, fail func(h
 	if err != nil {
 		return fail(w, err)
 	}
-	out, err := h.s.Decide(h.s.traceRequest(r.Context(), in), in)
+	out, err := h.s.Decide(h.s.tracer.Request(r.Context(), in), in)
 	if err != nil {
 		return fail(w, err)
 	}
@@ -268,7 +269,7 @@ var httpStatuses = map[string]int{
 
 func (h *httpAPI) check(w http.ResponseWriter, r *http.Request) {
 	start := time.Now()
-	code := h.traceHTTP(spanCheck, w, r, h.serveCheck)
+	code := h.traceHTTP(tracing.SpanCheck, w, r, h.serveCheck)
 	if m := h.s.opts.Metrics; m != nil {
 		m.request("check", code, time.Since(start))
 	}
@@ -291,7 +292,7 @@ func (h *httpAPI) serveCheck(w http.ResponseWriter, r *http.Request) string {
 	for i, es := range cr.Descriptors {
 		in.Descriptors[i] = Descriptor{Entries: es, Cost: cost}
 	}
-	out, err := h.s.Decide(h.s.traceRequest(r.Context(), in), in)
+	out, err := h.s.Decide(h.s.tracer.Request(r.Context(), in), in)
 	if err != nil {
 		return h.error(w, err)
 	}

@@ -17,6 +17,7 @@ import (
 	"github.com/floodgate-dev/floodgate/internal/backendtest"
 	"github.com/floodgate-dev/floodgate/internal/testenv"
 	"github.com/floodgate-dev/floodgate/server/config"
+	"github.com/floodgate-dev/floodgate/server/internal/tracing"
 	"github.com/floodgate-dev/floodgate/server/storeurl"
 )
 
@@ -479,10 +480,10 @@ func TestPerSecondTracing(t *testing.T) {
 	post(t, h, "/v1/check", `{"domain":"api","descriptors":[{"user":"tr"},{"path":"/search/x"}]}`)
 	var names []string
 	for _, sp := range exp.GetSpans() {
-		if sp.Name != spanStore {
+		if sp.Name != tracing.SpanStore {
 			continue
 		}
-		v, _ := spanAttr(sp, attrStore)
+		v, _ := spanAttr(sp, tracing.AttrStore)
 		names = append(names, v.AsString())
 	}
 	slices.Sort(names)

@@ -54,7 +54,7 @@ func (r *RLS) ShouldRateLimit(ctx context.Context, req *rls.RateLimitRequest) (*
 // is answered instead. Errors are gRPC status errors. Both ShouldRateLimit and
 // the hand-written codec's handler answer through it.
 func (r *RLS) answer(ctx context.Context, start time.Time, in *Request, decodeErr error) (*Response, error) {
-	if r.s.opts.Tracing.tracer != nil {
+	if r.s.tracer != nil {
 		return r.answerTraced(ctx, in, func(ctx context.Context) (*Response, error) { return r.answerUntraced(ctx, start, in, decodeErr) })
 	}
 	return r.answerUntraced(ctx, start, in, decodeErr)

@@ -20,6 +20,7 @@ import (
 	"github.com/floodgate-dev/floodgate/server/envoy"
 	"github.com/floodgate-dev/floodgate/server/envoystats"
 	"github.com/floodgate-dev/floodgate/server/internal/dashboard"
+	"github.com/floodgate-dev/floodgate/server/internal/tracing"
 )
 
 // The decision model, package decision's; named here for the server's
@@ -147,8 +148,9 @@ type Service struct {
 	front  func(context.Context, *Request) (*Response, error)
 	policy policy
 	obs    decision.Observer
-	// storeSpan names the spans of store calls (tracing.go).
-	storeSpan string
+	// tracer makes the spans of requests and store calls; nil without
+	// Options.Tracing.Provider.
+	tracer *tracing.Tracer
 }
 
 // maxOverrideLimiters bounds the distinct limit overrides kept.
@@ -211,12 +213,13 @@ func NewService(b backend.Backend, opts Options) (*Service, error) {
 	if opts.Logger == nil {
 		opts.Logger = slog.New(slog.DiscardHandler)
 	}
-	opts.Tracing.init()
-	s := &Service{opts: opts, log: opts.Logger, policy: envoyPolicy(opts.Envoy), storeSpan: spanStore}
+	s := &Service{opts: opts, log: opts.Logger, policy: envoyPolicy(opts.Envoy)}
+	storeSpan := tracing.SpanStore
 	s.front = s.decide
 	if opts.Envoy.Enabled {
-		s.front, s.storeSpan = s.envoyDecide, spanEnvoyStore
+		s.front, storeSpan = s.envoyDecide, tracing.SpanEnvoyStore
 	}
+	s.tracer = tracing.New(opts.Tracing, storeSpan)
 	if opts.EnvoyStats != nil {
 		s.obs = envoy.NewObserver(opts.EnvoyStats)
 	}
@@ -405,7 +408,7 @@ func (s *Service) allow(ctx context.Context, reqs []ratelimit.Request, results [
 
 // allowOn runs one AllowAll on st, whose backend holds every request of reqs.
 func (s *Service) allowOn(ctx context.Context, st *store, reqs []ratelimit.Request, results []ratelimit.Result) (bool, error) {
-	if s.opts.Tracing.tracer != nil {
+	if s.tracer != nil {
 		return s.allowTraced(ctx, st, reqs, results) // tracing.go: under a store span
 	}
 	return s.allowStore(ctx, st, reqs, results)

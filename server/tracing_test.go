@@ -21,6 +21,7 @@ import (
 	"google.golang.org/grpc/metadata"
 
 	"github.com/floodgate-dev/floodgate/backend"
+	"github.com/floodgate-dev/floodgate/server/internal/tracing"
 )
 
 // The caller's span, as a W3C traceparent.
@@ -63,7 +64,7 @@ func checkTrace(t *testing.T, spans tracetest.SpanStubs, name string, descriptor
 				t.Fatalf("two %s spans", name)
 			}
 			server = &spans[i]
-		case spanStore:
+		case tracing.SpanStore:
 			stores = append(stores, s)
 		default:
 			t.Errorf("unexpected span %q", s.Name)
@@ -82,15 +83,15 @@ func checkTrace(t *testing.T, spans tracetest.SpanStubs, name string, descriptor
 		t.Errorf("server span's kind %v", server.SpanKind)
 	}
 	for k, want := range map[attribute.Key]attribute.Value{
-		attrDomain:      attribute.StringValue("api"),
-		attrDescriptors: attribute.IntValue(descriptors),
-		attrCode:        attribute.StringValue(code),
+		tracing.AttrDomain:      attribute.StringValue("api"),
+		tracing.AttrDescriptors: attribute.IntValue(descriptors),
+		tracing.AttrCode:        attribute.StringValue(code),
 	} {
 		if v, ok := spanAttr(*server, k); !ok || v != want {
 			t.Errorf("server span's %s = %v, want %v", k, v.String(), want.String())
 		}
 	}
-	if _, ok := spanAttr(*server, attrValues); ok {
+	if _, ok := spanAttr(*server, tracing.AttrValues); ok {
 		t.Errorf("server span records descriptor values without DescriptorValues")
 	}
 	if len(stores) == 0 {
@@ -100,10 +101,10 @@ func checkTrace(t *testing.T, spans tracetest.SpanStubs, name string, descriptor
 		if st.Parent.SpanID() != server.SpanContext.SpanID() || st.SpanContext.TraceID() != server.SpanContext.TraceID() {
 			t.Errorf("store span's parent %s, want the server span %s", st.Parent.SpanID(), server.SpanContext.SpanID())
 		}
-		if v, _ := spanAttr(st, attrDomain); v.AsString() != "api" {
+		if v, _ := spanAttr(st, tracing.AttrDomain); v.AsString() != "api" {
 			t.Errorf("store span's domain %q", v.AsString())
 		}
-		if v, _ := spanAttr(st, attrCode); v.AsString() != code {
+		if v, _ := spanAttr(st, tracing.AttrCode); v.AsString() != code {
 			t.Errorf("store span's code %q, want %q", v.AsString(), code)
 		}
 		for _, a := range st.Attributes {
@@ -149,7 +150,7 @@ func TestTracingGRPC(t *testing.T) {
 		if err != nil || resp.OverallCode.String() != code {
 			t.Fatalf("%v %v, want %s", resp, err, code)
 		}
-		s := checkTrace(t, exp.GetSpans(), spanGRPC, 1, code)
+		s := checkTrace(t, exp.GetSpans(), tracing.SpanGRPC, 1, code)
 		if v, _ := spanAttr(s, "rpc.method"); v.AsString() != "ShouldRateLimit" {
 			t.Errorf("rpc.method %q", v.AsString())
 		}
@@ -172,7 +173,7 @@ func TestTracingGRPC(t *testing.T) {
 	if len(spans) != 1 || spans[0].Status.Code.String() != "Error" {
 		t.Fatalf("an invalid request: %+v", spans)
 	}
-	if v, _ := spanAttr(spans[0], attrCode); v.AsString() != "InvalidArgument" {
+	if v, _ := spanAttr(spans[0], tracing.AttrCode); v.AsString() != "InvalidArgument" {
 		t.Errorf("code %q", v.AsString())
 	}
 }
@@ -188,14 +189,14 @@ func TestTracingHTTP(t *testing.T) {
 	if w.Code != 200 {
 		t.Fatalf("%d %s", w.Code, w.Body)
 	}
-	checkTrace(t, exp.GetSpans(), spanJSON, 2, "OK")
+	checkTrace(t, exp.GetSpans(), tracing.SpanJSON, 2, "OK")
 
 	exp.Reset()
 	w = post(t, h, "/v1/check", `{"domain":"api","descriptors":[{"user":"gil"}],"cost":5}`, "traceparent", callerSampled)
 	if w.Code != http.StatusTooManyRequests {
 		t.Fatalf("%d %s", w.Code, w.Body)
 	}
-	s1 := checkTrace(t, exp.GetSpans(), spanCheck, 1, "OVER_LIMIT")
+	s1 := checkTrace(t, exp.GetSpans(), tracing.SpanCheck, 1, "OVER_LIMIT")
 	if v, _ := spanAttr(s1, "url.path"); v.AsString() != "/v1/check" {
 		t.Errorf("url.path %q", v.AsString())
 	}
@@ -208,7 +209,7 @@ func TestTracingHTTP(t *testing.T) {
 		t.Fatalf("%d spans", len(spans))
 	}
 	for _, sp := range spans {
-		if sp.Name == spanCheck && sp.Parent.IsValid() {
+		if sp.Name == tracing.SpanCheck && sp.Parent.IsValid() {
 			t.Errorf("a root request's span has a parent %v", sp.Parent)
 		}
 	}
@@ -222,10 +223,10 @@ func TestTracingDescriptorValues(t *testing.T) {
 	h := NewHTTPHandler(s, HTTPOptions{})
 	post(t, h, "/v1/check", `{"domain":"api","descriptors":[{"user":"gil"},{"path":"/upload","user":"ann"}]}`)
 	for _, sp := range exp.GetSpans() {
-		if sp.Name != spanCheck {
+		if sp.Name != tracing.SpanCheck {
 			continue
 		}
-		v, ok := spanAttr(sp, attrValues)
+		v, ok := spanAttr(sp, tracing.AttrValues)
 		if got := strings.Join(v.AsStringSlice(), " | "); !ok || got != "user=gil | path=/upload,user=ann" {
 			t.Fatalf("descriptor values %q", got)
 		}
@@ -266,7 +267,7 @@ func TestTracingOff(t *testing.T) {
 	if n := len(exp.GetSpans()); n != 0 {
 		t.Fatalf("tracing off: %d spans", n)
 	}
-	if srv.Service().opts.Tracing.tracer != nil {
+	if srv.Service().tracer != nil {
 		t.Fatal("tracing off: a tracer")
 	}
 }
