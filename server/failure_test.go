@@ -239,26 +239,6 @@ func TestCallerCancelIsNotAStoreFailure(t *testing.T) {
 	}
 }
 
-func TestLogLimiter(t *testing.T) {
-	var buf bytes.Buffer
-	now := time.Unix(0, 0)
-	l := newLogLimiter(slog.New(slog.NewTextHandler(&buf, nil)), time.Second)
-	l.now = func() time.Time { return now }
-	for i := range 5 {
-		l.warn("timeout", "store failed", "error", fmt.Sprint("e", i))
-	}
-	l.warn("error", "store failed")
-	now = now.Add(time.Second)
-	l.warn("timeout", "store failed")
-	lines := strings.Split(strings.TrimSpace(buf.String()), "\n")
-	if len(lines) != 3 {
-		t.Fatalf("%d lines, want 3:\n%s", len(lines), buf.String())
-	}
-	if !strings.Contains(lines[2], "suppressed=4") || !strings.Contains(lines[2], "last_suppressed_error=e4") {
-		t.Fatalf("the line after the interval does not count the 4 left out, with the last error: %s", lines[2])
-	}
-}
-
 // lockedBuffer is a bytes.Buffer safe for a logger and a test to share.
 type lockedBuffer struct {
 	mu sync.Mutex

@@ -124,27 +124,3 @@ func gaugeValue(t *testing.T, g interface{ Write(*dto.Metric) error }) float64 {
 	}
 	return m.GetGauge().GetValue()
 }
-
-func TestStoreNode(t *testing.T) {
-	for msg, want := range map[string]string{
-		"write tcp 127.0.0.1:44872->127.0.0.1:27001: write: broken pipe":  "127.0.0.1:27001",
-		"dial tcp 127.0.0.1:27001: connect: connection refused":           "127.0.0.1:27001",
-		"read tcp [::1]:5000->[::1]:6380: read: connection reset by peer": "[::1]:6380",
-		"dial tcp redis-2.internal:6379: i/o timeout":                     "redis-2.internal:6379",
-		"the store had not answered after 50ms (the timeout)":             "unknown",
-	} {
-		if got := storeNode(errors.New(msg)); got != want {
-			t.Errorf("storeNode(%q) = %q, want %q", msg, got, want)
-		}
-	}
-	var n nodeLabels
-	for i := range maxNodeLabels + 5 {
-		n.label(fmt.Sprint("h:", i))
-	}
-	if got := n.label("h:new"); got != "other" {
-		t.Errorf("label past the cap = %q, want other", got)
-	}
-	if got := n.label("h:3"); got != "h:3" {
-		t.Errorf("a known node's label = %q", got)
-	}
-}

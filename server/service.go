@@ -20,6 +20,7 @@ import (
 	"github.com/floodgate-dev/floodgate/server/envoy"
 	"github.com/floodgate-dev/floodgate/server/envoystats"
 	"github.com/floodgate-dev/floodgate/server/internal/dashboard"
+	"github.com/floodgate-dev/floodgate/server/internal/faillog"
 	"github.com/floodgate-dev/floodgate/server/internal/tracing"
 )
 
@@ -132,8 +133,8 @@ type Service struct {
 	ps      *store // the per-second limits' state (Options.PerSecondBackend); nil for none
 	opts    Options
 	log     *slog.Logger
-	failLog *logLimiter // store failures, at most one line a second per reason and node
-	nodes   nodeLabels  // the store nodes errors have named, bounded
+	failLog *faillog.Limiter // store failures, at most one line a second per reason and node
+	nodes   faillog.Labels   // the store nodes errors have named, bounded
 	rules   atomic.Pointer[ruleset]
 	top     *dashboard.TopKeys // keys most often over their limit, for the dashboard; nil without metrics
 
@@ -227,7 +228,7 @@ func NewService(b backend.Backend, opts Options) (*Service, error) {
 	if opts.PerSecondBackend != nil {
 		s.ps = newStore(storePerSecond, opts.PerSecondBackend, opts.PerSecondTimeout, opts.Breaker)
 	}
-	s.failLog = newLogLimiter(opts.Logger, time.Second)
+	s.failLog = faillog.New(opts.Logger, time.Second)
 	if opts.Metrics != nil {
 		for _, st := range s.stores() {
 			opts.Metrics.watchBreaker(st.name, st.breakers)
@@ -582,7 +583,7 @@ func (s *Service) storeFailed(ctx context.Context, domain string, err error) (re
 	}
 	node := ""
 	if reason != "breaker_open" {
-		node = s.nodes.label(storeNode(err))
+		node = s.nodes.Label(faillog.Node(err))
 	}
 	if m := s.opts.Metrics; m != nil {
 		m.backendErrors.WithLabelValues(reason, store).Inc()
@@ -596,7 +597,7 @@ func (s *Service) storeFailed(ctx context.Context, domain string, err error) (re
 	}
 	if reason != "breaker_open" {
 		// One line a second per reason, store and node, with a count of the rest.
-		s.failLog.warn(reason+"|"+store+"|"+node, "rate limit store failed", "domain", domain, "reason", reason, "store", store, "node", node, "error", err, "failure_mode", s.opts.FailureMode.String())
+		s.failLog.Warn(reason+"|"+store+"|"+node, "rate limit store failed", "domain", domain, "reason", reason, "store", store, "node", node, "error", err, "failure_mode", s.opts.FailureMode.String())
 	}
 	return reason, store
 }
