@@ -4,9 +4,6 @@ import (
 	"context"
 	"time"
 
-	rls "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
-	"google.golang.org/protobuf/types/known/structpb"
-
 	"github.com/floodgate-dev/floodgate/server/envoy"
 )
 
@@ -89,13 +86,4 @@ func (s *Service) envoyHealthy() bool {
 // dynamic_metadata (EnvoyOptions.DynamicMetadata in envoy mode).
 func (s *Service) envoyDynamicMetadataOn() bool {
 	return s.opts.Envoy.Enabled && s.opts.Envoy.DynamicMetadata
-}
-
-// envoyDynamicMetadata is envoy.DynamicMetadata when envoyDynamicMetadataOn,
-// else nil.
-func (s *Service) envoyDynamicMetadata(req *rls.RateLimitRequest, resp *Response) *structpb.Struct {
-	if !s.envoyDynamicMetadataOn() {
-		return nil
-	}
-	return envoy.DynamicMetadata(req, resp)
 }

@@ -33,6 +33,7 @@ import (
 	"github.com/floodgate-dev/floodgate/ratelimit"
 	"github.com/floodgate-dev/floodgate/server/config"
 	"github.com/floodgate-dev/floodgate/server/envoy"
+	"github.com/floodgate-dev/floodgate/server/internal/api"
 	"github.com/floodgate-dev/floodgate/server/internal/connlimit"
 	"github.com/floodgate-dev/floodgate/server/internal/dashboard"
 	"github.com/floodgate-dev/floodgate/server/internal/rlswire"
@@ -252,7 +253,7 @@ func New(c Config) (*Server, error) {
 		s.httpLn = ln
 		s.dash.WriteTimeout = orDefault(c.HTTPWriteTimeout, DefaultHTTPWriteTimeout)
 		s.httpSrv = &http.Server{
-			Handler:      answerEarly(NewHTTPHandler(svc, HTTPOptions{Token: c.Token, MaxBodyBytes: c.MaxBodyBytes, dash: s.dash, healthy: s.Healthy})),
+			Handler:      api.AnswerEarly(NewHTTPHandler(svc, HTTPOptions{Token: c.Token, MaxBodyBytes: c.MaxBodyBytes, dash: s.dash, healthy: s.Healthy})),
 			ReadTimeout:  orDefault(c.HTTPReadTimeout, DefaultHTTPReadTimeout),
 			WriteTimeout: s.dash.WriteTimeout,
 			IdleTimeout:  orDefault(c.HTTPIdleTimeout, DefaultHTTPIdleTimeout),
@@ -292,7 +293,7 @@ func New(c Config) (*Server, error) {
 			// busy still gets a goroutine of its own.
 			grpc.NumStreamWorkers(streamWorkers),
 			// ShouldRateLimit's messages are read and written by hand
-			// (rls_wire.go); every other message by the proto codec.
+			// (package api); every other message by the proto codec.
 			grpc.ForceServerCodecV2(rlswire.NewCodec()),
 		}
 		if d := orDefault(c.GRPCHandshakeTimeout, DefaultGRPCHandshakeTimeout); d > 0 {
@@ -308,7 +309,7 @@ func New(c Config) (*Server, error) {
 			gopts = append(gopts, grpc.Creds(credentials.NewTLS(grpcTLS)))
 		}
 		s.grpcSrv = grpc.NewServer(gopts...)
-		s.grpcSrv.RegisterService(&rlsWireDesc, NewRLS(svc))
+		api.RegisterWire(s.grpcSrv, NewRLS(svc))
 		s.rlqs = NewRLQS(svc)
 		rlqs.RegisterRateLimitQuotaServiceServer(s.grpcSrv, s.rlqs)
 		s.health = health.NewServer()

@@ -65,19 +65,11 @@ const (
 )
 
 // ErrUnavailable is returned by Decide in the FailError mode when the store
-// cannot decide.
-var ErrUnavailable = errors.New("rate limit store unavailable")
+// cannot decide (decision.ErrUnavailable).
+var ErrUnavailable = decision.ErrUnavailable
 
 // InputError is decision.InputError: a malformed request.
 type InputError = decision.InputError
-
-// TooLargeError is a request body over the size limit: HTTP answers it
-// with 413.
-type TooLargeError struct{ Limit int64 }
-
-func (e *TooLargeError) Error() string {
-	return fmt.Sprintf("request body is larger than %d bytes", e.Limit)
-}
 
 func inputErrorf(format string, args ...any) error {
 	return &InputError{Msg: fmt.Sprintf(format, args...)}

@@ -2,13 +2,9 @@ package server
 
 import (
 	"context"
-	"net/http"
-
-	"go.opentelemetry.io/otel/attribute"
-	"go.opentelemetry.io/otel/propagation"
-	"google.golang.org/grpc/status"
 
 	"github.com/floodgate-dev/floodgate/ratelimit"
+	"github.com/floodgate-dev/floodgate/server/internal/api"
 	"github.com/floodgate-dev/floodgate/server/internal/tracing"
 )
 
@@ -24,40 +20,6 @@ import (
 // may be user data, only with DescriptorValues.
 type TracingOptions = tracing.Options
 
-// answerTraced is answer (decide) under a server span, the child of the
-// trace context in the call's metadata.
-func (r *RLS) answerTraced(ctx context.Context, in *Request, decide func(context.Context) (*Response, error)) (*Response, error) {
-	ctx, span := r.s.tracer.GRPC(ctx)
-	out, err := decide(r.s.tracer.Request(ctx, in))
-	code := status.Code(err).String() // a gRPC status error
-	if err == nil {
-		code = out.Code.String()
-	}
-	tracing.End(span, code, err)
-	return out, err
-}
-
-// traceHTTP runs serve, which answers r and returns its metrics code label,
-// under a server span (with tracing on), the child of the trace context in
-// r's headers.
-func (h *httpAPI) traceHTTP(name string, w http.ResponseWriter, r *http.Request, serve func(http.ResponseWriter, *http.Request) string) string {
-	t := h.s.tracer
-	if t == nil {
-		return serve(w, r)
-	}
-	ctx, span := t.Server(r.Context(), name, propagation.HeaderCarrier(r.Header),
-		attribute.String("http.request.method", r.Method),
-		attribute.String("url.path", r.URL.Path))
-	code := serve(w, r.WithContext(ctx))
-	switch code {
-	case CodeOK.String(), CodeOverLimit.String():
-	default:
-		tracing.Fail(span, code)
-	}
-	tracing.End(span, code, nil)
-	return code
-}
-
 // allowTraced is allowStore under a store span.
 func (s *Service) allowTraced(ctx context.Context, st *store, reqs []ratelimit.Request, results []ratelimit.Result) (bool, error) {
 	name := ""
@@ -72,7 +34,7 @@ func (s *Service) allowTraced(ctx context.Context, st *store, reqs []ratelimit.R
 	code := CodeOK.String()
 	switch {
 	case err != nil:
-		code = codeLabel(errorKind(err))
+		code = api.Label(err)
 	default:
 		for _, r := range results {
 			if r.RetryAfter != 0 {

@@ -6,6 +6,7 @@
 package decision
 
 import (
+	"errors"
 	"fmt"
 	"time"
 
@@ -129,6 +130,10 @@ type Tally interface {
 type InputError struct{ Msg string }
 
 func (e *InputError) Error() string { return e.Msg }
+
+// ErrUnavailable is the error of a decision in the FailError mode when the
+// store cannot decide.
+var ErrUnavailable = errors.New("rate limit store unavailable")
 
 // FailureMode says how the server answers when the store cannot decide.
 type FailureMode int

@@ -1,4 +1,4 @@
-package server
+package api
 
 import (
 	"io"
@@ -6,20 +6,20 @@ import (
 	"time"
 )
 
-// answerEarly lets h answer a request before reading its body, as the
+// AnswerEarly lets h answer a request before reading its body, as the
 // bearer check (401) and the mux (404, 405) do, without waiting for that
 // body. By default net/http reads up to 256 KiB of an unread body before it
 // writes an answer, so a client that sends headers and withholds its body
 // would get its 401 only at the read deadline. For a request with a body,
-// answerEarly turns on full duplex (http.ResponseController), and when h
+// AnswerEarly turns on full duplex (http.ResponseController), and when h
 // answers before reading the body to its end the answer says
 // "Connection: close" and the connection is closed right after it, without
 // reading the rest: its next bytes are the body, not a next request.
 //
 // Requests without a body pass through untouched; for one whose body h reads
 // first, as the decision handlers do, the answer and keep-alive are as
-// without answerEarly.
-func answerEarly(h http.Handler) http.Handler {
+// without AnswerEarly.
+func AnswerEarly(h http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.ContentLength == 0 {
 			h.ServeHTTP(w, r)

@@ -1,4 +1,4 @@
-package server
+package api
 
 import (
 	"encoding/json"
@@ -12,36 +12,26 @@ import (
 	"time"
 
 	rls "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/propagation"
 	"google.golang.org/protobuf/encoding/protojson"
 
 	"github.com/floodgate-dev/floodgate/server/checkapi"
-	"github.com/floodgate-dev/floodgate/server/internal/dashboard"
+	"github.com/floodgate-dev/floodgate/server/decision"
+	"github.com/floodgate-dev/floodgate/server/envoy"
 	"github.com/floodgate-dev/floodgate/server/internal/rlswire"
 	"github.com/floodgate-dev/floodgate/server/internal/tracing"
 )
 
-// DefaultMaxBodyBytes bounds the body of an HTTP request.
-const DefaultMaxBodyBytes = 1 << 20
-
-// HTTPOptions configure the HTTP API.
-type HTTPOptions struct {
-	// Token, when set, is required as "Authorization: Bearer <token>" on
-	// every path but /healthz and /readyz.
-	Token        string
-	MaxBodyBytes int64 // DefaultMaxBodyBytes when 0
-
-	dash    *dashboard.Dashboard // Server's; serves /ui
-	healthy func() bool          // Server's; answers /healthcheck (always healthy when nil)
-}
-
-// NewHTTPHandler returns the HTTP API of s:
+// NewHTTP returns the HTTP API of core:
 //
 //	POST /json      Envoy's RateLimitRequest as protojson → RateLimitResponse; 200 OK, 429 OVER_LIMIT
 //	POST /v1/check  {"domain": "d", "descriptors": [{"key": "value", ...}], "cost": 1} → decision; 200 or 429
 //	GET  /healthz   200 while the process serves
 //	GET  /healthcheck  envoyproxy/ratelimit's: 200 "OK" while healthy (not shutting down; see Server.Healthy), else 500
 //	GET  /readyz    200 when a configuration is loaded and the store is not failing as a whole; else 503
-//	GET  /metrics   Prometheus metrics (when s has Metrics)
+//	GET  /metrics   Prometheus metrics (Options.Metrics)
+//	GET  /ui        the dashboard (Options.Dashboard)
 //
 // Malformed requests get 400 with a message naming the problem, bodies over
 // MaxBodyBytes 413; an unavailable store (failure mode "error") gets 503.
@@ -52,13 +42,13 @@ type HTTPOptions struct {
 // net/http's CrossOriginProtection judges it) gets 403, and a text/plain or
 // multipart/form-data body 415. Clients such as curl that send neither
 // header are unaffected; curl's default form type is accepted.
-func NewHTTPHandler(s *Service, o HTTPOptions) http.Handler {
+func NewHTTP(core Core, o Options) http.Handler {
 	if o.MaxBodyBytes <= 0 {
 		o.MaxBodyBytes = DefaultMaxBodyBytes
 	}
-	h := &httpAPI{s: s, o: o, cop: http.NewCrossOriginProtection()}
+	h := &httpAPI{core: core, o: o, cop: http.NewCrossOriginProtection()}
 	h.jsonError = h.error
-	if s.opts.Envoy.Enabled {
+	if o.Envoy {
 		h.jsonError = h.envoyJSONError
 	}
 	mux := http.NewServeMux()
@@ -69,38 +59,38 @@ func NewHTTPHandler(s *Service, o HTTPOptions) http.Handler {
 	})
 	mux.HandleFunc("GET /healthcheck", func(w http.ResponseWriter, _ *http.Request) {
 		// As envoyproxy/ratelimit's: 200 "OK", or 500 with no body.
-		if o.healthy != nil && !o.healthy() {
+		if o.Healthy != nil && !o.Healthy() {
 			w.WriteHeader(http.StatusInternalServerError)
 			return
 		}
 		io.WriteString(w, "OK")
 	})
 	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, _ *http.Request) {
-		if !s.Ready() {
-			http.Error(w, "not ready: "+s.notReadyReason(), http.StatusServiceUnavailable)
+		ready, msg := core.Readiness()
+		if !ready {
+			http.Error(w, "not ready: "+msg, http.StatusServiceUnavailable)
 			return
 		}
-		if msg := s.partialOutage(); msg != "" {
+		if msg != "" {
 			// A partial outage: the other keys are decided as usual.
 			fmt.Fprintf(w, "ok; %s\n", msg)
 			return
 		}
 		io.WriteString(w, "ok\n")
 	})
-	if m := s.opts.Metrics; m != nil {
-		mh := m.Handler()
-		mux.HandleFunc("GET /metrics", h.auth(mh.ServeHTTP))
+	if o.Metrics != nil {
+		mux.HandleFunc("GET /metrics", h.auth(o.Metrics.ServeHTTP))
 	}
-	if o.dash != nil {
-		o.dash.Routes(mux, h.auth)
+	if o.Dashboard != nil {
+		o.Dashboard.Routes(mux, h.auth)
 	}
 	return mux
 }
 
 type httpAPI struct {
-	s   *Service
-	o   HTTPOptions
-	cop *http.CrossOriginProtection
+	core Core
+	o    Options
+	cop  *http.CrossOriginProtection
 	// jsonError answers POST /json's errors: h.error, or envoy's form
 	// (envoyJSONError) in envoy compatibility mode; chosen once.
 	jsonError func(http.ResponseWriter, error) string
@@ -121,8 +111,8 @@ func (h *httpAPI) post(next http.HandlerFunc) http.HandlerFunc {
 			}
 		}
 		if status != 0 {
-			if m := h.s.opts.Metrics; m != nil {
-				m.requests.WithLabelValues(apiOf(r), "invalid").Inc()
+			if m := h.o.Meter; m != nil {
+				m.Refused(apiOf(r), "invalid")
 			}
 			http.Error(w, msg, status)
 			return
@@ -138,8 +128,8 @@ func (h *httpAPI) auth(next http.HandlerFunc) http.HandlerFunc {
 	}
 	return func(w http.ResponseWriter, r *http.Request) {
 		if !BearerOK(r.Header.Get("Authorization"), h.o.Token) {
-			if m := h.s.opts.Metrics; m != nil {
-				m.requests.WithLabelValues(apiOf(r), "unauthorized").Inc()
+			if m := h.o.Meter; m != nil {
+				m.Refused(apiOf(r), "unauthorized")
 			}
 			w.Header().Set("WWW-Authenticate", `Bearer realm="floodgate"`)
 			http.Error(w, "missing or wrong bearer token", http.StatusUnauthorized)
@@ -192,8 +182,8 @@ func (e *bodyError) Error() string {
 func (h *httpAPI) json(w http.ResponseWriter, r *http.Request) {
 	start := time.Now()
 	code := h.traceHTTP(tracing.SpanJSON, w, r, h.serveJSON)
-	if m := h.s.opts.Metrics; m != nil {
-		m.request("json", code, time.Since(start))
+	if m := h.o.Meter; m != nil {
+		m.Request("json", code, time.Since(start))
 	}
 }
 
@@ -209,24 +199,26 @@ func (h *httpAPI) decideJSON(w http.ResponseWriter, r *http.Request, fail func(h
 	}
 	var req rls.RateLimitRequest
 	if err := protojson.Unmarshal(data, &req); err != nil {
-		return fail(w, inputErrorf("request is not a RateLimitRequest in protojson: %v", err))
+		return fail(w, &decision.InputError{Msg: fmt.Sprintf("request is not a RateLimitRequest in protojson: %v", err)})
 	}
 	in, err := rlswire.FromProto(&req)
 	if err != nil {
 		return fail(w, err)
 	}
-	out, err := h.s.Decide(h.s.tracer.Request(r.Context(), in), in)
+	out, err := h.core.Decide(h.o.Tracer.Request(r.Context(), in), in)
 	if err != nil {
 		return fail(w, err)
 	}
 	p := rlswire.ToProto(out)
-	p.DynamicMetadata = h.s.envoyDynamicMetadata(&req, out)
+	if h.o.DynamicMetadata {
+		p.DynamicMetadata = envoy.DynamicMetadata(&req, out)
+	}
 	resp, err := protojson.Marshal(p)
 	if err != nil {
 		return fail(w, err)
 	}
 	w.Header().Set("Content-Type", "application/json")
-	if out.Code == CodeOverLimit {
+	if out.Code == decision.CodeOverLimit {
 		w.WriteHeader(http.StatusTooManyRequests)
 	}
 	w.Write(resp)
@@ -270,8 +262,8 @@ var httpStatuses = map[string]int{
 func (h *httpAPI) check(w http.ResponseWriter, r *http.Request) {
 	start := time.Now()
 	code := h.traceHTTP(tracing.SpanCheck, w, r, h.serveCheck)
-	if m := h.s.opts.Metrics; m != nil {
-		m.request("check", code, time.Since(start))
+	if m := h.o.Meter; m != nil {
+		m.Request("check", code, time.Since(start))
 	}
 }
 
@@ -284,15 +276,15 @@ func (h *httpAPI) serveCheck(w http.ResponseWriter, r *http.Request) string {
 	if err != nil {
 		return h.error(w, err)
 	}
-	in := &Request{Domain: cr.Domain, Descriptors: make([]Descriptor, len(cr.Descriptors))}
+	in := &decision.Request{Domain: cr.Domain, Descriptors: make([]decision.Descriptor, len(cr.Descriptors))}
 	cost := int64(1)
 	if cr.Cost != nil {
 		cost = *cr.Cost
 	}
 	for i, es := range cr.Descriptors {
-		in.Descriptors[i] = Descriptor{Entries: es, Cost: cost}
+		in.Descriptors[i] = decision.Descriptor{Entries: es, Cost: cost}
 	}
-	out, err := h.s.Decide(h.s.tracer.Request(r.Context(), in), in)
+	out, err := h.core.Decide(h.o.Tracer.Request(r.Context(), in), in)
 	if err != nil {
 		return h.error(w, err)
 	}
@@ -306,4 +298,25 @@ func (h *httpAPI) serveCheck(w http.ResponseWriter, r *http.Request) string {
 	}
 	json.NewEncoder(w).Encode(resp)
 	return out.Code.String()
+}
+
+// traceHTTP runs serve, which answers r and returns its metrics code label,
+// under a server span (with tracing on), the child of the trace context in
+// r's headers.
+func (h *httpAPI) traceHTTP(name string, w http.ResponseWriter, r *http.Request, serve func(http.ResponseWriter, *http.Request) string) string {
+	t := h.o.Tracer
+	if t == nil {
+		return serve(w, r)
+	}
+	ctx, span := t.Server(r.Context(), name, propagation.HeaderCarrier(r.Header),
+		attribute.String("http.request.method", r.Method),
+		attribute.String("url.path", r.URL.Path))
+	code := serve(w, r.WithContext(ctx))
+	switch code {
+	case decision.CodeOK.String(), decision.CodeOverLimit.String():
+	default:
+		tracing.Fail(span, code)
+	}
+	tracing.End(span, code, nil)
+	return code
 }
