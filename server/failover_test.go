@@ -15,6 +15,7 @@ import (
 	"github.com/floodgate-dev/floodgate/internal/testenv"
 	"github.com/floodgate-dev/floodgate/internal/unwrap"
 	"github.com/floodgate-dev/floodgate/server/config"
+	"github.com/floodgate-dev/floodgate/server/internal/breaker"
 	"github.com/floodgate-dev/floodgate/server/storeurl"
 )
 
@@ -88,10 +89,10 @@ func testClusterFailover(t *testing.T, fullCoverage bool) {
 		entries := []config.Entry{{Key: "user", Value: user}}
 		return unwrap.Redis(rb).Slot(stateKey(rs.cfg.Domains["api"].Match(entries), entries))
 	}
-	users := make([]string, slotRanges)
-	for i, found := 0, 0; found < slotRanges; i++ {
+	users := make([]string, breaker.SlotRanges)
+	for i, found := 0, 0; found < breaker.SlotRanges; i++ {
 		u := fmt.Sprint("u", i)
-		if r := slotOf(u) * slotRanges / redisstore.Slots; users[r] == "" {
+		if r := slotOf(u) * breaker.SlotRanges / redisstore.Slots; users[r] == "" {
 			users[r] = u
 			found++
 		}

@@ -73,7 +73,7 @@ func TestFailureModes(t *testing.T) {
 					}
 				}
 			}
-			if !s.main.breakers.allOpen() || s.Ready() {
+			if !s.main.breakers.AllOpen() || s.Ready() {
 				t.Fatal("breaker still closed after repeated failures")
 			}
 			if err := r.Resume(); err != nil {
@@ -95,54 +95,6 @@ func TestFailureModes(t *testing.T) {
 				t.Fatal("not ready after recovery")
 			}
 		})
-	}
-}
-
-func TestBreaker(t *testing.T) {
-	now := time.Unix(0, 0)
-	b := newBreaker(BreakerOptions{Failures: 2, Cooldown: time.Second})
-	b.now = func() time.Time { return now }
-	fail := errors.New("down")
-	b.record(fail)
-	if !b.allow() || b.isOpen() {
-		t.Fatal("opened after one failure")
-	}
-	b.record(fail)
-	if b.allow() || !b.isOpen() {
-		t.Fatal("still closed after two failures")
-	}
-	now = now.Add(time.Second)
-	if !b.allow() {
-		t.Fatal("no probe after the cooldown")
-	}
-	if b.allow() {
-		t.Fatal("a second probe while the first is out")
-	}
-	b.record(fail)
-	if b.allow() {
-		t.Fatal("closed after a failed probe")
-	}
-	now = now.Add(time.Second)
-	if !b.allow() {
-		t.Fatal("no probe after the second cooldown")
-	}
-	b.record(nil)
-	if !b.allow() || b.isOpen() {
-		t.Fatal("still open after a successful probe")
-	}
-	// A success resets the count of consecutive failures.
-	b.record(fail)
-	b.record(nil)
-	b.record(fail)
-	if b.isOpen() {
-		t.Fatal("opened on failures that were not consecutive")
-	}
-	off := newBreaker(BreakerOptions{Failures: -1})
-	for range 10 {
-		off.record(fail)
-	}
-	if !off.allow() || off.isOpen() {
-		t.Fatal("a disabled breaker opened")
 	}
 }
 
@@ -188,7 +140,7 @@ func TestCallerDeadlineShorterThanTimeout(t *testing.T) {
 			t.Fatalf("stalled call %d: err %v, want the caller's DeadlineExceeded (got %+v, logs %s)", i, err, got, logs.String())
 		}
 	}
-	if !s.main.breakers.allOpen() || s.Ready() {
+	if !s.main.breakers.AllOpen() || s.Ready() {
 		t.Fatal("breaker still closed after three stalled calls ended by the caller's deadline")
 	}
 	rec := httptest.NewRecorder()
@@ -234,7 +186,7 @@ func TestCallerCancelIsNotAStoreFailure(t *testing.T) {
 			t.Fatalf("cancelled call %d: %v", i, err)
 		}
 	}
-	if s.main.breakers.allOpen() {
+	if s.main.breakers.AllOpen() {
 		t.Fatal("cancelled callers opened the breaker")
 	}
 }

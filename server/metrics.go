@@ -9,6 +9,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/floodgate-dev/floodgate/server/config"
+	"github.com/floodgate-dev/floodgate/server/internal/breaker"
 )
 
 // Metrics are the server's Prometheus metrics. Label values are bounded by
@@ -138,7 +139,7 @@ func (m *Metrics) Handler() http.Handler {
 
 // watchBreaker exports the share of the breakers of bs, those of the store
 // named store, that are open.
-func (m *Metrics) watchBreaker(store string, bs *breakerSet) {
+func (m *Metrics) watchBreaker(store string, bs *breaker.Set) {
 	g := &m.breakerOpen
 	if store == storePerSecond {
 		g = &m.breakerOpenPS
@@ -154,7 +155,7 @@ func (m *Metrics) watchBreaker(store string, bs *breakerSet) {
 		Help:        "Share of a store's circuit breakers failing calls fast: 1 while a standalone or Sentinel store is failing; on a Redis Cluster, the share of hash-slot ranges. store: main, or persecond (the store of the limits whose unit is a second).",
 		ConstLabels: prometheus.Labels{"store": store},
 	}, func() float64 {
-		open, total := bs.open()
+		open, total := bs.Open()
 		return float64(open) / float64(total)
 	})
 	m.Registry.MustRegister(*g)

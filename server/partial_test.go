@@ -18,6 +18,7 @@ import (
 	"github.com/floodgate-dev/floodgate/internal/testenv"
 	"github.com/floodgate-dev/floodgate/internal/unwrap"
 	"github.com/floodgate-dev/floodgate/server/config"
+	"github.com/floodgate-dev/floodgate/server/internal/breaker"
 	"github.com/floodgate-dev/floodgate/server/storeurl"
 )
 
@@ -60,7 +61,7 @@ func TestClusterPartialOutage(t *testing.T) {
 	for i := 0; len(dead) < 6 || len(healthy) < 12; i++ {
 		u := fmt.Sprint("u", i)
 		switch sl := slotOf(u); {
-		case sl < 21*redisstore.Slots/slotRanges && len(dead) < 6:
+		case sl < 21*redisstore.Slots/breaker.SlotRanges && len(dead) < 6:
 			dead = append(dead, u)
 		case sl > 5600 && len(healthy) < 12:
 			healthy = append(healthy, u)

@@ -17,6 +17,7 @@ import (
 	"github.com/floodgate-dev/floodgate/internal/backendtest"
 	"github.com/floodgate-dev/floodgate/internal/testenv"
 	"github.com/floodgate-dev/floodgate/server/config"
+	"github.com/floodgate-dev/floodgate/server/internal/breaker"
 	"github.com/floodgate-dev/floodgate/server/internal/tracing"
 	"github.com/floodgate-dev/floodgate/server/storeurl"
 )
@@ -450,11 +451,11 @@ func TestPerSecondStoreOnCluster(t *testing.T) {
 	if err := s.SetConfig(mustConfig(t, perSecondYAML), "v1"); err != nil {
 		t.Fatal(err)
 	}
-	if _, total, ok := s.PerSecondStoreHealth(); !ok || total != slotRanges {
-		t.Fatalf("per-second store on a Cluster: %d breakers, want %d", total, slotRanges)
+	if _, total, ok := s.PerSecondStoreHealth(); !ok || total != breaker.SlotRanges {
+		t.Fatalf("per-second store on a Cluster: %d breakers, want %d", total, breaker.SlotRanges)
 	}
-	if _, total := s.StoreHealth(); total != slotRanges+1 {
-		t.Fatalf("StoreHealth: %d breakers, want %d", total, slotRanges+1)
+	if _, total := s.StoreHealth(); total != breaker.SlotRanges+1 {
+		t.Fatalf("StoreHealth: %d breakers, want %d", total, breaker.SlotRanges+1)
 	}
 	for i := range 3 {
 		r := decide(t, s, desc(1, "sec", "a"), desc(1, "sec", "b"), desc(1, "min", "a"))

@@ -72,7 +72,7 @@ func (c quotaCore) Now() time.Time {
 
 func (c quotaCore) Store(ctx context.Context, l *config.Limit, entries []config.Entry, fn func(context.Context, backend.Backend, string) error) error {
 	st, key := c.s.storeOf(l), stateKey(l, entries)
-	return c.s.callStore(ctx, st, []int{st.breakers.of(key)}, func(ctx context.Context) error {
+	return c.s.callStore(ctx, st, []int{st.breakers.Of(key)}, func(ctx context.Context) error {
 		return fn(ctx, st.b, key)
 	})
 }

@@ -19,6 +19,7 @@ import (
 	"github.com/floodgate-dev/floodgate/server/decision"
 	"github.com/floodgate-dev/floodgate/server/envoy"
 	"github.com/floodgate-dev/floodgate/server/envoystats"
+	"github.com/floodgate-dev/floodgate/server/internal/breaker"
 	"github.com/floodgate-dev/floodgate/server/internal/dashboard"
 	"github.com/floodgate-dev/floodgate/server/internal/faillog"
 	"github.com/floodgate-dev/floodgate/server/internal/tracing"
@@ -74,6 +75,11 @@ type InputError = decision.InputError
 func inputErrorf(format string, args ...any) error {
 	return &InputError{Msg: fmt.Sprintf(format, args...)}
 }
+
+// BreakerOptions configure the circuit breaker in front of a remote store
+// (Options.Breaker): Failures, 5 by default (negative: no breaker), and
+// Cooldown, 1s by default.
+type BreakerOptions = breaker.Options
 
 // Options configure a Service. The zero value of each field selects its
 // default.
@@ -317,7 +323,7 @@ func (s *Service) breakerOpen() bool {
 // tells that one's).
 func (s *Service) StoreHealth() (open, total int) {
 	for _, st := range s.stores() {
-		o, t := st.breakers.open()
+		o, t := st.breakers.Open()
 		open, total = open+o, total+t
 	}
 	return open, total
@@ -329,7 +335,7 @@ func (s *Service) PerSecondStoreHealth() (open, total int, ok bool) {
 	if s.ps == nil {
 		return 0, 0, false
 	}
-	open, total = s.ps.breakers.open()
+	open, total = s.ps.breakers.Open()
 	return open, total, true
 }
 
@@ -414,7 +420,7 @@ func (s *Service) allowStore(ctx context.Context, st *store, reqs []ratelimit.Re
 	var idxBuf [8]int
 	idx := idxBuf[:0]
 	for _, q := range reqs {
-		if j := st.breakers.of(q.Key); !slices.Contains(idx, j) {
+		if j := st.breakers.Of(q.Key); !slices.Contains(idx, j) {
 			idx = append(idx, j)
 		}
 	}
@@ -427,7 +433,7 @@ func (s *Service) allowStore(ctx context.Context, st *store, reqs []ratelimit.Re
 }
 
 // callStore runs call, one call to st touching the keys of the breakers
-// idx (st.breakers.of of each key), under st's timeout and circuit
+// idx (st.breakers.Of of each key), under st's timeout and circuit
 // breakers, as every store call of the service goes: refused at once with
 // errBreakerOpen while a breaker is open; timed in
 // floodgate_backend_duration_seconds; its outcome recorded by the
@@ -445,7 +451,7 @@ func (s *Service) callStore(ctx context.Context, st *store, idx []int, call func
 	if ctx.Err() != nil {
 		return ctx.Err() // over before the store was asked
 	}
-	if !st.breakers.allow(idx) {
+	if !st.breakers.Allow(idx) {
 		return st.wrap(errBreakerOpen)
 	}
 	start := time.Now()
@@ -463,7 +469,7 @@ func (s *Service) callStore(ctx context.Context, st *store, idx []int, call func
 		// comparing them, not by ctx.Err().
 		switch cerr := ctx.Err(); {
 		case cerr != nil && !errors.Is(cerr, context.DeadlineExceeded):
-			st.breakers.release(idx)
+			st.breakers.Release(idx)
 			return &callerGoneError{err: cerr}
 		case cerr != nil || errors.Is(err, context.DeadlineExceeded):
 			err = &storeTimeoutError{waited: time.Since(start), caller: callerFirst}
@@ -474,10 +480,10 @@ func (s *Service) callStore(ctx context.Context, st *store, idx []int, call func
 		// it says nothing about this key's node, and counting it would open
 		// the breakers of healthy ranges for a cooldown after the Cluster is
 		// fine again. The call is still answered by the failure mode.
-		st.breakers.release(idx)
+		st.breakers.Release(idx)
 		return st.wrap(err)
 	}
-	st.breakers.record(idx, err)
+	st.breakers.Record(idx, err)
 	return st.wrap(err)
 }
 

@@ -10,6 +10,7 @@ import (
 	"github.com/floodgate-dev/floodgate/internal/unwrap"
 	"github.com/floodgate-dev/floodgate/ratelimit"
 	"github.com/floodgate-dev/floodgate/server/config"
+	"github.com/floodgate-dev/floodgate/server/internal/breaker"
 )
 
 // A Service keeps limit state on one store, or on two: the main one and,
@@ -51,7 +52,7 @@ type store struct {
 	b        backend.Backend
 	remote   bool          // across a network: calls get the timeout and the breakers
 	timeout  time.Duration // per call
-	breakers *breakerSet   // one per slot range on a Redis Cluster, else one
+	breakers *breaker.Set  // one per slot range on a Redis Cluster, else one
 }
 
 func newStore(name string, b backend.Backend, timeout time.Duration, o BreakerOptions) *store {
@@ -60,7 +61,7 @@ func newStore(name string, b backend.Backend, timeout time.Duration, o BreakerOp
 	if r := unwrap.Redis(rb); remote && r.Cluster() {
 		slot = r.Slot
 	}
-	return &store{name: name, b: b, remote: remote, timeout: timeout, breakers: newBreakerSet(o, slot)}
+	return &store{name: name, b: b, remote: remote, timeout: timeout, breakers: breaker.New(o, slot)}
 }
 
 // wrap names st in err, a failure of a call to st; nil stays nil. The
@@ -122,7 +123,7 @@ func (s *Service) onPerSecond(q ratelimit.Request) bool {
 // nothing can be decided.
 func (s *Service) allStoresDown() bool {
 	for _, st := range s.stores() {
-		if !st.breakers.allOpen() {
+		if !st.breakers.AllOpen() {
 			return false
 		}
 	}
@@ -133,7 +134,7 @@ func (s *Service) allStoresDown() bool {
 // while the service is ready; "" when none is.
 func (s *Service) partialOutage() string {
 	if s.ps == nil {
-		if open, total := s.main.breakers.open(); open > 0 {
+		if open, total := s.main.breakers.Open(); open > 0 {
 			return fmt.Sprintf("the store is partly failing: %d of %d slot ranges are answered by the failure mode", open, total)
 		}
 		return ""
@@ -144,7 +145,7 @@ func (s *Service) partialOutage() string {
 		if st == s.ps {
 			what = "the per-second store"
 		}
-		open, total := st.breakers.open()
+		open, total := st.breakers.Open()
 		switch {
 		case open == 0:
 			continue

@@ -1,4 +1,16 @@
-package server
+// Package breaker is the circuit breakers in front of the server's remote
+// stores: while a store is known to be down they fail its calls at once,
+// instead of letting each caller wait for the store's timeout.
+//
+// A breaker opens after Options.Failures consecutive failed calls and then
+// fails every call at once for Options.Cooldown. After the cooldown it lets
+// a single probe call through (half-open): the probe's success closes it,
+// its failure opens it for another cooldown, and a probe ended without an
+// outcome (Set.Release) lets the next call probe instead. Any success resets
+// the count of consecutive failures. The closed state costs one atomic load
+// per call. A Set is the breakers of one store: one per range of hash slots
+// on a Redis Cluster (SlotRanges), a single one otherwise.
+package breaker
 
 import (
 	"sync"
@@ -8,8 +20,8 @@ import (
 	"github.com/floodgate-dev/floodgate/internal/redisstore"
 )
 
-// BreakerOptions configure the circuit breaker in front of a remote store.
-type BreakerOptions struct {
+// Options configure the circuit breaker in front of a remote store.
+type Options struct {
 	// Failures is how many consecutive failed calls open the breaker; 5 by
 	// default. A negative value disables the breaker.
 	Failures int
@@ -36,7 +48,7 @@ type breaker struct {
 	probing   bool
 }
 
-func newBreaker(o BreakerOptions) *breaker {
+func newBreaker(o Options) *breaker {
 	if o.Failures == 0 {
 		o.Failures = 5
 	}
@@ -105,45 +117,48 @@ func (b *breaker) release() {
 // isOpen reports whether calls are being failed fast.
 func (b *breaker) isOpen() bool { return b.failures >= 0 && b.open.Load() }
 
-// slotRanges is how many circuit breakers a Redis Cluster store gets: one
+// SlotRanges is how many circuit breakers a Redis Cluster store gets: one
 // per equal range of hash slots. A Cluster's masters own contiguous ranges,
 // so a dead master opens the breakers of its ranges (with 3 masters, about
 // 21 of 64) and keys in the others keep their real answers. A range that
 // straddles two masters sees both failures and successes, so its breaker
 // rarely opens: its dead keys pay the store timeout, as without a breaker.
-const slotRanges = 64
+const SlotRanges = 64
 
-// breakerSet is the circuit breakers of a store: one per slot range on a
-// Redis Cluster, a single one otherwise. Safe for concurrent use.
-type breakerSet struct {
+// Set is the circuit breakers of a store: one per slot range on a Redis
+// Cluster, a single one otherwise. Safe for concurrent use.
+type Set struct {
 	b    []*breaker
 	slot func(tag string) int // nil: a single breaker
 }
 
-func newBreakerSet(o BreakerOptions, slot func(string) int) *breakerSet {
+// New returns the breakers of a store, each configured by o: SlotRanges of
+// them when slot, which gives the hash slot of a key, is not nil; a single
+// one otherwise.
+func New(o Options, slot func(string) int) *Set {
 	n := 1
 	if slot != nil {
-		n = slotRanges
+		n = SlotRanges
 	}
-	s := &breakerSet{b: make([]*breaker, n), slot: slot}
+	s := &Set{b: make([]*breaker, n), slot: slot}
 	for i := range s.b {
 		s.b[i] = newBreaker(o)
 	}
 	return s
 }
 
-// of returns the index of the breaker of a state key.
-func (s *breakerSet) of(key string) int {
+// Of returns the index of the breaker of a state key.
+func (s *Set) Of(key string) int {
 	if s.slot == nil {
 		return 0
 	}
 	return s.slot(key) * len(s.b) / redisstore.Slots
 }
 
-// allow reports whether a call touching the breakers idx may go to the
+// Allow reports whether a call touching the breakers idx may go to the
 // store. When one of them refuses, the probes the others granted are
 // handed back.
-func (s *breakerSet) allow(idx []int) bool {
+func (s *Set) Allow(idx []int) bool {
 	for i, j := range idx {
 		if !s.b[j].allow() {
 			for _, k := range idx[:i] {
@@ -155,23 +170,25 @@ func (s *breakerSet) allow(idx []int) bool {
 	return true
 }
 
-// record reports the outcome of a call that allow let through to each of
+// Record reports the outcome of a call that Allow let through to each of
 // its breakers.
-func (s *breakerSet) record(idx []int, err error) {
+func (s *Set) Record(idx []int, err error) {
 	for _, j := range idx {
 		s.b[j].record(err)
 	}
 }
 
-// release ends a call allow let through without an outcome.
-func (s *breakerSet) release(idx []int) {
+// Release ends a call Allow let through without an outcome that says
+// anything about the store (the caller cancelled): a half-open probe so
+// ended lets the next call probe instead.
+func (s *Set) Release(idx []int) {
 	for _, j := range idx {
 		s.b[j].release()
 	}
 }
 
-// open returns how many breakers are open, of how many.
-func (s *breakerSet) open() (open, total int) {
+// Open returns how many breakers are open, of how many.
+func (s *Set) Open() (open, total int) {
 	for _, b := range s.b {
 		if b.isOpen() {
 			open++
@@ -180,8 +197,8 @@ func (s *breakerSet) open() (open, total int) {
 	return open, len(s.b)
 }
 
-// allOpen reports whether every breaker is open: the whole store is failing.
-func (s *breakerSet) allOpen() bool {
-	n, total := s.open()
+// AllOpen reports whether every breaker is open: the whole store is failing.
+func (s *Set) AllOpen() bool {
+	n, total := s.Open()
 	return n == total
 }
