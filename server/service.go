@@ -7,11 +7,14 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/floodgate-dev/floodgate/backend"
 	"github.com/floodgate-dev/floodgate/ratelimit"
@@ -22,6 +25,7 @@ import (
 	"github.com/floodgate-dev/floodgate/server/internal/breaker"
 	"github.com/floodgate-dev/floodgate/server/internal/dashboard"
 	"github.com/floodgate-dev/floodgate/server/internal/faillog"
+	"github.com/floodgate-dev/floodgate/server/internal/localcache"
 	"github.com/floodgate-dev/floodgate/server/internal/tracing"
 )
 
@@ -103,9 +107,10 @@ type Options struct {
 	// as usual either way.
 	EnvoyStats *envoystats.Stats
 	// LocalCacheBytes, when > 0, is the size of the local over-limit cache
-	// (envoyproxy/ratelimit's LOCAL_CACHE_SIZE_IN_BYTES; localcache.go):
-	// descriptors the store denied are answered OVER_LIMIT without a store
-	// call until their limit would admit them again. At least 512 KiB is used.
+	// (envoyproxy/ratelimit's LOCAL_CACHE_SIZE_IN_BYTES; package
+	// server/internal/localcache): descriptors the store denied are answered
+	// OVER_LIMIT without a store call until their limit would admit them
+	// again. At least 512 KiB is used.
 	LocalCacheBytes int
 	// Tracing turns on OpenTelemetry spans (tracing.go); off when zero.
 	Tracing TracingOptions
@@ -139,7 +144,8 @@ type Service struct {
 	overrides sync.Map // overrideKey -> *ratelimit.Limiter
 	nOverride atomic.Int32
 
-	local *localCache // nil without Options.LocalCacheBytes
+	local     *localcache.Cache  // nil without Options.LocalCacheBytes
+	localHits prometheus.Counter // floodgate_local_cache_hits_total; nil without a cache or metrics
 
 	// Chosen once by NewService (decide.go): what Decide runs (the core's
 	// decide, or an adapter around it), how the core counts, and who
@@ -165,7 +171,7 @@ type ruleset struct {
 	cfg       *config.Config
 	limiters  map[*config.Limit]*ratelimit.Limiter
 	stats     map[*config.Limit]*limitStats
-	localGens map[*config.Limit]uint64 // generations of the limits in the local cache
+	localGens map[*config.Limit]uint64 // the limits' generations in the local cache (its Key)
 	version   string
 	loaded    time.Time
 }
@@ -237,9 +243,9 @@ func NewService(b backend.Backend, opts Options) (*Service, error) {
 		s.top = dashboard.NewTopKeys(64)
 	}
 	if opts.LocalCacheBytes > 0 {
-		s.local = newLocalCache(opts.LocalCacheBytes, b.Clock())
+		s.local = localcache.New(opts.LocalCacheBytes, b.Clock())
 		if opts.Metrics != nil {
-			opts.Metrics.watchLocalCache(s.local)
+			s.localHits = opts.Metrics.watchLocalCache(s.local)
 		}
 		opts.EnvoyStats.WatchLocalCache(s.local)
 	}
@@ -280,7 +286,7 @@ func (s *Service) SetConfig(cfg *config.Config, version string) error {
 		s.obs.ConfigSet(cfg)
 	}
 	if s.local != nil {
-		rs.localGens = s.local.generations(rs)
+		rs.localGens = s.local.Generations(maps.Keys(rs.limiters))
 	}
 	s.rules.Store(rs)
 	if m := s.opts.Metrics; m != nil {
