@@ -92,7 +92,9 @@ func (s *Service) decideValid(ctx context.Context, req *Request) (*Response, err
 	}
 	if len(gate.reqs) > 0 {
 		if err := s.count(ctx, &d, &gate); err != nil {
-			return s.fail(ctx, req.Domain, resp, err)
+			if err = s.degrade(ctx, &d, &gate, err); err != nil {
+				return s.fail(ctx, req.Domain, resp, err)
+			}
 		}
 		for j, i := range gate.idx {
 			d.settle(s, i, j, &gate, false)
@@ -224,9 +226,12 @@ func (s *Service) count(ctx context.Context, d *deciding, b *batch) error {
 	case b.fromCache != nil && !slices.Contains(b.fromCache, false):
 		// Every request is answered from the cache.
 	case s.eachApart(b):
-		err = s.allowEach(ctx, b.reqs, b.results, b.fromCache)
+		err = s.storeCall(b, func() error { return s.allowEach(ctx, b.reqs, b.results, b.fromCache) })
 	default:
-		_, err = s.allow(ctx, b.reqs, b.results)
+		err = s.storeCall(b, func() (err error) {
+			_, err = s.allow(ctx, b.reqs, b.results)
+			return err
+		})
 	}
 	if err != nil {
 		var part *partialFailure // on the heap: declared where errors are

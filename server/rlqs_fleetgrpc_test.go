@@ -215,19 +215,22 @@ func runFleet(t *testing.T, b1, b2 backend.Backend) {
 	r++
 	first := planes[8].rate
 	fair := 0.97 * fleetLimit / 7
+	// Counted in rounds, not wall time: on a busy machine a slot may start
+	// late, which says nothing about the sizing.
+	joinRound, fairRounds := r-1, 0
 	var fairAfter time.Duration
 	for ; r < 14 && fairAfter == 0; r++ {
 		round(r)
 		if planes[8].rate >= 0.9*fair {
-			fairAfter = planes[8].answer.Sub(joinedAt)
+			fairAfter, fairRounds = planes[8].answer.Sub(joinedAt), r-joinRound
 		}
 	}
-	t.Logf("a newcomer got %.0f/s at once and %.0f/s (fair: %.0f/s) %v after its first report", first, planes[8].rate, fair, fairAfter.Round(time.Millisecond))
+	t.Logf("a newcomer got %.0f/s at once and %.0f/s (fair: %.0f/s) %v (%d rounds) after its first report", first, planes[8].rate, fair, fairAfter.Round(time.Millisecond), fairRounds)
 	if first <= 0 {
 		t.Errorf("the newcomer's first assignment admits %.2f/s, want some", first)
 	}
-	if fairAfter == 0 || fairAfter > fleetInterval+fleetInterval/4 {
-		t.Errorf("the newcomer got 90%% of its fair share after %v, want within one interval (%v)", fairAfter, fleetInterval)
+	if fairAfter == 0 || fairRounds > 1 {
+		t.Errorf("the newcomer got 90%% of its fair share after %d rounds (%v), want at its next report, one interval (%v) later", fairRounds, fairAfter, fleetInterval)
 	}
 	t.Logf("the most the fleet held at any answer: %.2f/s", maxGranted)
 }

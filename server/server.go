@@ -2,6 +2,7 @@ package server
 
 import (
 	"context"
+	"crypto/rand"
 	"crypto/sha256"
 	"crypto/tls"
 	"encoding/hex"
@@ -36,6 +37,7 @@ import (
 	"github.com/floodgate-dev/floodgate/server/internal/api"
 	"github.com/floodgate-dev/floodgate/server/internal/connlimit"
 	"github.com/floodgate-dev/floodgate/server/internal/dashboard"
+	"github.com/floodgate-dev/floodgate/server/internal/degraded"
 	"github.com/floodgate-dev/floodgate/server/internal/rlswire"
 	"github.com/floodgate-dev/floodgate/server/xds"
 )
@@ -564,6 +566,11 @@ func (s *Server) Serve(ctx context.Context) error {
 			}
 		}()
 	}
+	if s.svc.degraded != nil && s.cfg.Service.Servers == 0 {
+		hctx, cancel := context.WithCancel(ctx)
+		defer cancel()
+		go s.heartbeat(hctx)
+	}
 	if e := s.cfg.Service.Envoy; e.Enabled && e.HealthFollowsStore {
 		pctx, cancel := context.WithCancel(ctx)
 		defer cancel()
@@ -596,6 +603,36 @@ loop:
 	s.shutdown()
 	return err
 }
+
+// heartbeat tells the store every HeartbeatInterval that this server is
+// live, and the service how many servers are (the failure mode
+// FailDegraded's shares), until ctx ends. A missed beat keeps the last
+// count.
+func (s *Server) heartbeat(ctx context.Context) {
+	var id [8]byte
+	rand.Read(id[:])
+	member := hex.EncodeToString(id[:])
+	t := time.NewTicker(HeartbeatInterval)
+	defer t.Stop()
+	for {
+		bctx, cancel := context.WithTimeout(ctx, HeartbeatInterval)
+		n, err := degraded.Heartbeat(bctx, s.cfg.Backend, member, 3*HeartbeatInterval)
+		cancel()
+		if err == nil {
+			s.svc.setServers(n)
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
+}
+
+// HeartbeatInterval is how often a Server in the failure mode FailDegraded
+// tells the store it is live; a server is counted live for three intervals
+// after its last beat.
+const HeartbeatInterval = time.Second
 
 // shutdown stops both APIs, letting in-flight requests finish.
 func (s *Server) shutdown() {
@@ -642,6 +679,9 @@ func (s *Server) shutdown() {
 	wg.Go(stopHTTP)
 	wg.Go(stopGRPC)
 	wg.Wait()
+	if s.svc.degraded != nil {
+		s.svc.degraded.Close()
+	}
 }
 
 func (s *Server) closeListeners() {

@@ -24,6 +24,7 @@ import (
 	"github.com/floodgate-dev/floodgate/server/envoystats"
 	"github.com/floodgate-dev/floodgate/server/internal/breaker"
 	"github.com/floodgate-dev/floodgate/server/internal/dashboard"
+	"github.com/floodgate-dev/floodgate/server/internal/degraded"
 	"github.com/floodgate-dev/floodgate/server/internal/faillog"
 	"github.com/floodgate-dev/floodgate/server/internal/localcache"
 	"github.com/floodgate-dev/floodgate/server/internal/tracing"
@@ -54,12 +55,13 @@ type FailureMode = decision.FailureMode
 
 // The failure modes.
 const (
-	FailOpen   = decision.FailOpen
-	FailClosed = decision.FailClosed
-	FailError  = decision.FailError
+	FailOpen     = decision.FailOpen
+	FailClosed   = decision.FailClosed
+	FailError    = decision.FailError
+	FailDegraded = decision.FailDegraded
 )
 
-// ParseFailureMode reads "allow", "deny" or "error".
+// ParseFailureMode reads "degraded", "allow", "deny" or "error".
 func ParseFailureMode(s string) (FailureMode, error) { return decision.ParseFailureMode(s) }
 
 // Limits on a request, by default.
@@ -124,6 +126,13 @@ type Options struct {
 	// PerSecondTimeout is the per-call timeout of PerSecondBackend; Timeout
 	// when 0.
 	PerSecondTimeout time.Duration
+	// Servers is how many servers share the store, for the failure mode
+	// FailDegraded (each limits its share); 0 lets a Server learn it from
+	// the store's heartbeats (a Service alone then counts 1).
+	Servers int
+	// DegradedMemoBytes bounds the memory of the store results FailDegraded
+	// remembers, to start from when the store fails; 8 MiB when 0.
+	DegradedMemoBytes int
 	// Quota configures Envoy's rate limit quota service (RLQS, package server/rlqs).
 	Quota QuotaOptions
 }
@@ -146,6 +155,12 @@ type Service struct {
 
 	local     *localcache.Cache  // nil without Options.LocalCacheBytes
 	localHits prometheus.Counter // floodgate_local_cache_hits_total; nil without a cache or metrics
+
+	// degraded decides in process while the store cannot (FailDegraded,
+	// degrade.go); nil in the other failure modes. servers is how many
+	// servers share the store: Options.Servers, or the heartbeats'.
+	degraded *degraded.Limits
+	servers  atomic.Int64
 
 	// Chosen once by NewService (decide.go): what Decide runs (the core's
 	// decide, or an adapter around it), how the core counts, and who
@@ -233,6 +248,18 @@ func NewService(b backend.Backend, opts Options) (*Service, error) {
 		s.ps = newStore(storePerSecond, opts.PerSecondBackend, opts.PerSecondTimeout, opts.Breaker)
 	}
 	s.failLog = faillog.New(opts.Logger, time.Second)
+	if opts.Servers < 0 {
+		return nil, fmt.Errorf("server: Servers %d is negative", opts.Servers)
+	}
+	s.servers.Store(int64(max(opts.Servers, 1)))
+	if opts.FailureMode == FailDegraded && (s.main.remote || s.ps != nil && s.ps.remote) {
+		// (The memory backend never fails: nothing to keep.)
+		s.degraded = degraded.New(degraded.Options{
+			Servers:   func() int { return int(s.servers.Load()) },
+			MemoBytes: opts.DegradedMemoBytes,
+			Clock:     b.Clock(),
+		})
+	}
 	if opts.Metrics != nil {
 		for _, st := range s.stores() {
 			opts.Metrics.watchBreaker(st.name, st.breakers)

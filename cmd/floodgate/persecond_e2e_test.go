@@ -49,6 +49,9 @@ func checkKeysIn(t *testing.T, what string, r *testenv.Redis, want ...string) {
 		}
 	}
 	for _, k := range keys {
+		if strings.HasSuffix(k, "{floodgate}:servers") {
+			continue // the servers' heartbeats (--failure-mode degraded), in the main store
+		}
 		if !slices.ContainsFunc(want, func(w string) bool { return strings.Contains(k, w) }) {
 			t.Errorf("%s Redis: key %q is not one of %q's", what, k, want)
 		}
@@ -112,9 +115,9 @@ descriptors:
 	// The per-second Redis needs the password: the test's client gives it.
 	c := redis.NewClient(&redis.Options{Addr: ps.Addr, Password: pass})
 	defer c.Close()
-	// A second check only if the first met a store error (answered OK
-	// under the allow failure mode, nothing counted in that store): a
-	// loaded CI machine once dropped the first connection.
+	// A second check only if the first met a store error (answered in
+	// process under the degraded failure mode, nothing counted in that
+	// store yet): a loaded CI machine once dropped the first connection.
 	var keys []string
 	made := 0
 	for made < 2 && len(keys) == 0 {

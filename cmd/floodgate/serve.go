@@ -76,7 +76,8 @@ func runServe(args []string, stdout, stderr io.Writer) int {
 		memMax        = fs.Int64("memory-max-bytes", 0, "bound on the embedded memory backend's estimated state, in `bytes`: rate limit state beyond it is forgotten, expired first, then least recently used (those keys start afresh). 0 for the default (128 MiB, under 512 MB RSS), negative for no bound. Ignored with --redis")
 		prefix        = fs.String("redis-prefix", "floodgate", "prefix of every Redis key")
 		timeout       = fs.Duration("timeout", server.DefaultTimeout, "per-call store `timeout`")
-		failMode      = fs.String("failure-mode", "allow", "answer when the store fails: allow, deny, or error (let Envoy's failure_mode_deny decide)")
+		failMode      = fs.String("failure-mode", "degraded", "answer when the store fails: degraded (keep limiting in process, each server its share of every limit), allow, deny, or error (let Envoy's failure_mode_deny decide)")
+		servers       = fs.Int("servers", 0, "with --failure-mode degraded, how many servers share the store (each limits its share); 0 to count them by their heartbeats in the store")
 		brkFailures   = fs.Int("breaker-failures", 5, "consecutive store failures that open the circuit breaker; -1 disables it")
 		brkCooldown   = fs.Duration("breaker-cooldown", time.Second, "how long an open breaker fails calls before probing the store")
 		tokenFile     = fs.String("token-file", "", "`file` holding a bearer token required on HTTP and gRPC (also $FLOODGATE_TOKEN)")
@@ -305,6 +306,7 @@ func runServe(args []string, stdout, stderr io.Writer) int {
 		Service: server.Options{
 			Timeout:         *timeout,
 			FailureMode:     mode,
+			Servers:         *servers,
 			MaxDescriptors:  *maxDesc,
 			Breaker:         server.BreakerOptions{Failures: *brkFailures, Cooldown: *brkCooldown},
 			NearLimitRatio:  svcOpts.NearLimitRatio,

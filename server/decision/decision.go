@@ -76,6 +76,10 @@ type Response struct {
 	// ByFailureMode reports that the whole answer is the failure mode's:
 	// no status was decided by a store (Failed is set too).
 	ByFailureMode bool
+	// Degraded reports that the store could not decide and the limits were
+	// decided in process instead (FailDegraded), each on this server's
+	// share; Failed and ByFailureMode are set too.
+	Degraded bool
 }
 
 // Header is one header of Response.Headers.
@@ -148,9 +152,15 @@ const (
 	// FailError answers with an error (server.ErrUnavailable), so that
 	// the caller (Envoy's failure_mode_deny) decides.
 	FailError
+	// FailDegraded keeps limiting in process: each server decides its
+	// share of every limit (the limit divided by the live servers),
+	// starting from what the store last said, and the store counts what
+	// was admitted when it is back (floodgate serve's default; package
+	// server/internal/degraded states the bounds).
+	FailDegraded
 )
 
-// ParseFailureMode reads "allow", "deny" or "error".
+// ParseFailureMode reads "degraded", "allow", "deny" or "error".
 func ParseFailureMode(s string) (FailureMode, error) {
 	switch s {
 	case "allow", "open":
@@ -159,8 +169,10 @@ func ParseFailureMode(s string) (FailureMode, error) {
 		return FailClosed, nil
 	case "error":
 		return FailError, nil
+	case "degraded":
+		return FailDegraded, nil
 	}
-	return 0, fmt.Errorf("failure mode %q: want allow, deny or error", s)
+	return 0, fmt.Errorf("failure mode %q: want degraded, allow, deny or error", s)
 }
 
 func (m FailureMode) String() string {
@@ -169,6 +181,8 @@ func (m FailureMode) String() string {
 		return "deny"
 	case FailError:
 		return "error"
+	case FailDegraded:
+		return "degraded"
 	}
 	return "allow"
 }

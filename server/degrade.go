@@ -1,0 +1,76 @@
+package server
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	"github.com/floodgate-dev/floodgate/ratelimit"
+)
+
+// The failure mode FailDegraded (package server/internal/degraded): while
+// the store cannot decide, the core's limited descriptors are decided in
+// process, on this server's share of each limit; every store call carries
+// the debts of what was so admitted, and every store answer is remembered,
+// so that the next outage starts from it.
+
+// degradedNow is the time store answers are remembered at: the store's
+// injected clock, or the real one.
+func (s *Service) degradedNow() time.Time {
+	if c := s.main.b.Clock(); c != nil {
+		return c.Now()
+	}
+	return time.Now()
+}
+
+// storeCall runs call, the store's decision of b, with the debts of b's
+// keys added to their costs, and remembers the store's answers.
+func (s *Service) storeCall(b *batch, call func() error) error {
+	if s.degraded == nil {
+		return call()
+	}
+	start := s.degradedNow()
+	added := s.degraded.Charge(b.reqs)
+	err := call()
+	s.degraded.Paid(b.reqs, b.results, added, err == nil)
+	if err == nil {
+		s.degraded.Seen(b.reqs, b.results, start)
+	}
+	return err
+}
+
+// degrade decides b in process after the store failed with err, and
+// returns nil when it did; else err, for the failure mode: when the mode is
+// not FailDegraded, and when the caller went away or its own deadline
+// ended (the caller gets its context's error, as in every mode).
+func (s *Service) degrade(ctx context.Context, d *deciding, b *batch, err error) error {
+	if s.degraded == nil || ctx.Err() != nil {
+		return err
+	}
+	var gone *callerGoneError
+	var st *storeTimeoutError
+	if errors.As(err, &gone) || errors.As(err, &st) && st.caller {
+		return err
+	}
+	s.storeFailed(ctx, d.req.Domain, err)
+	rules := make([]ratelimit.Rule, len(b.reqs))
+	windows := make([]time.Duration, len(b.reqs))
+	for j, i := range b.idx {
+		rules[j], windows[j] = d.limits[i].Rule, d.limits[i].Window()
+	}
+	if _, derr := s.degraded.Decide(ctx, b.reqs, rules, windows, b.results); derr != nil {
+		s.log.Error("degraded mode could not decide", "domain", d.req.Domain, "error", derr)
+		return err
+	}
+	b.hits, b.fromCache = nil, nil
+	d.resp.Failed, d.resp.ByFailureMode, d.resp.Degraded = true, true, true
+	return nil
+}
+
+// setServers sets how many servers share the store, learned from their
+// heartbeats, unless Options.Servers fixed it.
+func (s *Service) setServers(n int) {
+	if s.opts.Servers == 0 && n >= 1 {
+		s.servers.Store(int64(n))
+	}
+}

@@ -1,0 +1,122 @@
+package server
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/floodgate-dev/floodgate/internal/backendtest"
+	"github.com/floodgate-dev/floodgate/internal/testenv"
+	"github.com/floodgate-dev/floodgate/server/storeurl"
+)
+
+const degradedYAML = `domain: api
+descriptors:
+  - key: user
+    rate_limit: {unit: hour, requests_per_unit: 100}
+`
+
+// awayFromHourEnd waits, if need be, until the current hour has more than
+// a minute left, so that a test's hourly window does not roll over.
+func awayFromHourEnd() {
+	now := time.Now()
+	if end := now.Truncate(time.Hour).Add(time.Hour); end.Sub(now) < time.Minute {
+		time.Sleep(end.Sub(now) + time.Second)
+	}
+}
+
+// TestDegradedThroughPause: with Redis paused, FailDegraded keeps limiting
+// in process, from what the store last said: a limit of 100 an hour with 60
+// spent admits the 40 left (with 2 servers, this server's half of them),
+// and when Redis is back the store counts them, so the hour never admits
+// more than its limit, whatever decided.
+func TestDegradedThroughPause(t *testing.T) {
+	for _, servers := range []int{1, 2} {
+		t.Run(fmt.Sprintf("servers=%d", servers), func(t *testing.T) {
+			awayFromHourEnd()
+			r := testenv.NewRedis(t)
+			b, c, err := storeurl.Open("redis://"+r.Addr, backendtest.UniquePrefix(), time.Second)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer c.Close()
+			m := NewMetrics()
+			s := newService(t, b, Options{
+				FailureMode: FailDegraded,
+				Servers:     servers,
+				Timeout:     100 * time.Millisecond,
+				Breaker:     BreakerOptions{Failures: 3, Cooldown: 200 * time.Millisecond},
+				Metrics:     m,
+			})
+			if err := s.SetConfig(mustConfig(t, degradedYAML), "v1"); err != nil {
+				t.Fatal(err)
+			}
+			admitted := func(n int, wantDegraded bool) int {
+				t.Helper()
+				ok := 0
+				for i := range n {
+					got, err := s.Decide(context.Background(), &Request{Domain: "api", Descriptors: []Descriptor{desc(1, "user", "u1")}})
+					if err != nil {
+						t.Fatalf("request %d: %v", i, err)
+					}
+					if got.Degraded != wantDegraded || got.Degraded && (!got.Failed || !got.ByFailureMode) {
+						t.Fatalf("request %d: %+v, want Degraded %v", i, got, wantDegraded)
+					}
+					if got.Code == CodeOK {
+						ok++
+					}
+					if got.Statuses[0].ResetAfter <= 0 {
+						t.Fatalf("request %d: no reset time: %+v", i, got.Statuses[0])
+					}
+				}
+				return ok
+			}
+			if got := admitted(60, false); got != 60 {
+				t.Fatalf("healthy: the store admitted %d of 60", got)
+			}
+			if err := r.Pause(); err != nil {
+				t.Fatal(err)
+			}
+			resumed := false
+			defer func() {
+				if !resumed {
+					r.Resume()
+				}
+			}()
+			want := 40 / servers
+			if got := admitted(60, true); got != want {
+				t.Fatalf("Redis paused: %d admitted in process, want %d (40 left, %d servers)", got, want, servers)
+			}
+			if err := r.Resume(); err != nil {
+				t.Fatal(err)
+			}
+			resumed = true
+			// Until the store decides again (the breaker probes), then more.
+			deadline := time.Now().Add(10 * time.Second)
+			for {
+				got, err := s.Decide(context.Background(), &Request{Domain: "api", Descriptors: []Descriptor{desc(0, "user", "u1")}})
+				if err == nil && !got.Degraded {
+					break
+				}
+				if time.Now().After(deadline) {
+					t.Fatalf("the store did not decide again after Redis resumed: %+v %v", got, err)
+				}
+				time.Sleep(20 * time.Millisecond)
+			}
+			// Calls that timed out while Redis was paused reach it when it
+			// resumes: the store counts them although they were answered in
+			// process, and admits that many fewer (never more).
+			timedOut := int(counterValue(t, m.backendErrors.WithLabelValues("timeout", storeMain)))
+			after := admitted(60, false)
+			if most := 40 - want; after > most || after < most-timedOut {
+				t.Fatalf("Redis back: the store admitted %d more, want %d (the hour's 100 less the 60 and the %d admitted in process), less at most the %d calls that timed out",
+					after, most, want, timedOut)
+			}
+			t.Logf("the hour: 60 by the store, %d in process, %d by the store again (%d calls timed out)", want, after, timedOut)
+			if got := counterValue(t, m.failureMode.WithLabelValues("degraded")); got < 1 {
+				t.Fatalf("floodgate_failure_mode_total{mode=degraded} = %v, want the answers given in process", got)
+			}
+		})
+	}
+}

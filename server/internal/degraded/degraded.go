@@ -1,0 +1,399 @@
+// Package degraded keeps a decision server's limits enforced in process
+// while its store cannot decide (a stall, a failover, an outage), instead of
+// admitting or denying everything.
+//
+// While the store answers, the server shows every result it gave (Seen):
+// for each state key the last thing the store said about it — how much was
+// remaining and until when — is remembered, within a bounded memory. While
+// the store cannot decide, the server decides on Limits: each limit's rule,
+// cut to this server's share of it (the limit divided by the live servers,
+// rounded down), on an in-process memory backend. A key decided here for
+// the first time in an outage starts from the state the store last gave
+// for it: its share of what was remaining, when that is still current.
+// Every admission made here is owed to the store (a debt, per key): when
+// the store answers again, the next request for the key carries its debt
+// (Charge adds it to the request's cost), so that the store counts what
+// was admitted without it, and a window is never admitted twice. A debt
+// lasts as long as it can matter: to the end of its fixed window, or one
+// unit of its limit for the other algorithms; one the store refuses (the
+// key is over its limit with it) is kept until then, and the key's requests
+// are refused meanwhile, as they must be.
+//
+// The bound: with N servers that agree on N, what the whole fleet admits
+// in any window of a limit is at most the limit (the store's count and
+// every server's share of what remained, which together never exceed it),
+// plus the store's own count of calls whose answers were lost to the
+// outage (answered here too: counted twice, so under-admitted). A server
+// that overestimates N under-admits; one that underestimates it (it sees
+// fewer servers than there are) over-admits by the shares it takes too
+// many. Memory: the remembered results are bounded (Options.MemoBytes, an
+// LRU ring); a key whose result was forgotten starts afresh with its share.
+package degraded
+
+import (
+	"context"
+	"encoding/binary"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/coocood/freecache"
+
+	"github.com/floodgate-dev/floodgate/backend"
+	"github.com/floodgate-dev/floodgate/clock"
+	"github.com/floodgate-dev/floodgate/ratelimit"
+)
+
+// Options configure Limits.
+type Options struct {
+	// Servers returns how many servers share the store, this one
+	// included; nil or a value below 1 means 1.
+	Servers func() int
+	// MemoBytes bounds the memory of the remembered store results;
+	// DefaultMemoBytes when 0 (freecache's minimum, 512 KiB, at least).
+	MemoBytes int
+	// Clock is the time the in-process limits and the store's results
+	// are read on: the store's injected clock, or nil for the real one.
+	Clock clock.Clock
+}
+
+// DefaultMemoBytes is the default bound of the remembered results: about
+// 80,000 keys of 50 bytes.
+const DefaultMemoBytes = 8 << 20
+
+// maxDebts bounds the keys that owe the store at once. Past it, a request
+// for another key is refused rather than admitted without a record.
+const maxDebts = 1 << 20
+
+// Limits decides requests in process while the store cannot. Safe for
+// concurrent use.
+type Limits struct {
+	memOpts   []backend.Option
+	memoBytes int
+	servers   func() int
+	now       func() time.Time
+
+	memoOnce sync.Once
+	memo     *freecache.Cache // made at the first Seen
+	mem      *backend.Memory  // made at the first Decide, under mu
+
+	mu       sync.Mutex
+	limiters map[limiterKey]*ratelimit.Limiter // the local limiter of each store limiter, by share
+	debts    map[string]debt                   // by state key
+	// seeded holds, for each key decided here, when the store gave the
+	// result it was seeded from (0: none). A key is seeded again only
+	// when the store has answered for it since.
+	seeded map[string]int64
+
+	owed atomic.Int64 // len(debts), read without the lock on the hot path
+}
+
+type limiterKey struct {
+	store  *ratelimit.Limiter
+	shares int
+}
+
+// debt is what a key was admitted in process and the store has not counted.
+type debt struct {
+	n       int64
+	expires time.Time
+}
+
+// New returns the Limits of o.
+func New(o Options) *Limits {
+	if o.MemoBytes <= 0 {
+		o.MemoBytes = DefaultMemoBytes
+	}
+	var opts []backend.Option
+	if o.Clock != nil {
+		opts = append(opts, backend.WithClock(o.Clock))
+	} else {
+		o.Clock = clock.Real{}
+	}
+	if o.Servers == nil {
+		o.Servers = func() int { return 1 }
+	}
+	return &Limits{
+		memOpts:   opts,
+		memoBytes: o.MemoBytes,
+		servers:   o.Servers,
+		now:       o.Clock.Now,
+		limiters:  map[limiterKey]*ratelimit.Limiter{},
+		debts:     map[string]debt{},
+		seeded:    map[string]int64{},
+	}
+}
+
+// Close releases the in-process state.
+func (l *Limits) Close() error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.mem != nil {
+		return l.mem.Close()
+	}
+	return nil
+}
+
+// memoCache returns the remembered results, made on first use.
+func (l *Limits) memoCache() *freecache.Cache {
+	l.memoOnce.Do(func() { l.memo = freecache.NewCache(l.memoBytes) })
+	return l.memo
+}
+
+// memo values: remaining, then when the result was given (Unix ns), then
+// when the limit resets from it (Unix ns).
+const memoSize = 24
+
+// Seen remembers what the store answered for reqs (results[i] for
+// reqs[i]), asked at start.
+func (l *Limits) Seen(reqs []ratelimit.Request, results []ratelimit.Result, start time.Time) {
+	var v [memoSize]byte
+	for i, q := range reqs {
+		r := results[i]
+		if r.ResetAfter <= 0 {
+			continue // full: nothing to remember, the key starts afresh
+		}
+		binary.BigEndian.PutUint64(v[0:], uint64(max(r.Remaining, 0)))
+		binary.BigEndian.PutUint64(v[8:], uint64(start.UnixNano()))
+		binary.BigEndian.PutUint64(v[16:], uint64(start.Add(r.ResetAfter).UnixNano()))
+		ttl := int(r.ResetAfter/time.Second) + 2
+		_ = l.memoCache().Set([]byte(q.Key), v[:], ttl) // too large: forgotten
+	}
+}
+
+// Owed reports whether any key owes the store: only then does Charge
+// change a request.
+func (l *Limits) Owed() bool { return l.owed.Load() > 0 }
+
+// Charge adds to each request of reqs the debt its key owes the store and
+// returns what it added (nil when nothing); the caller passes it to Paid
+// once the store has answered.
+func (l *Limits) Charge(reqs []ratelimit.Request) []int64 {
+	if !l.Owed() {
+		return nil
+	}
+	now := l.now()
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	var added []int64
+	for i := range reqs {
+		d, ok := l.debts[reqs[i].Key]
+		if !ok {
+			continue
+		}
+		if !now.Before(d.expires) {
+			delete(l.debts, reqs[i].Key)
+			continue
+		}
+		if added == nil {
+			added = make([]int64, len(reqs))
+		}
+		added[i] = d.n
+		reqs[i].N += d.n
+	}
+	l.owed.Store(int64(len(l.debts)))
+	return added
+}
+
+// Paid settles the debts Charge added to reqs, after the store's call:
+// those of an admitted request are counted by the store now, and cleared;
+// those of a refused one, or of a call that failed (stored is false), stay
+// owed. It takes the debts back out of the requests' costs.
+func (l *Limits) Paid(reqs []ratelimit.Request, results []ratelimit.Result, added []int64, stored bool) {
+	if added == nil {
+		return
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for i, n := range added {
+		if n == 0 {
+			continue
+		}
+		reqs[i].N -= n
+		if stored && results[i].Allowed {
+			if d := l.debts[reqs[i].Key]; d.n <= n {
+				delete(l.debts, reqs[i].Key)
+			} else {
+				d.n -= n // admitted in process since Charge
+				l.debts[reqs[i].Key] = d
+			}
+		}
+	}
+	l.owed.Store(int64(len(l.debts)))
+}
+
+// Decide decides reqs in one step on this server's share of each limit:
+// rules[i] is the rule of reqs[i] (its Limiter's, as the store decides it)
+// and windows[i] its limit's unit. results get the decisions; an admitted
+// request's cost becomes its key's debt.
+func (l *Limits) Decide(ctx context.Context, reqs []ratelimit.Request, rules []ratelimit.Rule, windows []time.Duration, results []ratelimit.Result) (bool, error) {
+	now := l.now()
+	shares := max(l.servers(), 1)
+	local := make([]ratelimit.Request, len(reqs))
+	l.mu.Lock()
+	if l.mem == nil {
+		l.mem = backend.NewMemory(l.memOpts...)
+	}
+	if len(l.seeded) > maxDebts {
+		// Keys without a debt have had no admission here for as long as
+		// one could matter: their state here is full again.
+		for k := range l.seeded {
+			if _, owed := l.debts[k]; !owed {
+				delete(l.seeded, k)
+			}
+		}
+	}
+	for i, q := range reqs {
+		lim, err := l.limiter(q.Limiter, rules[i], shares)
+		if err != nil {
+			l.mu.Unlock()
+			return false, err
+		}
+		local[i] = ratelimit.Request{Limiter: lim, Key: q.Key, N: q.N}
+		if err := l.seed(ctx, lim, q.Key, shares, now); err != nil {
+			l.mu.Unlock()
+			return false, err
+		}
+	}
+	l.mu.Unlock()
+	ok, err := ratelimit.AllowAll(ctx, local, results)
+	if err != nil || !ok {
+		return ok, err
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for i, q := range reqs {
+		if q.N <= 0 {
+			continue
+		}
+		d, exists := l.debts[q.Key]
+		if !exists && len(l.debts) >= maxDebts {
+			// Nowhere to record it: refuse rather than admit unrecorded.
+			for j := range results {
+				results[j].Allowed = false
+			}
+			results[i].RetryAfter = time.Second
+			return false, nil
+		}
+		d.n += q.N
+		if end := until(rules[i], windows[i], now); end.After(d.expires) {
+			d.expires = end
+		}
+		l.debts[q.Key] = d
+	}
+	l.owed.Store(int64(len(l.debts)))
+	return true, nil
+}
+
+// until is how long an admission at now matters to a limit: to the end of
+// its fixed window (windows start at multiples of their length since the
+// Unix epoch, as on every backend), or one window (unit) for the other
+// algorithms.
+func until(r ratelimit.Rule, window time.Duration, now time.Time) time.Time {
+	if fw, ok := r.(ratelimit.FixedWindow); ok && fw.Window > 0 {
+		ns, w := now.UnixNano(), fw.Window.Nanoseconds()
+		return time.Unix(0, ns-ns%w+w)
+	}
+	return now.Add(window)
+}
+
+// limiter returns the local limiter of store limiter s with rule r cut to
+// one of shares; l.mu is held.
+func (l *Limits) limiter(s *ratelimit.Limiter, r ratelimit.Rule, shares int) (*ratelimit.Limiter, error) {
+	k := limiterKey{s, shares}
+	if lim := l.limiters[k]; lim != nil {
+		return lim, nil
+	}
+	if len(l.limiters) > 4096 {
+		clear(l.limiters) // limits and overrides come and go; their state restarts
+	}
+	cut := Share(r, shares)
+	lim, err := ratelimit.New(l.mem, ratelimit.Named(fmt.Sprintf("degraded/%p/%d", s, shares), cut))
+	if err != nil {
+		return nil, fmt.Errorf("degraded: the share of %T: %w", r, err)
+	}
+	l.limiters[k] = lim
+	return lim, nil
+}
+
+// seed starts key on lim, the first time it is decided here and whenever
+// the store has answered for it since: from what the store last said of
+// it, when that is still current, lim keeps its share of what was
+// remaining; else its share afresh. l.mu is held.
+func (l *Limits) seed(ctx context.Context, lim *ratelimit.Limiter, key string, shares int, now time.Time) error {
+	var v [memoSize]byte
+	val, err := l.memoCache().GetWithBuf([]byte(key), v[:])
+	seen := int64(0)
+	if err == nil && len(val) == memoSize {
+		seen = int64(binary.BigEndian.Uint64(val[8:]))
+	}
+	if last, ok := l.seeded[key]; ok && last == seen {
+		return nil // decided here since the store last answered for it
+	}
+	l.seeded[key] = seen
+	if err := lim.Reset(ctx, key); err != nil {
+		return err
+	}
+	if seen == 0 {
+		return nil // never seen, or forgotten: its share afresh
+	}
+	remaining := int64(binary.BigEndian.Uint64(val[0:]))
+	resets := int64(binary.BigEndian.Uint64(val[16:]))
+	if now.UnixNano() >= resets {
+		return nil // the store's state has since refilled
+	}
+	full, err := lim.AllowN(ctx, key, 0)
+	if err != nil {
+		return err
+	}
+	// What the store had left, less what this server still owes it (a
+	// debt the store refused is not in its count).
+	left := remaining/int64(shares) - l.debts[key].n
+	if spent := full.Remaining - max(left, 0); spent > 0 {
+		_, err = lim.AllowN(ctx, key, spent)
+	}
+	return err
+}
+
+// Share is r cut to one of shares equal parts, rounded down: its limit,
+// rate and burst divided; a part of nothing denies everything.
+func Share(r ratelimit.Rule, shares int) ratelimit.Rule {
+	n := int64(max(shares, 1))
+	if n == 1 {
+		return r
+	}
+	switch r := r.(type) {
+	case ratelimit.FixedWindow:
+		r.Limit /= n
+		return r
+	case ratelimit.SlidingWindow:
+		r.Limit /= n
+		return r
+	case ratelimit.SlidingLog:
+		r.Limit /= n
+		return r
+	case ratelimit.TokenBucket:
+		r.Capacity, r.Refill = r.Capacity/n, r.Refill/n
+		if r.Capacity == 0 || r.Refill == 0 {
+			return ratelimit.FixedWindow{Limit: 0, Window: max(r.Every, time.Second)}
+		}
+		return r
+	case ratelimit.LeakyBucket:
+		r.Rate, r.Burst = r.Rate/n, r.Burst/n
+		if r.Delay > 0 {
+			r.Delay /= n
+		}
+		if r.Rate == 0 {
+			return ratelimit.FixedWindow{Limit: 0, Window: max(r.Per, time.Second)}
+		}
+		return r
+	case ratelimit.GCRA:
+		r.Rate, r.Burst = r.Rate/n, r.Burst/n
+		if r.Rate == 0 {
+			return ratelimit.FixedWindow{Limit: 0, Window: max(r.Per, time.Second)}
+		}
+		return r
+	}
+	return r
+}

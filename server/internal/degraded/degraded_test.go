@@ -1,0 +1,180 @@
+package degraded
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/floodgate-dev/floodgate/backend"
+	"github.com/floodgate-dev/floodgate/clock"
+	"github.com/floodgate-dev/floodgate/ratelimit"
+)
+
+var t0 = time.Unix(1_800_000_000, 0) // a whole minute
+
+// fixture is a store limiter (on memory, standing in for the store) of a
+// fixed window of 100 a minute, and Limits for servers servers, on one
+// fake clock.
+type fixture struct {
+	clk   *clock.Fake
+	store *ratelimit.Limiter
+	rule  ratelimit.Rule
+	l     *Limits
+}
+
+func newFixture(t *testing.T, servers int) *fixture {
+	t.Helper()
+	clk := clock.NewFake(t0)
+	mem := backend.NewMemory(backend.WithClock(clk))
+	t.Cleanup(func() { mem.Close() })
+	rule := ratelimit.FixedWindow{Limit: 100, Window: time.Minute}
+	store, err := ratelimit.New(mem, rule)
+	if err != nil {
+		t.Fatal(err)
+	}
+	l := New(Options{Servers: func() int { return servers }, Clock: clk})
+	t.Cleanup(func() { l.Close() })
+	return &fixture{clk: clk, store: store, rule: rule, l: l}
+}
+
+// storeAllow is one request decided by the store, as the server does it:
+// debts charged, the result seen.
+func (f *fixture) storeAllow(t *testing.T, key string, n int64) bool {
+	t.Helper()
+	reqs := []ratelimit.Request{{Limiter: f.store, Key: key, N: n}}
+	res := make([]ratelimit.Result, 1)
+	added := f.l.Charge(reqs)
+	ok, err := ratelimit.AllowAll(context.Background(), reqs, res)
+	f.l.Paid(reqs, res, added, err == nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.l.Seen(reqs, res, f.clk.Now())
+	return ok
+}
+
+// localAllow is one request decided in process.
+func (f *fixture) localAllow(t *testing.T, key string, n int64) bool {
+	t.Helper()
+	res := make([]ratelimit.Result, 1)
+	ok, err := f.l.Decide(context.Background(), []ratelimit.Request{{Limiter: f.store, Key: key, N: n}},
+		[]ratelimit.Rule{f.rule}, []time.Duration{time.Minute}, res)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ok
+}
+
+func count(t *testing.T, allow func(*testing.T, string, int64) bool, key string, tries int) int {
+	n := 0
+	for range tries {
+		if allow(t, key, 1) {
+			n++
+		}
+	}
+	return n
+}
+
+// TestOutageInAWindow: 70 admitted by the store, then the store is gone:
+// in process, the 30 it had left; back, the store counts them, and the
+// window's total is the limit.
+func TestOutageInAWindow(t *testing.T) {
+	f := newFixture(t, 1)
+	if got := count(t, f.storeAllow, "k", 70); got != 70 {
+		t.Fatalf("the store admitted %d of 70", got)
+	}
+	f.clk.Advance(10 * time.Second)
+	if got := count(t, f.localAllow, "k", 50); got != 30 {
+		t.Fatalf("in process: %d admitted, want the 30 the store had left", got)
+	}
+	f.clk.Advance(10 * time.Second)
+	if got := count(t, f.storeAllow, "k", 50); got != 0 {
+		t.Fatalf("the store back in the same window admitted %d, want 0 (the limit was reached)", got)
+	}
+	// The next window is the store's, whole: the debt ended with its window.
+	f.clk.Set(t0.Add(time.Minute))
+	if got := count(t, f.storeAllow, "k", 150); got != 100 {
+		t.Fatalf("the next window: %d admitted, want 100", got)
+	}
+}
+
+// TestDebtPaid: admissions in process are counted by the store when it is
+// back: 20 in process, then the store admits 80 more in the window.
+func TestDebtPaid(t *testing.T) {
+	f := newFixture(t, 1)
+	if got := count(t, f.localAllow, "k", 20); got != 20 {
+		t.Fatalf("in process: %d of 20", got)
+	}
+	if !f.l.Owed() {
+		t.Fatal("20 admissions in process, nothing owed")
+	}
+	if got := count(t, f.storeAllow, "k", 100); got != 80 {
+		t.Fatalf("the store admitted %d after 20 in process, want 80", got)
+	}
+	if f.l.Owed() {
+		t.Fatal("the debt was counted by the store, and is still owed")
+	}
+}
+
+// TestShares: with 4 servers, each has a quarter of a fresh limit and a
+// quarter of what the store had left.
+func TestShares(t *testing.T) {
+	f := newFixture(t, 4)
+	if got := count(t, f.localAllow, "fresh", 100); got != 25 {
+		t.Fatalf("a fresh key: %d admitted, want 25 (100/4)", got)
+	}
+	if got := count(t, f.storeAllow, "seen", 60); got != 60 {
+		t.Fatalf("the store admitted %d of 60", got)
+	}
+	if got := count(t, f.localAllow, "seen", 100); got != 10 {
+		t.Fatalf("a seen key: %d admitted, want 10 (40 left / 4)", got)
+	}
+}
+
+// TestSecondOutage: a key decided in process, then by the store (which
+// refuses its debt), then in process again: the debt still owed counts
+// against what the store had left, so the window never passes its limit.
+func TestSecondOutage(t *testing.T) {
+	f := newFixture(t, 1)
+	count(t, f.storeAllow, "k", 60)
+	if got := count(t, f.localAllow, "k", 30); got != 30 {
+		t.Fatalf("first outage: %d of 30", got)
+	}
+	// Back: 60 + 30 owed + 20 would pass 100: refused, the debt stays.
+	reqs := []ratelimit.Request{{Limiter: f.store, Key: "k", N: 20}}
+	res := make([]ratelimit.Result, 1)
+	added := f.l.Charge(reqs)
+	if ok, err := ratelimit.AllowAll(context.Background(), reqs, res); ok || err != nil {
+		t.Fatalf("the store admitted 20 with 30 owed (%v, %v)", ok, err)
+	}
+	f.l.Paid(reqs, res, added, true)
+	if reqs[0].N != 20 || !f.l.Owed() {
+		t.Fatalf("after a refusal: cost %d (want 20 again), owed %v (want true)", reqs[0].N, f.l.Owed())
+	}
+	f.l.Seen(reqs, res, f.clk.Now())
+	if got := count(t, f.localAllow, "k", 50); got != 10 {
+		t.Fatalf("second outage: %d admitted, want 10 (40 left by the store, 30 owed)", got)
+	}
+}
+
+// TestShare: every rule is cut, rounded down; a share of nothing denies.
+func TestShare(t *testing.T) {
+	for _, c := range []struct {
+		in, want ratelimit.Rule
+	}{
+		{ratelimit.FixedWindow{Limit: 100, Window: time.Second}, ratelimit.FixedWindow{Limit: 33, Window: time.Second}},
+		{ratelimit.SlidingLog{Limit: 10, Window: time.Minute}, ratelimit.SlidingLog{Limit: 3, Window: time.Minute}},
+		{ratelimit.GCRA{Rate: 9, Per: time.Second, Burst: 6}, ratelimit.GCRA{Rate: 3, Per: time.Second, Burst: 2}},
+		{ratelimit.GCRA{Rate: 2, Per: time.Second, Burst: 2}, ratelimit.FixedWindow{Limit: 0, Window: time.Second}},
+		{ratelimit.TokenBucket{Capacity: 30, Refill: 3, Every: time.Second}, ratelimit.TokenBucket{Capacity: 10, Refill: 1, Every: time.Second}},
+	} {
+		if got := Share(c.in, 3); got != c.want {
+			t.Errorf("Share(%#v, 3) = %#v, want %#v", c.in, got, c.want)
+		}
+		mem := backend.NewMemory()
+		if _, err := ratelimit.New(mem, Share(c.in, 3)); err != nil {
+			t.Errorf("Share(%#v, 3) is not a valid rule: %v", c.in, err)
+		}
+		mem.Close()
+	}
+}
