@@ -385,9 +385,11 @@ func TestRLQSStoreDown(t *testing.T) {
 			m := NewMetrics()
 			s, err := NewService(b, Options{
 				Timeout: 200 * time.Millisecond, FailureMode: c.mode, Metrics: m,
-				// Two failures open the breaker; its cooldown outlasts the
-				// outage's reports on a loaded machine.
-				Breaker: BreakerOptions{Failures: 2, Cooldown: 2 * time.Second},
+				// x's and y's calls, sized together, fail together: one
+				// failure event, which opens the breaker. Its first probe
+				// waits longer than the outage's reports take on a loaded
+				// machine.
+				Breaker: BreakerOptions{Failures: 1, Probe: 2 * time.Second, Cooldown: 2 * time.Second},
 			})
 			if err != nil {
 				t.Fatal(err)

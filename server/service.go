@@ -516,7 +516,7 @@ func (s *Service) callStore(ctx context.Context, st *store, idx []int, call func
 		st.breakers.Release(idx)
 		return st.wrap(err)
 	}
-	st.breakers.Record(idx, err)
+	st.breakers.Record(idx, err, start)
 	return st.wrap(err)
 }
 

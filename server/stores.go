@@ -61,6 +61,9 @@ func newStore(name string, b backend.Backend, timeout time.Duration, o BreakerOp
 	if r := unwrap.Redis(rb); remote && r.Cluster() {
 		slot = r.Slot
 	}
+	if o.Probe == 0 {
+		o.Probe = timeout // an open breaker probes again after about one timeout
+	}
 	return &store{name: name, b: b, remote: remote, timeout: timeout, breakers: breaker.New(o, slot)}
 }
 

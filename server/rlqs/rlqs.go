@@ -362,7 +362,7 @@ func (q *Service) report(ctx context.Context, st *quotaStream, m *rlqsv3.RateLim
 //   - Once it has expired, or before any (the bucket's first report): under
 //     FailOpen, blanket_rule ALLOW_ALL; under FailClosed, DENY_ALL (the
 //     unlimited and shadow-mode limits, allowed all, never ask the store);
-//     under FailError, none, so that Envoy's own expired_assignment_behavior and
+//     under FailError and FailDegraded, none, so that Envoy's own expired_assignment_behavior and
 //     no_assignment_behavior decide, as RLS's FailError leaves the answer to
 //     Envoy's failure_mode_deny. A blanket assignment lasts the usual time to
 //     live; the first report the store answers again replaces it.

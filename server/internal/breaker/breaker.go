@@ -2,14 +2,21 @@
 // stores: while a store is known to be down they fail its calls at once,
 // instead of letting each caller wait for the store's timeout.
 //
-// A breaker opens after Options.Failures consecutive failed calls and then
-// fails every call at once for Options.Cooldown. After the cooldown it lets
-// a single probe call through (half-open): the probe's success closes it,
-// its failure opens it for another cooldown, and a probe ended without an
-// outcome (Set.Release) lets the next call probe instead. Any success resets
-// the count of consecutive failures. The closed state costs one atomic load
-// per call. A Set is the breakers of one store: one per range of hash slots
-// on a Redis Cluster (SlotRanges), a single one otherwise.
+// A hiccup is not an outage. A breaker counts failure events, not failed
+// calls: calls that were in flight together and failed (the timeouts of
+// one stall, however many callers waited) are one event, and a failure
+// counts only when its call started after the last failure counted. It
+// opens after Options.Failures consecutive events; any success resets the
+// count. Open, it fails every call at once, then lets a single probe call
+// through (half-open) after Options.Probe — about one store timeout — and,
+// while probes keep failing, after twice as long each time, up to
+// Options.Cooldown. The first success closes it, a probe's or a call's
+// that was already in flight: a stall of d costs about d plus one probe
+// delay of answers the store did not give. A probe ended without an
+// outcome (Set.Release) lets the next call probe instead. The closed state
+// costs one atomic load per call. A Set is the breakers of one store: one
+// per range of hash slots on a Redis Cluster (SlotRanges), a single one
+// otherwise.
 package breaker
 
 import (
@@ -22,29 +29,37 @@ import (
 
 // Options configure the circuit breaker in front of a remote store.
 type Options struct {
-	// Failures is how many consecutive failed calls open the breaker; 5 by
-	// default. A negative value disables the breaker.
+	// Failures is how many consecutive failure events open the breaker
+	// (calls that failed together are one event); 5 by default. A
+	// negative value disables the breaker.
 	Failures int
-	// Cooldown is how long an open breaker fails calls at once before it lets
-	// one probe through; 1s by default.
+	// Probe is how long an open breaker fails calls before its first
+	// probe; DefaultProbe when 0 (the server uses the store's timeout).
+	Probe time.Duration
+	// Cooldown is the longest an open breaker waits between probes while
+	// they fail (the wait doubles from Probe up to it); 1s by default.
 	Cooldown time.Duration
 }
 
-// breaker fails calls fast while the store is known to be down: after
-// Failures consecutive failures it opens for Cooldown, then lets a single
-// probe call through (half-open); the probe's success closes it, its failure
-// opens it again. The closed state costs one atomic load per call.
+// DefaultProbe is the wait before an open breaker's first probe when
+// Options.Probe is 0.
+const DefaultProbe = 50 * time.Millisecond
+
+// breaker is one circuit breaker (see the package doc).
 type breaker struct {
 	failures int
+	probe    time.Duration
 	cooldown time.Duration
 	now      func() time.Time
 
 	open atomic.Bool // fast path: false while closed
 
-	fails atomic.Int64 // consecutive failures
+	fails     atomic.Int64 // consecutive failure events
+	lastEvent atomic.Int64 // when the last one was counted, Unix ns
 
 	mu        sync.Mutex
 	openUntil time.Time
+	wait      time.Duration // before the next probe
 	probing   bool
 }
 
@@ -55,7 +70,11 @@ func newBreaker(o Options) *breaker {
 	if o.Cooldown <= 0 {
 		o.Cooldown = time.Second
 	}
-	return &breaker{failures: o.Failures, cooldown: o.Cooldown, now: time.Now}
+	if o.Probe <= 0 {
+		o.Probe = DefaultProbe
+	}
+	o.Probe = min(o.Probe, o.Cooldown)
+	return &breaker{failures: o.Failures, probe: o.Probe, cooldown: o.Cooldown, now: time.Now}
 }
 
 // allow reports whether a call may go to the store now.
@@ -75,8 +94,9 @@ func (b *breaker) allow() bool {
 	return true
 }
 
-// record reports the outcome of a call that allow let through.
-func (b *breaker) record(err error) {
+// record reports the outcome of a call that allow let through, started at
+// start.
+func (b *breaker) record(err error, start time.Time) {
 	if b.failures < 0 {
 		return
 	}
@@ -92,12 +112,24 @@ func (b *breaker) record(err error) {
 		}
 		return
 	}
-	fails := b.fails.Add(1)
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	if b.probing || fails >= int64(b.failures) {
+	now := b.now()
+	if b.probing {
+		// The probe failed: wait twice as long, up to the cooldown.
 		b.probing = false
-		b.openUntil = b.now().Add(b.cooldown)
+		b.wait = min(2*b.wait, b.cooldown)
+		b.openUntil = now.Add(b.wait)
+		b.lastEvent.Store(now.UnixNano())
+		return
+	}
+	if start.UnixNano() <= b.lastEvent.Load() {
+		return // in flight with the failure last counted: the same event
+	}
+	b.lastEvent.Store(now.UnixNano())
+	if b.fails.Add(1) >= int64(b.failures) && !b.open.Load() {
+		b.wait = b.probe
+		b.openUntil = now.Add(b.wait)
 		b.open.Store(true)
 	}
 }
@@ -170,11 +202,11 @@ func (s *Set) Allow(idx []int) bool {
 	return true
 }
 
-// Record reports the outcome of a call that Allow let through to each of
-// its breakers.
-func (s *Set) Record(idx []int, err error) {
+// Record reports the outcome of a call, started at start, that Allow let
+// through to each of its breakers.
+func (s *Set) Record(idx []int, err error, start time.Time) {
 	for _, j := range idx {
-		s.b[j].record(err)
+		s.b[j].record(err, start)
 	}
 }
 

@@ -1,0 +1,142 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"math"
+	"path/filepath"
+	"sort"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	rls "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+
+	"github.com/floodgate-dev/floodgate/internal/testenv"
+)
+
+// TestStallBound is the store-hiccup issue's measure, as a process test:
+// one floodgate serve --redis with its defaults (50 ms timeout, breaker,
+// the degraded failure mode), a fixed window of 100 per second on one key,
+// 20 closed-loop gRPC clients, and Redis paused (SIGSTOP) for 100 ms and,
+// separately, for 2 s. In every one-second window the admitted decisions,
+// however decided, are at most 1.05 × the limit + 2; decisions go on during
+// the pause (admitted in process, not all refused nor all failed); and
+// after it the store decides again. Counts, not timings: each admitted
+// answer is placed in its window by the window's end, which the answer
+// carries (duration_until_reset).
+func TestStallBound(t *testing.T) {
+	for _, pause := range []time.Duration{100 * time.Millisecond, 2 * time.Second} {
+		t.Run(pause.String(), func(t *testing.T) {
+			r := testenv.NewRedis(t)
+			cfg := filepath.Join(t.TempDir(), "c.yaml")
+			writeConfig(t, cfg, "domain: hot\ndescriptors:\n  - key: k\n    rate_limit: {unit: second, requests_per_unit: 100}\n")
+			// --timeout given at its default, so that the tests' generous
+			// store timeout is not added: the production settings are measured.
+			s := startServer(t, cfg, "--redis", redisURL(r), "--redis-prefix", uniquePrefix(t), "--timeout", "50ms")
+
+			var (
+				mu       sync.Mutex
+				windows  = map[int64]int{} // window end, Unix s -> admitted
+				answered int
+				failed   int
+			)
+			stop := make(chan struct{})
+			var wg sync.WaitGroup
+			req := request("hot", entries("k", "x"))
+			for range 20 {
+				wg.Go(func() {
+					for {
+						select {
+						case <-stop:
+							return
+						default:
+						}
+						ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+						resp, err := s.client.ShouldRateLimit(ctx, req)
+						got := time.Now()
+						cancel()
+						mu.Lock()
+						answered++
+						if err != nil {
+							failed++
+						} else if resp.GetOverallCode() == rls.RateLimitResponse_OK {
+							reset := resp.GetStatuses()[0].GetDurationUntilReset().AsDuration()
+							end := got.Add(reset)
+							windows[int64(math.Round(float64(end.UnixNano())/1e9))]++
+						}
+						mu.Unlock()
+					}
+				})
+			}
+			count := func() int {
+				mu.Lock()
+				defer mu.Unlock()
+				return answered
+			}
+			time.Sleep(1500 * time.Millisecond)
+			before := count()
+			if err := r.Pause(); err != nil {
+				t.Fatal(err)
+			}
+			time.Sleep(pause)
+			during := count() - before
+			if err := r.Resume(); err != nil {
+				t.Fatal(err)
+			}
+			time.Sleep(1500 * time.Millisecond)
+			close(stop)
+			wg.Wait()
+
+			mu.Lock()
+			defer mu.Unlock()
+			ends := make([]int64, 0, len(windows))
+			for e := range windows {
+				ends = append(ends, e)
+			}
+			sort.Slice(ends, func(i, j int) bool { return ends[i] < ends[j] })
+			var line string
+			for _, e := range ends {
+				line += fmt.Sprintf(" %d", windows[e])
+				if n := windows[e]; n > 107 {
+					t.Errorf("the window ending at %d admitted %d, over 1.05 × 100 + 2", e, n)
+				}
+			}
+			t.Logf("Redis paused %v: %d answers (%d during the pause, %d errors); admitted per window:%s", pause, answered, during, failed, line)
+			if failed > 0 {
+				t.Errorf("%d calls failed: the degraded mode answers every call", failed)
+			}
+			if during == 0 {
+				t.Errorf("no answer while Redis was paused")
+			}
+			// The store decides again: a key it has not seen is counted in Redis.
+			deadline := time.Now().Add(10 * time.Second)
+			for {
+				s.mustRL(request("hot", entries("k", "after")))
+				if n := s.metric("", "floodgate_decisions_total", "result", "within_limit"); n > 0 && countKeys(t, r, "after") > 0 {
+					break
+				}
+				if time.Now().After(deadline) {
+					t.Fatalf("the store did not decide again after Redis resumed")
+				}
+				time.Sleep(50 * time.Millisecond)
+			}
+			if got := s.metric("", "floodgate_failure_mode_total", "mode", "degraded"); got < 1 {
+				t.Errorf("floodgate_failure_mode_total{mode=degraded} = %v after a pause", got)
+			}
+		})
+	}
+}
+
+// countKeys counts r's keys that contain part.
+func countKeys(t *testing.T, r *testenv.Redis, part string) int {
+	t.Helper()
+	n := 0
+	for _, k := range redisKeys(t, r) {
+		if strings.Contains(k, part) {
+			n++
+		}
+	}
+	return n
+}
