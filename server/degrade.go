@@ -24,8 +24,11 @@ func (s *Service) degradedNow() time.Time {
 }
 
 // storeCall runs call, the store's decision of b, with the debts of b's
-// keys added to their costs, and remembers the store's answers.
-func (s *Service) storeCall(b *batch, call func() error) error {
+// keys added to their costs, and remembers the store's answers. A request
+// over its limit with its debt spends what the limit has left, as much of
+// the debt as fits: the store then refuses everyone what this server
+// already admitted.
+func (s *Service) storeCall(ctx context.Context, b *batch, call func() error) error {
 	if s.degraded == nil {
 		return call()
 	}
@@ -33,10 +36,23 @@ func (s *Service) storeCall(b *batch, call func() error) error {
 	added := s.degraded.Charge(b.reqs)
 	err := call()
 	s.degraded.Paid(b.reqs, b.results, added, err == nil)
-	if err == nil {
-		s.degraded.Seen(b.reqs, b.results, start)
+	if err != nil {
+		return err
 	}
-	return err
+	s.degraded.Seen(b.reqs, b.results, start)
+	for j, n := range added {
+		r := b.results[j]
+		if n == 0 || r.Allowed || r.RetryAfter <= 0 || r.Remaining <= 0 {
+			continue
+		}
+		q := b.reqs[j]
+		q.N = min(r.Remaining, n)
+		var out [1]ratelimit.Result
+		if ok, err := s.allow(ctx, []ratelimit.Request{q}, out[:]); err == nil && ok {
+			s.degraded.Spent(q.Key, q.N)
+		}
+	}
+	return nil
 }
 
 // degrade decides b in process after the store failed with err, and

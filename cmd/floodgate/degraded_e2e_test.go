@@ -12,6 +12,7 @@ import (
 	"time"
 
 	rls "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"github.com/redis/go-redis/v9"
 
 	"github.com/floodgate-dev/floodgate/internal/testenv"
 )
@@ -139,4 +140,131 @@ func countKeys(t *testing.T, r *testenv.Redis, part string) int {
 		}
 	}
 	return n
+}
+
+// TestFleetStallBound: three servers share one Redis and one hot key (100
+// a second), under 30 closed-loop clients, with serve's defaults. First
+// healthy, then Redis SIGKILLed for 3 s and restarted: in every one-second
+// window the fleet admits at most 1.1 × the limit, while Redis is down the
+// servers keep deciding (each its third, from the heartbeats' count), and
+// after the restart the store decides again, nothing left broken.
+func TestFleetStallBound(t *testing.T) {
+	r := testenv.NewRedis(t)
+	cfg := filepath.Join(t.TempDir(), "c.yaml")
+	writeConfig(t, cfg, "domain: hot\ndescriptors:\n  - key: k\n    rate_limit: {unit: second, requests_per_unit: 100}\n")
+	prefix := uniquePrefix(t)
+	var servers []*fgServer
+	for range 3 {
+		servers = append(servers, startServer(t, cfg, "--redis", redisURL(r), "--redis-prefix", prefix, "--timeout", "50ms"))
+	}
+	// The heartbeats: every server counts three before the fault.
+	deadline := time.Now().Add(10 * time.Second)
+	for countKeys(t, r, "{floodgate}:servers") == 0 || serversSeen(t, r, prefix) < 3 {
+		if time.Now().After(deadline) {
+			t.Fatal("the three servers' heartbeats are not all in Redis after 10 s")
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	time.Sleep(1500 * time.Millisecond) // a beat of each since all three were up
+
+	var (
+		mu      sync.Mutex
+		windows = map[int64]int{}
+		failed  int
+		phase   = "healthy"
+		byPhase = map[string]int{}
+	)
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	req := request("hot", entries("k", "x"))
+	for i := range 30 {
+		s := servers[i%3]
+		wg.Go(func() {
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+				resp, err := s.client.ShouldRateLimit(ctx, req)
+				got := time.Now()
+				cancel()
+				mu.Lock()
+				byPhase[phase]++
+				if err != nil {
+					failed++
+				} else if resp.GetOverallCode() == rls.RateLimitResponse_OK {
+					end := got.Add(resp.GetStatuses()[0].GetDurationUntilReset().AsDuration())
+					windows[int64(math.Round(float64(end.UnixNano())/1e9))]++
+				}
+				mu.Unlock()
+			}
+		})
+	}
+	setPhase := func(p string) {
+		mu.Lock()
+		phase = p
+		mu.Unlock()
+	}
+	time.Sleep(2 * time.Second)
+	setPhase("killed")
+	if err := r.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(3 * time.Second)
+	if err := r.Restart(); err != nil {
+		t.Fatal(err)
+	}
+	setPhase("restarted")
+	time.Sleep(2 * time.Second)
+	close(stop)
+	wg.Wait()
+
+	mu.Lock()
+	defer mu.Unlock()
+	ends := make([]int64, 0, len(windows))
+	for e := range windows {
+		ends = append(ends, e)
+	}
+	sort.Slice(ends, func(i, j int) bool { return ends[i] < ends[j] })
+	var line string
+	for _, e := range ends {
+		line += fmt.Sprintf(" %d", windows[e])
+		if n := windows[e]; n > 110 {
+			t.Errorf("the window ending at %d admitted %d across the fleet, over 1.1 × 100", e, n)
+		}
+	}
+	t.Logf("answers by phase %v, %d errors; admitted per window:%s", byPhase, failed, line)
+	if failed > 0 {
+		t.Errorf("%d calls failed: the degraded mode answers every call", failed)
+	}
+	if byPhase["killed"] == 0 {
+		t.Error("no answer while Redis was down")
+	}
+	// Nothing left broken: each server's store decides again.
+	for i, s := range servers {
+		key := fmt.Sprint("after", i)
+		deadline := time.Now().Add(10 * time.Second)
+		for countKeys(t, r, key) == 0 {
+			s.mustRL(request("hot", entries("k", key)))
+			if time.Now().After(deadline) {
+				t.Fatalf("server %d: the store did not decide again after the restart", i)
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+	}
+}
+
+// serversSeen is the number of live servers in the heartbeats' set of the
+// servers under prefix.
+func serversSeen(t *testing.T, r *testenv.Redis, prefix string) int {
+	t.Helper()
+	c := redis.NewClient(&redis.Options{Addr: r.Addr})
+	defer c.Close()
+	n, err := c.ZCard(t.Context(), prefix+":{floodgate}:servers").Result()
+	if err != nil {
+		return 0
+	}
+	return int(n)
 }

@@ -15,9 +15,11 @@
 // (Charge adds it to the request's cost), so that the store counts what
 // was admitted without it, and a window is never admitted twice. A debt
 // lasts as long as it can matter: to the end of its fixed window, or one
-// unit of its limit for the other algorithms; one the store refuses (the
-// key is over its limit with it) is kept until then, and the key's requests
-// are refused meanwhile, as they must be.
+// unit of its limit for the other algorithms. One the store refuses (the
+// key is over its limit with it) makes the caller spend what the limit has
+// left (Spent), so that no other server is admitted past it either; the
+// rest is kept until it ends, and the key's requests are refused
+// meanwhile, as they must be.
 //
 // The bound: with N servers that agree on N, what the whole fleet admits
 // in any window of a limit is at most the limit (the store's count and
@@ -223,6 +225,25 @@ func (l *Limits) Paid(reqs []ratelimit.Request, results []ratelimit.Result, adde
 	l.owed.Store(int64(len(l.debts)))
 }
 
+// Spent records that n of the debt of key was counted by the store
+// otherwise (the caller spent what the key's limit had left, when the debt
+// did not fit in it): the rest stays owed.
+func (l *Limits) Spent(key string, n int64) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	d, ok := l.debts[key]
+	if !ok {
+		return
+	}
+	if d.n <= n {
+		delete(l.debts, key)
+	} else {
+		d.n -= n
+		l.debts[key] = d
+	}
+	l.owed.Store(int64(len(l.debts)))
+}
+
 // Decide decides reqs in one step on this server's share of each limit:
 // rules[i] is the rule of reqs[i] (its Limiter's, as the store decides it)
 // and windows[i] its limit's unit. results get the decisions; an admitted
@@ -335,21 +356,19 @@ func (l *Limits) seed(ctx context.Context, lim *ratelimit.Limiter, key string, s
 	if err := lim.Reset(ctx, key); err != nil {
 		return err
 	}
-	if seen == 0 {
-		return nil // never seen, or forgotten: its share afresh
-	}
-	remaining := int64(binary.BigEndian.Uint64(val[0:]))
-	resets := int64(binary.BigEndian.Uint64(val[16:]))
-	if now.UnixNano() >= resets {
-		return nil // the store's state has since refilled
-	}
 	full, err := lim.AllowN(ctx, key, 0)
 	if err != nil {
 		return err
 	}
-	// What the store had left, less what this server still owes it (a
-	// debt the store refused is not in its count).
-	left := remaining/int64(shares) - l.debts[key].n
+	// This server's share of what the store had left, when the store's
+	// answer is still current, else its share afresh; less, either way,
+	// what this server admitted here that the store has not counted (a
+	// debt lasts as long as the admission matters).
+	left := full.Remaining
+	if seen != 0 && now.UnixNano() < int64(binary.BigEndian.Uint64(val[16:])) {
+		left = min(left, int64(binary.BigEndian.Uint64(val[0:]))/int64(shares))
+	}
+	left -= l.debts[key].n
 	if spent := full.Remaining - max(left, 0); spent > 0 {
 		_, err = lim.AllowN(ctx, key, spent)
 	}
