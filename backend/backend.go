@@ -30,7 +30,11 @@ type Backend interface {
 	sealed()
 }
 
-// MaxKeyLen is the longest user key, in bytes, that primitives accept.
+// MaxKeyLen is the longest user key, in bytes, that names its state as it
+// is. counter, lockout and idempotency refuse a longer key with
+// ErrKeyTooLong; ratelimit's limiters take it and count it under a
+// fixed-length digest of the whole key (see Keys in package ratelimit), so
+// that a long key is limited like any other.
 const MaxKeyLen = 1024
 
 // ErrEmptyKey and ErrKeyTooLong are returned for invalid user keys.

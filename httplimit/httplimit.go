@@ -14,6 +14,18 @@
 // and KeyFunc key them otherwise. When the store fails, requests are served
 // (FailOpen, the default) or refused (FailClosed), and the error goes to the
 // OnError hook. DryRun decides and reports without ever refusing.
+//
+// # Keys
+//
+// A request whose key is empty (KeyByHeader: the header is missing or
+// empty) or whose key function failed has no key: it gets 400 Bad Request,
+// or is served unlimited with PassWithoutKey (see ErrNoKey). Every other
+// key is limited, whatever its length. A key longer than backend.MaxKeyLen
+// (a JWT or a long API key from a header, say) is counted under a
+// fixed-length digest of the whole key (see Keys in package ratelimit): the
+// same long key always draws on one budget, and two long keys that differ
+// anywhere, also past their first MaxKeyLen bytes, on two. A client cannot
+// escape its limit by making its key long, with or without PassWithoutKey.
 package httplimit
 
 import (
@@ -23,7 +35,6 @@ import (
 	"net/http"
 	"time"
 
-	"github.com/floodgate-dev/floodgate/backend"
 	"github.com/floodgate-dev/floodgate/ratelimit"
 )
 
@@ -56,7 +67,8 @@ type Middleware struct {
 //     until a retry can succeed, rounded up; left out when the request can
 //     never be admitted) and 429 Too Many Requests (see ProblemJSON,
 //     DenyWith). A denied request consumes nothing.
-//   - no key: 400 Bad Request, or served with PassWithoutKey.
+//   - no key (empty, or the key function failed): 400 Bad Request, or
+//     served with PassWithoutKey. A long key is a key (see Keys above).
 //   - store error: served (FailOpen, the default) or 503 (FailClosed), with
 //     no rate-limit fields. If the request's context has ended, 503.
 //
@@ -146,7 +158,7 @@ func (m *Middleware) key(r *http.Request) (string, error) {
 	if err != nil {
 		return "", fmt.Errorf("%w: %w", ErrNoKey, err)
 	}
-	return key, keyError(key, backend.MaxKeyLen)
+	return key, keyError(key)
 }
 
 func (m *Middleware) serve(w http.ResponseWriter, r *http.Request, next http.Handler) {

@@ -8,9 +8,10 @@ import (
 )
 
 // ErrNoKey is wrapped by the errors of requests the middleware cannot find a
-// key for: the key is empty or longer than backend.MaxKeyLen, or the key
-// function failed. Such requests get 400 Bad Request, or are served
-// unlimited with PassWithoutKey.
+// key for: the key is empty (KeyByHeader: the header is missing or empty),
+// or the key function failed. Such requests get 400 Bad Request, or are
+// served unlimited with PassWithoutKey. A long key is a key: see Keys in the
+// package doc.
 var ErrNoKey = errors.New("httplimit: no key for the request")
 
 // KeyByIP keys requests by client IP address (the default key), as ClientIP
@@ -102,13 +103,12 @@ func isToken(s string) bool {
 	return true
 }
 
-// keyError returns the error for a key the limiter cannot take, or nil.
-func keyError(key string, maxLen int) error {
+// keyError returns the error for a request whose key is missing (empty), or
+// nil. A key of any other length is limited: the limiter counts one longer
+// than backend.MaxKeyLen under its digest.
+func keyError(key string) error {
 	if key == "" {
 		return fmt.Errorf("%w: key is empty", ErrNoKey)
-	}
-	if len(key) > maxLen {
-		return fmt.Errorf("%w: key is longer than %d bytes (got %d)", ErrNoKey, maxLen, len(key))
 	}
 	return nil
 }

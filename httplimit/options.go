@@ -200,8 +200,8 @@ func StoreFailure(p FailurePolicy) Option {
 // OnError sets a hook called with every error the middleware meets, on the
 // request's goroutine, before the response is written:
 //
-//   - the request has no key (errors.Is(err, ErrNoKey)): empty, too long, or
-//     the key function failed (KeyByIP: a malformed forwarding header);
+//   - the request has no key (errors.Is(err, ErrNoKey)): empty, or the key
+//     function failed (KeyByIP: a malformed forwarding header);
 //   - the store failed (Redis down or slow): the request is then served or
 //     refused as StoreFailure says;
 //   - the request's context ended while deciding or during a LeakyBucket
@@ -256,7 +256,9 @@ func Skip(f func(r *http.Request) bool) Option {
 // limiting them. The default answers them 400 Bad Request, since a client
 // that can make its key disappear (omit a header) would otherwise escape the
 // limit; choose PassWithoutKey when a later handler refuses keyless requests
-// anyway or when only identified clients are to be limited.
+// anyway or when only identified clients are to be limited. It applies only
+// to a key that is missing: a key of any length is limited (see Keys in the
+// package doc).
 func PassWithoutKey() Option { return func(c *config) { c.passNoKey = true } }
 
 // ReleaseTimeout bounds how long giving a concurrency slot back may take

@@ -111,7 +111,7 @@ func TestBadCalls(t *testing.T) {
 			if _, err := lim.Allow(ctx, ""); !errors.Is(err, backend.ErrEmptyKey) {
 				t.Errorf("empty key: %v", err)
 			}
-			if _, err := lim.Allow(ctx, strings.Repeat("k", backend.MaxKeyLen+1)); !errors.Is(err, backend.ErrKeyTooLong) {
+			if _, err := lim.Allow(ctx, strings.Repeat("k", backend.MaxKeyLen+1)); err != nil { // limited by its digest (TestLongKeys)
 				t.Errorf("long key: %v", err)
 			}
 			if _, err := lim.Allow(ctx, strings.Repeat("k", backend.MaxKeyLen)); err != nil {

@@ -88,10 +88,13 @@ func NewConcurrency(b backend.Backend, c Concurrency) (*ConcurrencyLimiter, erro
 // no-op and r.RetryAfter is the time until the earliest live lease expires (an
 // upper bound: holders usually release sooner), or < 0 when Limit is 0.
 // r.Remaining counts the free slots after the call; r.ResetAfter is the time
-// until every live lease has expired.
+// until every live lease has expired. A key of any length is limited (see
+// Keys in the package doc); the empty key is refused with
+// backend.ErrEmptyKey.
 func (c *ConcurrencyLimiter) Acquire(ctx context.Context, key string) (release func(context.Context) error, r Result, err error) {
 	noop := func(context.Context) error { return nil }
-	if err := backend.CheckKey(key); err != nil {
+	key, err = storeKey(key)
+	if err != nil {
 		return noop, Result{}, err
 	}
 	if err := ctx.Err(); err != nil {

@@ -10,8 +10,6 @@ import (
 	"sync/atomic"
 	"time"
 	"weak"
-
-	"github.com/floodgate-dev/floodgate/backend"
 )
 
 // Leased decides like a Limiter, but takes a key's budget in leases: one
@@ -423,7 +421,8 @@ func (l *Leased) Allow(ctx context.Context, key string) (Result, error) {
 //
 // Errors: as Limiter.AllowN; a store error of the give-back is returned too.
 func (l *Leased) AllowN(ctx context.Context, key string, n int64) (Result, error) {
-	if err := checkCall(ctx, key, n); err != nil {
+	key, err := checkCall(ctx, key, n)
+	if err != nil {
 		return Result{}, err
 	}
 	t := l.instant()
@@ -714,7 +713,8 @@ func (l *Leased) giveBack(ctx context.Context, key string, k *keyLease) error {
 // changed since the grant; otherwise the units are dropped, as they are
 // when no one releases them), and ends the lease.
 func (l *Leased) Release(ctx context.Context, key string) error {
-	if err := backend.CheckKey(key); err != nil {
+	key, err := storeKey(key)
+	if err != nil {
 		return err
 	}
 	v, ok := l.keys.Load(key)

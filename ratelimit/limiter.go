@@ -12,6 +12,19 @@
 //	res, err := lim.Allow(ctx, "user:42")
 //	if !res.Allowed { /* 429, Retry-After: res.RetryAfter */ }
 //
+// # Keys
+//
+// A key is any non-empty string, of any length: the empty key is refused
+// with backend.ErrEmptyKey, and every other key is limited. A key of at
+// most backend.MaxKeyLen bytes names its state as it is. A longer one (a
+// JWT or a URL taken from a request, say) is counted under its digest: its
+// first 256 bytes, "#sha256:" and the hex SHA-256 of the whole key, 328
+// bytes in all. So the same long key always shares one state, and two long
+// keys that differ anywhere, also past their first MaxKeyLen bytes, are
+// counted apart. Limiter, Leased, ConcurrencyLimiter and AllowAll all take
+// long keys so; a caller never has to shorten a key, and a key that a
+// client makes long never escapes its limit through an error.
+//
 // # Lost replies and retries
 //
 // A decision whose reply is lost on the network has still been made, and a
@@ -42,6 +55,7 @@ import (
 	"unsafe"
 
 	"github.com/floodgate-dev/floodgate/backend"
+	"github.com/floodgate-dev/floodgate/internal/longkey"
 	"github.com/floodgate-dev/floodgate/internal/memstore"
 	"github.com/floodgate-dev/floodgate/internal/redisstore"
 	"github.com/floodgate-dev/floodgate/internal/unwrap"
@@ -296,15 +310,28 @@ func (l *Limiter) verdictsIn(buf *[8]verdict) []verdict {
 }
 
 // checkCall checks a decision's input, as Limiter.AllowN and Leased.AllowN
-// do before anything else: the key, n >= 0, and ctx not ended.
-func checkCall(ctx context.Context, key string, n int64) error {
-	if err := backend.CheckKey(key); err != nil {
-		return err
+// do before anything else: the key, n >= 0, and ctx not ended. It returns
+// the key the state is kept under (storeKey).
+func checkCall(ctx context.Context, key string, n int64) (string, error) {
+	key, err := storeKey(key)
+	if err != nil {
+		return "", err
 	}
 	if n < 0 {
-		return fmt.Errorf("%w, got %d", ErrNegativeN, n)
+		return "", fmt.Errorf("%w, got %d", ErrNegativeN, n)
 	}
-	return ctx.Err()
+	return key, ctx.Err()
+}
+
+// storeKey returns the key that key's state is kept under: key itself, or
+// its digest when it is longer than backend.MaxKeyLen (package longkey), so
+// that a long key is limited like any other. The empty key is refused with
+// backend.ErrEmptyKey.
+func storeKey(key string) (string, error) {
+	if key == "" {
+		return "", backend.ErrEmptyKey
+	}
+	return longkey.Key(key), nil
 }
 
 // Allow is shorthand for AllowN(ctx, key, 1).
@@ -317,10 +344,13 @@ func (l *Limiter) Allow(ctx context.Context, key string) (Result, error) {
 // state without changing it. When n exceeds what some rule can ever admit,
 // Allowed is false and RetryAfter < 0.
 //
-// Errors: backend.ErrEmptyKey, backend.ErrKeyTooLong, ErrNegativeN, the
-// context's error, and store errors (wrapped; on Redis bounded by ctx).
+// A key of any length is limited: see Keys in the package doc.
+//
+// Errors: backend.ErrEmptyKey, ErrNegativeN, the context's error, and store
+// errors (wrapped; on Redis bounded by ctx).
 func (l *Limiter) AllowN(ctx context.Context, key string, n int64) (Result, error) {
-	if err := checkCall(ctx, key, n); err != nil {
+	key, err := checkCall(ctx, key, n)
+	if err != nil {
 		return Result{}, err
 	}
 	var vs [8]verdict
@@ -553,7 +583,8 @@ func (l *Limiter) allowRedis(ctx context.Context, key string, n int64, vs []verd
 // Reset forgets key's state in every rule, so that the key is back to full.
 // For FixedWindow it clears the current window.
 func (l *Limiter) Reset(ctx context.Context, key string) error {
-	if err := backend.CheckKey(key); err != nil {
+	key, err := storeKey(key)
+	if err != nil {
 		return err
 	}
 	if err := ctx.Err(); err != nil {
@@ -590,7 +621,7 @@ func (l *Limiter) Reset(ctx context.Context, key string) error {
 		return nil
 	}
 	var res [1]Result
-	_, err := runAllowAll(ctx, l.redis, []Request{{Limiter: l, Key: key}}, res[:], modeReset, nil)
+	_, err = runAllowAll(ctx, l.redis, []Request{{Limiter: l, Key: key}}, res[:], modeReset, nil)
 	return err
 }
 

@@ -75,11 +75,14 @@ type Request struct {
 // not consumed and report as for a denial, and allowed is false. When phase 2
 // fails with an error, the groups committed before the error stay consumed.
 //
+// A key longer than backend.MaxKeyLen is decided by its digest, as in
+// Limiter.AllowN (see Keys in the package doc).
+//
 // Zero requests are allowed without a call. Errors: len(results) !=
 // len(reqs), a nil or zero Limiter, Limiters on different backends,
-// backend.ErrEmptyKey, backend.ErrKeyTooLong and ErrNegativeN (each naming
-// the index, as "reqs[2]"), the context's error, and store errors (wrapped;
-// on Redis bounded by ctx). results are undefined when err != nil.
+// backend.ErrEmptyKey and ErrNegativeN (each naming the index, as
+// "reqs[2]"), the context's error, and store errors (wrapped; on Redis
+// bounded by ctx). results are undefined when err != nil.
 func AllowAll(ctx context.Context, reqs []Request, results []Result) (allowed bool, err error) {
 	if len(results) != len(reqs) {
 		return false, fmt.Errorf("ratelimit: AllowAll: len(results) is %d, want len(reqs) = %d", len(results), len(reqs))
@@ -88,6 +91,7 @@ func AllowAll(ctx context.Context, reqs []Request, results []Result) (allowed bo
 		return true, nil
 	}
 	var b backend.Backend
+	copied := false
 	for i, q := range reqs {
 		l := q.Limiter
 		switch {
@@ -100,8 +104,17 @@ func AllowAll(ctx context.Context, reqs []Request, results []Result) (allowed bo
 		case l.b != b:
 			return false, fmt.Errorf("ratelimit: reqs[%d].Limiter uses another backend than reqs[0].Limiter; AllowAll needs one", i)
 		}
-		if err := backend.CheckKey(q.Key); err != nil {
+		key, err := storeKey(q.Key)
+		if err != nil {
 			return false, fmt.Errorf("%w (reqs[%d])", err, i)
+		}
+		if key != q.Key {
+			// A long key is decided by its digest, on a copy: reqs is
+			// the caller's.
+			if !copied {
+				reqs, copied = slices.Clone(reqs), true
+			}
+			reqs[i].Key = key
 		}
 		if q.N < 0 {
 			return false, fmt.Errorf("%w, got %d (reqs[%d])", ErrNegativeN, q.N, i)

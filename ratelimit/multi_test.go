@@ -381,7 +381,7 @@ func TestAllowAllBadInput(t *testing.T) {
 		{"nil Limiter", []ratelimit.Request{ok, {Key: "k", N: 1}}, 2, nil, "reqs[1].Limiter is nil"},
 		{"zero Limiter", []ratelimit.Request{ok, {Limiter: &ratelimit.Limiter{}, Key: "k"}}, 2, nil, "reqs[1].Limiter was not made by New"},
 		{"empty key", []ratelimit.Request{ok, ok, {Limiter: lim, N: 1}}, 3, backend.ErrEmptyKey, "(reqs[2])"},
-		{"long key", []ratelimit.Request{{Limiter: lim, Key: strings.Repeat("x", backend.MaxKeyLen+1)}}, 1, backend.ErrKeyTooLong, "(reqs[0])"},
+		{"long key, empty key", []ratelimit.Request{{Limiter: lim, Key: strings.Repeat("x", backend.MaxKeyLen+1)}, {Limiter: lim}}, 2, backend.ErrEmptyKey, "(reqs[1])"},
 		{"negative N", []ratelimit.Request{ok, {Limiter: lim, Key: "j", N: -3}}, 2, ratelimit.ErrNegativeN, "got -3 (reqs[1])"},
 		{"two memories", []ratelimit.Request{ok, {Limiter: other, Key: "k"}}, 2, nil, "reqs[1].Limiter uses another backend than reqs[0].Limiter"},
 		{"memory and redis", []ratelimit.Request{ok, ok, {Limiter: onRedis, Key: "k"}}, 3, nil, "reqs[2].Limiter uses another backend"},
