@@ -21,6 +21,7 @@ lint:
 # Each fuzzer's seeds (f.Add and testdata/fuzz) also run in every go test.
 fuzz:
 	go test -run '^$$' -fuzz FuzzRules -fuzztime 30s ./ratelimit
+	go test -run '^$$' -fuzz FuzzKey -fuzztime 30s ./internal/longkey
 	go test -run '^$$' -fuzz FuzzSimulateParseTraffic -fuzztime 300000x ./internal/simulate
 	go test -run '^$$' -fuzz FuzzCheckRequestReference -fuzztime 30s ./server/checkapi
 	go test -run '^$$' -fuzz '^FuzzRLSWire$$' -fuzztime 30s ./server
