@@ -3,6 +3,8 @@ package server
 import (
 	"context"
 	"fmt"
+	"log/slog"
+	"strings"
 	"testing"
 	"time"
 
@@ -42,7 +44,9 @@ func TestDegradedThroughPause(t *testing.T) {
 			}
 			defer c.Close()
 			m := NewMetrics()
+			var logs lockedBuffer
 			s := newService(t, b, Options{
+				Logger:      slog.New(slog.NewTextHandler(&logs, nil)),
 				FailureMode: FailDegraded,
 				Servers:     servers,
 				Timeout:     100 * time.Millisecond,
@@ -116,6 +120,13 @@ func TestDegradedThroughPause(t *testing.T) {
 			t.Logf("the hour: 60 by the store, %d in process, %d by the store again (%d calls timed out)", want, after, timedOut)
 			if got := counterValue(t, m.failureMode.WithLabelValues("degraded")); got < 1 {
 				t.Fatalf("floodgate_failure_mode_total{mode=degraded} = %v, want the answers given in process", got)
+			}
+			// Seen: the breaker's opening and closing, and the calls it
+			// refused, are in the log.
+			for _, want := range []string{"circuit breaker opened", "reason=breaker_open", "circuit breaker closed", "failure_mode=degraded"} {
+				if !strings.Contains(logs.String(), want) {
+					t.Errorf("the log has no %q:\n%s", want, logs.String())
+				}
 			}
 		})
 	}

@@ -243,11 +243,11 @@ func NewService(b backend.Backend, opts Options) (*Service, error) {
 	if opts.EnvoyStats != nil {
 		s.obs = envoy.NewObserver(opts.EnvoyStats)
 	}
-	s.main = newStore(storeMain, b, opts.Timeout, opts.Breaker)
-	if opts.PerSecondBackend != nil {
-		s.ps = newStore(storePerSecond, opts.PerSecondBackend, opts.PerSecondTimeout, opts.Breaker)
-	}
 	s.failLog = faillog.New(opts.Logger, time.Second)
+	s.main = newStore(storeMain, b, opts.Timeout, s.breakerOptions(storeMain))
+	if opts.PerSecondBackend != nil {
+		s.ps = newStore(storePerSecond, opts.PerSecondBackend, opts.PerSecondTimeout, s.breakerOptions(storePerSecond))
+	}
 	if opts.Servers < 0 {
 		return nil, fmt.Errorf("server: Servers %d is negative", opts.Servers)
 	}
@@ -626,11 +626,26 @@ func (s *Service) storeFailed(ctx context.Context, domain string, err error) (re
 			m.failureMode.WithLabelValues(s.opts.FailureMode.String()).Inc()
 		}
 	}
-	if reason != "breaker_open" {
+	{
 		// One line a second per reason, store and node, with a count of the rest.
 		s.failLog.Warn(reason+"|"+store+"|"+node, "rate limit store failed", "domain", domain, "reason", reason, "store", store, "node", node, "error", err, "failure_mode", s.opts.FailureMode.String())
 	}
 	return reason, store
+}
+
+// breakerOptions are Options.Breaker for the store named store, with its
+// breakers' openings and closings logged (at most a line a second each
+// way, with a count of the rest).
+func (s *Service) breakerOptions(store string) BreakerOptions {
+	o := s.opts.Breaker
+	o.OnChange = func(i int, open bool) {
+		if open {
+			s.failLog.Warn("breaker|"+store+"|open", "circuit breaker opened: the store's calls fail at once until a probe succeeds", "store", store, "range", i)
+		} else {
+			s.failLog.Log(slog.LevelInfo, "breaker|"+store+"|closed", "circuit breaker closed: the store answers again", "store", store, "range", i)
+		}
+	}
+	return o
 }
 
 // notReadyReason says why Ready is false.

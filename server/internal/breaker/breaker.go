@@ -39,6 +39,10 @@ type Options struct {
 	// Cooldown is the longest an open breaker waits between probes while
 	// they fail (the wait doubles from Probe up to it); 1s by default.
 	Cooldown time.Duration
+	// OnChange, when set, is told when breaker i of a Set opens or closes
+	// (under the breaker's lock, so that calls for one breaker come in order:
+	// it must not call Allow, Record or Release).
+	OnChange func(i int, open bool)
 }
 
 // DefaultProbe is the wait before an open breaker's first probe when
@@ -51,6 +55,7 @@ type breaker struct {
 	probe    time.Duration
 	cooldown time.Duration
 	now      func() time.Time
+	onChange func(open bool) // nil: nobody
 
 	open atomic.Bool // fast path: false while closed
 
@@ -107,7 +112,10 @@ func (b *breaker) record(err error, start time.Time) {
 		if b.open.Load() {
 			b.mu.Lock()
 			b.probing = false
-			b.open.Store(false)
+			closed := b.open.Swap(false)
+			if closed && b.onChange != nil {
+				b.onChange(false) // under the lock: in order with the opening
+			}
 			b.mu.Unlock()
 		}
 		return
@@ -131,6 +139,9 @@ func (b *breaker) record(err error, start time.Time) {
 		b.wait = b.probe
 		b.openUntil = now.Add(b.wait)
 		b.open.Store(true)
+		if b.onChange != nil {
+			b.onChange(true)
+		}
 	}
 }
 
@@ -175,6 +186,9 @@ func New(o Options, slot func(string) int) *Set {
 	s := &Set{b: make([]*breaker, n), slot: slot}
 	for i := range s.b {
 		s.b[i] = newBreaker(o)
+		if o.OnChange != nil {
+			s.b[i].onChange = func(open bool) { o.OnChange(i, open) }
+		}
 	}
 	return s
 }

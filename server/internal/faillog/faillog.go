@@ -5,6 +5,7 @@
 package faillog
 
 import (
+	"context"
 	"log/slog"
 	"regexp"
 	"sync"
@@ -38,7 +39,10 @@ func New(log *slog.Logger, every time.Duration) *Limiter {
 
 // Warn logs msg with args at WARN level unless a line for key was written
 // less than the interval ago. key must come from a small fixed set.
-func (l *Limiter) Warn(key, msg string, args ...any) {
+func (l *Limiter) Warn(key, msg string, args ...any) { l.Log(slog.LevelWarn, key, msg, args...) }
+
+// Log is Warn at level.
+func (l *Limiter) Log(level slog.Level, key, msg string, args ...any) {
 	now := l.now()
 	l.mu.Lock()
 	st := l.keys[key]
@@ -65,7 +69,7 @@ func (l *Limiter) Warn(key, msg string, args ...any) {
 			args = append(args, "last_suppressed_error", lastErr)
 		}
 	}
-	l.log.Warn(msg, args...)
+	l.log.Log(context.Background(), level, msg, args...)
 }
 
 // nodeAddr finds the store node a client error names: the remote end of
