@@ -8,7 +8,7 @@ import (
 	"github.com/floodgate-dev/floodgate/ratelimit"
 )
 
-// The failure mode FailDegraded (package server/internal/degraded): while
+// The failure mode FailDegraded (package internal/degraded): while
 // the store cannot decide, the core's limited descriptors are decided in
 // process, on this server's share of each limit; every store call carries
 // the debts of what was so admitted, and every store answer is remembered,

@@ -37,7 +37,7 @@ import (
 	"github.com/floodgate-dev/floodgate/server/internal/api"
 	"github.com/floodgate-dev/floodgate/server/internal/connlimit"
 	"github.com/floodgate-dev/floodgate/server/internal/dashboard"
-	"github.com/floodgate-dev/floodgate/server/internal/degraded"
+	"github.com/floodgate-dev/floodgate/internal/degraded"
 	"github.com/floodgate-dev/floodgate/server/internal/rlswire"
 	"github.com/floodgate-dev/floodgate/server/xds"
 )

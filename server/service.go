@@ -24,7 +24,7 @@ import (
 	"github.com/floodgate-dev/floodgate/server/envoystats"
 	"github.com/floodgate-dev/floodgate/server/internal/breaker"
 	"github.com/floodgate-dev/floodgate/server/internal/dashboard"
-	"github.com/floodgate-dev/floodgate/server/internal/degraded"
+	"github.com/floodgate-dev/floodgate/internal/degraded"
 	"github.com/floodgate-dev/floodgate/server/internal/faillog"
 	"github.com/floodgate-dev/floodgate/server/internal/localcache"
 	"github.com/floodgate-dev/floodgate/server/internal/tracing"

@@ -156,7 +156,7 @@ const (
 	// share of every limit (the limit divided by the live servers),
 	// starting from what the store last said, and the store counts what
 	// was admitted when it is back (floodgate serve's default; package
-	// server/internal/degraded states the bounds).
+	// internal/degraded states the bounds).
 	FailDegraded
 )
 

@@ -1,11 +1,12 @@
-// Package degraded keeps a decision server's limits enforced in process
-// while its store cannot decide (a stall, a failover, an outage), instead of
-// admitting or denying everything.
+// Package degraded keeps limits enforced in process while their store
+// cannot decide (a stall, a failover, an outage), instead of admitting or
+// denying everything. The decision server uses it for its failure mode
+// FailDegraded.
 //
-// While the store answers, the server shows every result it gave (Seen):
+// While the store answers, the caller shows every result it gave (Seen):
 // for each state key the last thing the store said about it — how much was
 // remaining and until when — is remembered, within a bounded memory. While
-// the store cannot decide, the server decides on Limits: each limit's rule,
+// the store cannot decide, the caller decides on Limits: each limit's rule,
 // cut to this server's share of it (the limit divided by the live servers,
 // rounded down), on an in-process memory backend. A key decided here for
 // the first time in an outage starts from the state the store last gave
