@@ -79,6 +79,8 @@ func TestDegradedThroughPause(t *testing.T) {
 			if got := admitted(60, false); got != 60 {
 				t.Fatalf("healthy: the store admitted %d of 60", got)
 			}
+			dash := newDashboard(s, m)
+			dash.Tick(time.Now())
 			if err := r.Pause(); err != nil {
 				t.Fatal(err)
 			}
@@ -91,6 +93,11 @@ func TestDegradedThroughPause(t *testing.T) {
 			want := 40 / servers
 			if got := admitted(60, true); got != want {
 				t.Fatalf("Redis paused: %d admitted in process, want %d (40 left, %d servers)", got, want, servers)
+			}
+			// The dashboard shows the degraded period.
+			dash.Tick(time.Now().Add(time.Second))
+			if snap, _ := dash.Latest(); !snap.Degraded || snap.FailureModePerSec <= 0 {
+				t.Errorf("dashboard during the pause: degraded %v, %v answers a second without the store; want the degraded period shown", snap.Degraded, snap.FailureModePerSec)
 			}
 			if err := r.Resume(); err != nil {
 				t.Fatal(err)

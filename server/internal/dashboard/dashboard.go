@@ -55,18 +55,23 @@ type Source struct {
 
 // Snapshot is one second of the dashboard: rates over the last tick.
 type Snapshot struct {
-	Time            time.Time    `json:"time"`
-	DecisionsPerSec float64      `json:"decisions_per_sec"`
-	OverLimitPerSec float64      `json:"over_limit_per_sec"`
-	OverLimitRatio  float64      `json:"over_limit_ratio"`
-	RequestsPerSec  float64      `json:"requests_per_sec"`
-	BackendErrors   float64      `json:"backend_errors_per_sec"`
-	BackendP50MS    float64      `json:"backend_p50_ms"` // -1 when there were no store calls
-	BackendP99MS    float64      `json:"backend_p99_ms"`
-	BreakerOpen     bool         `json:"breaker_open"`
-	Rules           []RuleRate   `json:"rules"`
-	TopLimited      []KeyCount   `json:"top_limited"`
-	Config          ConfigStatus `json:"config"`
+	Time            time.Time `json:"time"`
+	DecisionsPerSec float64   `json:"decisions_per_sec"`
+	OverLimitPerSec float64   `json:"over_limit_per_sec"`
+	OverLimitRatio  float64   `json:"over_limit_ratio"`
+	RequestsPerSec  float64   `json:"requests_per_sec"`
+	BackendErrors   float64   `json:"backend_errors_per_sec"`
+	BackendP50MS    float64   `json:"backend_p50_ms"` // -1 when there were no store calls
+	BackendP99MS    float64   `json:"backend_p99_ms"`
+	BreakerOpen     bool      `json:"breaker_open"`
+	// FailureModePerSec is the requests answered without the store, by
+	// the failure mode; Degraded is whether some were decided in process
+	// (the degraded mode) in this sample.
+	FailureModePerSec float64      `json:"failure_mode_per_sec"`
+	Degraded          bool         `json:"degraded"`
+	Rules             []RuleRate   `json:"rules"`
+	TopLimited        []KeyCount   `json:"top_limited"`
+	Config            ConfigStatus `json:"config"`
 }
 
 // RuleRate is one descriptor path's decisions per second by result.
@@ -163,6 +168,15 @@ func (d *Dashboard) Tick(now time.Time) {
 			for _, m := range f.GetMetric() {
 				l := labels(m)
 				snap.BackendErrors += rate("e|"+l["reason"]+"|"+l["store"], m.GetCounter().GetValue())
+			}
+		case "floodgate_failure_mode_total":
+			for _, m := range f.GetMetric() {
+				mode := labels(m)["mode"]
+				r := rate("f|"+mode, m.GetCounter().GetValue())
+				snap.FailureModePerSec += r
+				if mode == "degraded" && r > 0 {
+					snap.Degraded = true
+				}
 			}
 		case "floodgate_config_reloads_total":
 			for _, m := range f.GetMetric() {

@@ -27,8 +27,10 @@ function render() {
   $("lat").textContent = s.backend_p50_ms < 0 ? "in process" : s.backend_p50_ms.toFixed(2) + " / " + s.backend_p99_ms.toFixed(2) + " ms";
   $("errs").textContent = fmt(s.backend_errors_per_sec);
   const st = $("status");
-  st.textContent = s.breaker_open ? "store failing (breaker open)" : "live";
-  st.className = "pill " + (s.breaker_open ? "down" : "live");
+  st.textContent = s.degraded ? "store failing: limits kept in process (degraded)" :
+    s.breaker_open ? "store failing (breaker open)" : "live";
+  st.className = "pill " + (s.breaker_open || s.failure_mode_per_sec > 0 ? "down" : "live");
+  $("fail").textContent = fmt(s.failure_mode_per_sec || 0);
   const c = s.config || {};
   $("config").textContent = "config " + (c.version || "–") + (c.loaded ? ", loaded " + new Date(c.loaded).toLocaleTimeString() : "") +
     ", " + (c.reloads || 0) + " loads, " + (c.rejected || 0) + " rejected";
