@@ -64,12 +64,13 @@ func TestFailureModes(t *testing.T) {
 						t.Fatalf("request %d: err %v, want ErrUnavailable", i, err)
 					}
 				case FailOpen:
-					if err != nil || !got.Failed || got.Code != CodeOK {
-						t.Fatalf("request %d: %+v %v", i, got, err)
+					if err != nil || !got.Failed || got.Code != CodeOK || got.Statuses[0].ResetAfter <= 0 {
+						t.Fatalf("request %d: %+v %v (want the limit's reset time too)", i, got, err)
 					}
 				case FailClosed:
-					if err != nil || !got.Failed || got.Code != CodeOverLimit || got.Statuses[0].Code != CodeOverLimit || got.Statuses[1].Code != CodeOK {
-						t.Fatalf("request %d: %+v %v", i, got, err)
+					if err != nil || !got.Failed || got.Code != CodeOverLimit || got.Statuses[0].Code != CodeOverLimit || got.Statuses[1].Code != CodeOK ||
+						got.Statuses[0].ResetAfter <= 0 || got.Statuses[0].RetryAfter != got.Statuses[0].ResetAfter {
+						t.Fatalf("request %d: %+v %v (want the limit's reset and retry times too)", i, got, err)
 					}
 				}
 			}

@@ -579,16 +579,33 @@ func (s *Service) fail(ctx context.Context, domain string, resp *Response, err e
 	}
 	resp.Failed, resp.ByFailureMode = true, true
 	resp.Code = CodeOK
+	now := s.degradedNow()
 	for i := range resp.Statuses {
 		st := &resp.Statuses[i]
 		st.Code = CodeOK
-		if s.opts.FailureMode == FailClosed && st.Limit != nil && !st.Limit.Unlimited && !st.Limit.ShadowMode {
+		if st.Limit == nil || st.Limit.Unlimited {
+			continue
+		}
+		// The window the answer is about ends when the limit's would.
+		st.ResetAfter = windowLeft(st.Limit.Window(), now)
+		if s.opts.FailureMode == FailClosed && !st.Limit.ShadowMode {
 			st.Code = CodeOverLimit
 			st.Remaining = 0
+			st.RetryAfter = st.ResetAfter
 			resp.Code = CodeOverLimit
 		}
 	}
 	return resp, nil
+}
+
+// windowLeft is the time from now to the end of the current window of
+// length w, windows starting at multiples of w since the Unix epoch (as
+// fixed windows do on every backend); 0 for no window.
+func windowLeft(w time.Duration, now time.Time) time.Duration {
+	if w <= 0 {
+		return 0
+	}
+	return time.Duration(w.Nanoseconds() - now.UnixNano()%w.Nanoseconds())
 }
 
 // storeFailed counts a store failure, err, in the metrics and envoy's
