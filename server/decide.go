@@ -226,9 +226,9 @@ func (s *Service) count(ctx context.Context, d *deciding, b *batch) error {
 	case b.fromCache != nil && !slices.Contains(b.fromCache, false):
 		// Every request is answered from the cache.
 	case s.eachApart(b):
-		err = s.storeCall(ctx, b, func() error { return s.allowEach(ctx, b.reqs, b.results, b.fromCache) })
+		err = s.storeCall(ctx, d, b, func() error { return s.allowEach(ctx, b.reqs, b.results, b.fromCache) })
 	default:
-		err = s.storeCall(ctx, b, func() (err error) {
+		err = s.storeCall(ctx, d, b, func() (err error) {
 			_, err = s.allow(ctx, b.reqs, b.results)
 			return err
 		})

@@ -3,6 +3,7 @@ package server
 import (
 	"context"
 	"errors"
+	"slices"
 	"time"
 
 	"github.com/floodgate-dev/floodgate/ratelimit"
@@ -28,7 +29,7 @@ func (s *Service) degradedNow() time.Time {
 // over its limit with its debt spends what the limit has left, as much of
 // the debt as fits: the store then refuses everyone what this server
 // already admitted.
-func (s *Service) storeCall(ctx context.Context, b *batch, call func() error) error {
+func (s *Service) storeCall(ctx context.Context, d *deciding, b *batch, call func() error) error {
 	if s.degraded == nil {
 		return call()
 	}
@@ -40,6 +41,10 @@ func (s *Service) storeCall(ctx context.Context, b *batch, call func() error) er
 		return err
 	}
 	s.degraded.Seen(b.reqs, b.results, start)
+	s.degraded.Recovered()
+	if s.degraded.InGrace() && !slices.Contains(b.fromCache, true) {
+		s.graceCheck(ctx, d, b)
+	}
 	for j, n := range added {
 		r := b.results[j]
 		if n == 0 || r.Allowed || r.RetryAfter <= 0 || r.Remaining <= 0 {
@@ -53,6 +58,33 @@ func (s *Service) storeCall(ctx context.Context, b *batch, call func() error) er
 		}
 	}
 	return nil
+}
+
+// graceCheck makes what the store admitted of b, in the grace period after
+// an outage, also pass this server's share: the other servers may still
+// owe the store what they admitted meanwhile. A refusal here refuses the
+// request (the store's units stay spent).
+func (s *Service) graceCheck(ctx context.Context, d *deciding, b *batch) {
+	if !b.allAdmitted() {
+		return
+	}
+	rules, windows := d.rulesOf(b)
+	local := make([]ratelimit.Result, len(b.reqs))
+	ok, err := s.degraded.Check(ctx, b.reqs, rules, windows, local)
+	if err != nil || ok {
+		return
+	}
+	copy(b.results, local)
+}
+
+// allAdmitted reports whether the store admitted every request of b.
+func (b *batch) allAdmitted() bool {
+	for _, r := range b.results {
+		if !r.Allowed {
+			return false
+		}
+	}
+	return true
 }
 
 // degrade decides b in process after the store failed with err, and
@@ -69,11 +101,7 @@ func (s *Service) degrade(ctx context.Context, d *deciding, b *batch, err error)
 		return err
 	}
 	s.storeFailed(ctx, d.req.Domain, err)
-	rules := make([]ratelimit.Rule, len(b.reqs))
-	windows := make([]time.Duration, len(b.reqs))
-	for j, i := range b.idx {
-		rules[j], windows[j] = d.limits[i].Rule, d.limits[i].Window()
-	}
+	rules, windows := d.rulesOf(b)
 	if _, derr := s.degraded.Decide(ctx, b.reqs, rules, windows, b.results); derr != nil {
 		s.log.Error("degraded mode could not decide", "domain", d.req.Domain, "error", derr)
 		return err
@@ -89,4 +117,14 @@ func (s *Service) setServers(n int) {
 	if s.opts.Servers == 0 && n >= 1 {
 		s.servers.Store(int64(n))
 	}
+}
+
+// rulesOf returns the rules and windows of b's requests' limits.
+func (d *deciding) rulesOf(b *batch) ([]ratelimit.Rule, []time.Duration) {
+	rules := make([]ratelimit.Rule, len(b.reqs))
+	windows := make([]time.Duration, len(b.reqs))
+	for j, i := range b.idx {
+		rules[j], windows[j] = d.limits[i].Rule, d.limits[i].Window()
+	}
+	return rules, windows
 }

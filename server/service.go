@@ -254,10 +254,16 @@ func NewService(b backend.Backend, opts Options) (*Service, error) {
 	s.servers.Store(int64(max(opts.Servers, 1)))
 	if opts.FailureMode == FailDegraded && (s.main.remote || s.ps != nil && s.ps.remote) {
 		// (The memory backend never fails: nothing to keep.)
+		cooldown := opts.Breaker.Cooldown
+		if cooldown <= 0 {
+			cooldown = time.Second
+		}
 		s.degraded = degraded.New(degraded.Options{
 			Servers:   func() int { return int(s.servers.Load()) },
 			MemoBytes: opts.DegradedMemoBytes,
 			Clock:     b.Clock(),
+			// Every server has probed the store back by then.
+			Grace: max(degraded.DefaultGrace, 2*cooldown+opts.Timeout),
 		})
 	}
 	if opts.Metrics != nil {

@@ -22,6 +22,13 @@
 // rest is kept until it ends, and the key's requests are refused
 // meanwhile, as they must be.
 //
+// The servers do not find the store back at once: each probes it on its
+// own schedule, and until it does, what it admitted is owed, not counted.
+// So for a grace period after an outage (Options.Grace; Recovered starts
+// it, InGrace tells it) every decision the store admits must also pass
+// this server's share, in the state the outage left it (Check): no server
+// is admitted by the store what another still owes.
+//
 // The bound: with N servers that agree on N, what the whole fleet admits
 // in any window of a limit is at most the limit (the store's count and
 // every server's share of what remained, which together never exceed it),
@@ -59,7 +66,14 @@ type Options struct {
 	// Clock is the time the in-process limits and the store's results
 	// are read on: the store's injected clock, or nil for the real one.
 	Clock clock.Clock
+	// Grace is how long after an outage every decision must also pass
+	// this server's share (Check): longer than the other servers can take
+	// to find the store back and pay their debts. DefaultGrace when 0.
+	Grace time.Duration
 }
+
+// DefaultGrace is what a zero Options.Grace means.
+const DefaultGrace = 3 * time.Second
 
 // DefaultMemoBytes is the default bound of the remembered results: about
 // 80,000 keys of 50 bytes.
@@ -90,6 +104,10 @@ type Limits struct {
 	seeded map[string]int64
 
 	owed atomic.Int64 // len(debts), read without the lock on the hot path
+
+	grace      time.Duration
+	outage     atomic.Bool  // decided here since the store last answered
+	graceUntil atomic.Int64 // Unix ns: Check applies until then
 }
 
 type limiterKey struct {
@@ -117,7 +135,11 @@ func New(o Options) *Limits {
 	if o.Servers == nil {
 		o.Servers = func() int { return 1 }
 	}
+	if o.Grace <= 0 {
+		o.Grace = DefaultGrace
+	}
 	return &Limits{
+		grace:     o.Grace,
 		memOpts:   opts,
 		memoBytes: o.MemoBytes,
 		servers:   o.Servers,
@@ -245,11 +267,38 @@ func (l *Limits) Spent(key string, n int64) {
 	l.owed.Store(int64(len(l.debts)))
 }
 
+// Recovered tells l that the store answered: after an outage (a Decide
+// since the last answer), the grace period starts.
+func (l *Limits) Recovered() {
+	if l.outage.Load() && l.outage.Swap(false) {
+		l.graceUntil.Store(l.now().Add(l.grace).UnixNano())
+	}
+}
+
+// InGrace reports whether the grace period after an outage runs.
+func (l *Limits) InGrace() bool {
+	until := l.graceUntil.Load()
+	return until != 0 && l.now().UnixNano() < until
+}
+
 // Decide decides reqs in one step on this server's share of each limit:
 // rules[i] is the rule of reqs[i] (its Limiter's, as the store decides it)
 // and windows[i] its limit's unit. results get the decisions; an admitted
 // request's cost becomes its key's debt.
 func (l *Limits) Decide(ctx context.Context, reqs []ratelimit.Request, rules []ratelimit.Rule, windows []time.Duration, results []ratelimit.Result) (bool, error) {
+	l.outage.Store(true)
+	return l.decide(ctx, reqs, rules, windows, results, true)
+}
+
+// Check decides reqs, which the store has admitted, on this server's share
+// as Decide does, in the grace period after an outage: it spends the share
+// but owes nothing (the store counted them), and a key is not seeded again
+// from the store's answers (its state here is what the outage left).
+func (l *Limits) Check(ctx context.Context, reqs []ratelimit.Request, rules []ratelimit.Rule, windows []time.Duration, results []ratelimit.Result) (bool, error) {
+	return l.decide(ctx, reqs, rules, windows, results, false)
+}
+
+func (l *Limits) decide(ctx context.Context, reqs []ratelimit.Request, rules []ratelimit.Rule, windows []time.Duration, results []ratelimit.Result, owe bool) (bool, error) {
 	now := l.now()
 	shares := max(l.servers(), 1)
 	local := make([]ratelimit.Request, len(reqs))
@@ -273,14 +322,16 @@ func (l *Limits) Decide(ctx context.Context, reqs []ratelimit.Request, rules []r
 			return false, err
 		}
 		local[i] = ratelimit.Request{Limiter: lim, Key: q.Key, N: q.N}
-		if err := l.seed(ctx, lim, q.Key, shares, now); err != nil {
-			l.mu.Unlock()
-			return false, err
+		if _, known := l.seeded[q.Key]; owe || !known {
+			if err := l.seed(ctx, lim, q.Key, shares, now); err != nil {
+				l.mu.Unlock()
+				return false, err
+			}
 		}
 	}
 	l.mu.Unlock()
 	ok, err := ratelimit.AllowAll(ctx, local, results)
-	if err != nil || !ok {
+	if err != nil || !ok || !owe {
 		return ok, err
 	}
 	l.mu.Lock()

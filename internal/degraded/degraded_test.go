@@ -178,3 +178,40 @@ func TestShare(t *testing.T) {
 		mem.Close()
 	}
 }
+
+// TestGrace: after an outage, what the store admits must also pass this
+// server's share as the outage left it, until the grace period ends.
+func TestGrace(t *testing.T) {
+	f := newFixture(t, 1)
+	count(t, f.storeAllow, "k", 60)
+	if got := count(t, f.localAllow, "k", 50); got != 40 {
+		t.Fatalf("outage: %d admitted in process, want 40", got)
+	}
+	if f.l.InGrace() {
+		t.Fatal("in grace before the store answered")
+	}
+	f.l.Recovered()
+	if !f.l.InGrace() {
+		t.Fatal("not in grace after the store answered after an outage")
+	}
+	res := make([]ratelimit.Result, 1)
+	ok, err := f.l.Check(context.Background(), []ratelimit.Request{{Limiter: f.store, Key: "k", N: 1}},
+		[]ratelimit.Rule{f.rule}, []time.Duration{time.Minute}, res)
+	if err != nil || ok {
+		t.Fatalf("grace: a request past the share passed (%v, %v)", ok, err)
+	}
+	// Another key, never decided here: its share afresh.
+	ok, err = f.l.Check(context.Background(), []ratelimit.Request{{Limiter: f.store, Key: "other", N: 1}},
+		[]ratelimit.Rule{f.rule}, []time.Duration{time.Minute}, res)
+	if err != nil || !ok {
+		t.Fatalf("grace: a fresh key refused (%v, %v)", ok, err)
+	}
+	f.clk.Advance(DefaultGrace)
+	if f.l.InGrace() {
+		t.Fatal("still in grace after it ended")
+	}
+	f.l.Recovered()
+	if f.l.InGrace() {
+		t.Fatal("a store answer without an outage started a grace period")
+	}
+}
