@@ -18,6 +18,19 @@
 // failures of one key are never lost and the MaxFailures-th bans, not a
 // later one.
 //
+// # Keys
+//
+// A key is any non-empty string, of any length: the empty key is refused
+// with backend.ErrEmptyKey, and every other key is counted and banned. A key
+// of at most backend.MaxKeyLen bytes names its state as it is. A longer one
+// (a long username an attacker sends, say) is counted under its digest: its
+// first 256 bytes, "#sha256:" and the hex SHA-256 of the whole key, 328
+// bytes in all, as package ratelimit does. So the same long key always
+// shares one state, whichever of Check, Fail, Succeed and Reset is called
+// with it, and two long keys that differ anywhere, also past their first
+// MaxKeyLen bytes, are counted apart. A client cannot escape the lockout by
+// sending a long key.
+//
 // # Choosing keys
 //
 // A key such as "account|ip" bans one source from one account: an attacker
@@ -37,6 +50,7 @@ import (
 	"time"
 
 	"github.com/floodgate-dev/floodgate/backend"
+	"github.com/floodgate-dev/floodgate/internal/longkey"
 	"github.com/floodgate-dev/floodgate/internal/memstore"
 	"github.com/floodgate-dev/floodgate/internal/redisstore"
 	"github.com/floodgate-dev/floodgate/internal/unwrap"
@@ -161,9 +175,11 @@ func (g *Guard) Policy() Policy { return g.p }
 // verifying a password, and refuse the attempt when Banned, so that a banned
 // client learns nothing about the password.
 //
-// Errors: backend.ErrEmptyKey and backend.ErrKeyTooLong for a bad key; the
-// context's error; store errors (wrapped; on Redis bounded by ctx). Decide
-// whether an error lets the login proceed (fail open) or not (fail closed).
+// A key of any length is counted: see Keys in the package doc.
+//
+// Errors: backend.ErrEmptyKey for the empty key; the context's error; store
+// errors (wrapped; on Redis bounded by ctx). Decide whether an error lets the
+// login proceed (fail open) or not (fail closed).
 func (g *Guard) Check(ctx context.Context, key string) (Status, error) {
 	return g.call(ctx, key, checkScript, g.memCheck)
 }
@@ -192,7 +208,8 @@ func (g *Guard) Reset(ctx context.Context, key string) error {
 }
 
 func (g *Guard) call(ctx context.Context, key string, s *redisstore.Script, mem func(string) Status) (Status, error) {
-	if err := backend.CheckKey(key); err != nil {
+	key, err := storeKey(key)
+	if err != nil {
 		return Status{}, err
 	}
 	if err := ctx.Err(); err != nil {
@@ -214,7 +231,8 @@ func (g *Guard) call(ctx context.Context, key string, s *redisstore.Script, mem 
 }
 
 func (g *Guard) clear(ctx context.Context, key string, lift bool) error {
-	if err := backend.CheckKey(key); err != nil {
+	key, err := storeKey(key)
+	if err != nil {
 		return err
 	}
 	if err := ctx.Err(); err != nil {
@@ -228,8 +246,19 @@ func (g *Guard) clear(ctx context.Context, key string, lift bool) error {
 	if lift {
 		arg = "1"
 	}
-	_, err := g.redis.Run(ctx, clearScript, g.keys(key), []string{arg})
+	_, err = g.redis.Run(ctx, clearScript, g.keys(key), []string{arg})
 	return err
+}
+
+// storeKey returns the key that key's state is kept under: key itself, or
+// its digest when it is longer than backend.MaxKeyLen (package longkey), so
+// that a long key is counted and banned like any other (see Keys in the
+// package doc). The empty key is refused with backend.ErrEmptyKey.
+func storeKey(key string) (string, error) {
+	if key == "" {
+		return "", backend.ErrEmptyKey
+	}
+	return longkey.Key(key), nil
 }
 
 // keys returns KEYS of the scripts: the ban and the failure log, with the
