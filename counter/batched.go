@@ -8,7 +8,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/floodgate-dev/floodgate/backend"
 	"github.com/floodgate-dev/floodgate/internal/callid"
 )
 
@@ -137,11 +136,14 @@ func NewBatched(c *Counter, flushEvery time.Duration, opts ...BatchOption) (*Bat
 }
 
 // Add adds delta to the local sum of key; it never blocks on the network.
-// Errors: a bad key (as Counter.Add), ErrOverflow when the pending sum of
-// key would leave ±MaxValue (nothing is added), and ErrClosed after Close. An
-// Add that returns nil is flushed by the next flush or by Close.
+// A key of any length is summed and flushed into the counter Counter.Add
+// counts it in (see Keys in the package doc). Errors: backend.ErrEmptyKey
+// for the empty key, ErrOverflow when the pending sum of key would leave
+// ±MaxValue (nothing is added), and ErrClosed after Close. An Add that
+// returns nil is flushed by the next flush or by Close.
 func (b *Batched) Add(key string, delta int64) error {
-	if err := backend.CheckKey(key); err != nil {
+	key, err := storeKey(key) // a long key is pending, and flushed, as its digest
+	if err != nil {
 		return err
 	}
 	if delta > MaxValue || delta < -MaxValue {
@@ -157,7 +159,7 @@ func (b *Batched) Add(key string, delta int64) error {
 		b.mu.RUnlock()
 		return b.addNew(key, delta)
 	}
-	err := addSum(p, delta)
+	err = addSum(p, delta)
 	b.mu.RUnlock()
 	return err
 }

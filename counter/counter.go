@@ -25,6 +25,18 @@
 // window's number, so a value never outlives its TTL or leaks into the next
 // window whatever Redis does with key TTLs; those only collect garbage.
 //
+// # Keys
+//
+// A key is any non-empty string, of any length: the empty key is refused
+// with backend.ErrEmptyKey, and every other key is counted. A key of at most
+// backend.MaxKeyLen bytes names its counter as it is. A longer one (a URL or
+// a token taken from a request, say) is counted under its digest: its first
+// 256 bytes, "#sha256:" and the hex SHA-256 of the whole key, 328 bytes in
+// all, as package ratelimit does. So the same long key always has one
+// counter, whichever of Add, Get, Inspect, Reset and Batched.Add reaches it,
+// and two long keys that differ anywhere, also past their first MaxKeyLen
+// bytes, are counted apart.
+//
 // For very hot keys, Batched adds locally and flushes the sums periodically.
 package counter
 
@@ -38,6 +50,7 @@ import (
 
 	"github.com/floodgate-dev/floodgate/backend"
 	"github.com/floodgate-dev/floodgate/internal/callid"
+	"github.com/floodgate-dev/floodgate/internal/longkey"
 	"github.com/floodgate-dev/floodgate/internal/memstore"
 	"github.com/floodgate-dev/floodgate/internal/redisstore"
 	"github.com/floodgate-dev/floodgate/internal/unwrap"
@@ -287,11 +300,13 @@ func (c *Counter) Name() string { return c.name }
 // window starts that window's counter. Add with delta 0 only reads: it
 // creates nothing and does not refresh a TTL.
 //
-// Errors: backend.ErrEmptyKey and backend.ErrKeyTooLong for a bad key;
-// ErrOverflow, with nothing changed, when the value or delta would leave
-// ±MaxValue; the context's error; store errors (wrapped; on Redis bounded by
-// ctx). When Add returns a store error the increment may or may not have
-// been applied (the reply can be lost after Redis ran the script).
+// A key of any length is counted: see Keys in the package doc.
+//
+// Errors: backend.ErrEmptyKey for the empty key; ErrOverflow, with nothing
+// changed, when the value or delta would leave ±MaxValue; the context's
+// error; store errors (wrapped; on Redis bounded by ctx). When Add returns a
+// store error the increment may or may not have been applied (the reply can
+// be lost after Redis ran the script).
 func (c *Counter) Add(ctx context.Context, key string, delta int64) (int64, error) {
 	in, err := c.do(ctx, key, delta, "")
 	return in.Value, err
@@ -313,9 +328,10 @@ func (c *Counter) Inspect(ctx context.Context, key string) (Info, error) {
 
 // Reset deletes the counter of key (with Window: the current window's), so
 // that it reads 0 and the next Add starts afresh with a new expiry. Errors:
-// a bad key, the context's error, store errors.
+// backend.ErrEmptyKey for the empty key, the context's error, store errors.
 func (c *Counter) Reset(ctx context.Context, key string) error {
-	if err := backend.CheckKey(key); err != nil {
+	key, err := storeKey(key)
+	if err != nil {
 		return err
 	}
 	if err := ctx.Err(); err != nil {
@@ -332,8 +348,20 @@ func (c *Counter) Reset(ctx context.Context, key string) error {
 	if c.mode == modeWindow {
 		args = append(args, c.args[1], c.args[2])
 	}
-	_, err := c.redis.Run(ctx, resetScript, []string{c.redis.Key(key, c.suffix)}, args)
+	_, err = c.redis.Run(ctx, resetScript, []string{c.redis.Key(key, c.suffix)}, args)
 	return err
+}
+
+// storeKey returns the key that key's counter is kept under: key itself, or
+// its digest when it is longer than backend.MaxKeyLen (package longkey), so
+// that a long key is counted like any other (see Keys in the package doc).
+// The empty key is refused with backend.ErrEmptyKey. A digest is its own
+// store key, so storeKey may be applied twice (Batched does).
+func storeKey(key string) (string, error) {
+	if key == "" {
+		return "", backend.ErrEmptyKey
+	}
+	return longkey.Key(key), nil
 }
 
 // do runs one Add (delta 0: a read). id is the call's replay ID on Redis:
@@ -341,7 +369,8 @@ func (c *Counter) Reset(ctx context.Context, key string) error {
 // know passes the ID of the first send, so that it counts once (within the
 // replay window).
 func (c *Counter) do(ctx context.Context, key string, delta int64, id string) (Info, error) {
-	if err := backend.CheckKey(key); err != nil {
+	key, err := storeKey(key)
+	if err != nil {
 		return Info{}, err
 	}
 	if delta > MaxValue || delta < -MaxValue {

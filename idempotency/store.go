@@ -30,6 +30,19 @@
 // woken through pub/sub. Records carry their own deadlines, so correctness
 // does not depend on when Redis expires keys.
 //
+// # Keys
+//
+// A key is any non-empty string, of any length: the empty key is refused
+// with an error wrapping backend.ErrEmptyKey, and every other key is
+// deduplicated. A key of at most backend.MaxKeyLen bytes names its record as
+// it is. A longer one (a request's body or URL used as the key, say) is kept
+// under its digest: its first 256 bytes, "#sha256:" and the hex SHA-256 of
+// the whole key, 328 bytes in all, as package ratelimit does. So the same
+// long key always runs fn once and replays its result, and two long keys
+// that differ anywhere, also past their first MaxKeyLen bytes, are apart.
+// (Middleware takes keys of at most MaxHeaderKeyLen bytes from the header,
+// and answers 400 to a longer one.)
+//
 // # Lost replies and resends
 //
 // A script whose reply is lost (a connection cut, a read timeout while Redis
@@ -67,6 +80,7 @@ import (
 	"time"
 
 	"github.com/floodgate-dev/floodgate/backend"
+	"github.com/floodgate-dev/floodgate/internal/longkey"
 	"github.com/floodgate-dev/floodgate/internal/unwrap"
 )
 
@@ -300,14 +314,16 @@ type errString struct {
 func (e errString) Error() string { return e.msg }
 func (e errString) Unwrap() error { return e.err }
 
-func checkKey(key string) error {
-	switch {
-	case key == "":
-		return errString{"idempotency: key is empty", backend.ErrEmptyKey}
-	case len(key) > backend.MaxKeyLen:
-		return errString{fmt.Sprintf("idempotency: key must be at most %d bytes, got %d", backend.MaxKeyLen, len(key)), backend.ErrKeyTooLong}
+// storeKey returns the key that key's record is kept under: key itself, or
+// its digest when it is longer than backend.MaxKeyLen (package longkey), so
+// that a long key is deduplicated like any other (see Keys in the package
+// doc). The empty key is refused with an error wrapping
+// backend.ErrEmptyKey.
+func storeKey(key string) (string, error) {
+	if key == "" {
+		return "", errString{"idempotency: key is empty", backend.ErrEmptyKey}
 	}
-	return nil
+	return longkey.Key(key), nil
 }
 
 // Do runs fn once per key and returns its result; a call with a key whose
@@ -332,8 +348,10 @@ func checkKey(key string) error {
 // store's, and the key becomes retryable when the lease ends; ErrLeaseLost
 // when the lease had already ended.
 //
-// Do returns an error naming the problem for an empty key, a key longer than
-// backend.MaxKeyLen bytes and a nil fn, ErrMismatch when Middleware uses the
+// A key of any length is deduplicated: see Keys in the package doc.
+//
+// Do returns an error naming the problem for an empty key (wrapping
+// backend.ErrEmptyKey) and a nil fn, ErrMismatch when Middleware uses the
 // key, and store errors wrapped. The replayed slice is the caller's own copy.
 func (s *Store) Do(ctx context.Context, key string, fn func(context.Context) ([]byte, error)) (res []byte, replayed bool, err error) {
 	return s.do(ctx, key, "", s.cfg.wait, s.cfg.storeErr, fn)
@@ -343,7 +361,8 @@ func (s *Store) Do(ctx context.Context, key string, fn func(context.Context) ([]
 // the key), a wait, and a choice of errors to store (nil: none).
 func (s *Store) do(ctx context.Context, key, fp string, wait time.Duration, keep func(error) bool,
 	fn func(context.Context) ([]byte, error)) ([]byte, bool, error) {
-	if err := checkKey(key); err != nil {
+	key, err := storeKey(key)
+	if err != nil {
 		return nil, false, err
 	}
 	if fn == nil {
