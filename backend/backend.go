@@ -31,13 +31,16 @@ type Backend interface {
 }
 
 // MaxKeyLen is the longest user key, in bytes, that names its state as it
-// is. counter, lockout and idempotency refuse a longer key with
-// ErrKeyTooLong; ratelimit's limiters take it and count it under a
-// fixed-length digest of the whole key (see Keys in package ratelimit), so
-// that a long key is limited like any other.
+// is. ratelimit, counter, lockout and idempotency take a longer key and keep
+// its state under a fixed-length digest of the whole key (see Keys in
+// package ratelimit), so that a long key is limited, counted, locked out and
+// deduplicated like any other. delayqueue's job IDs (MaxIDLen) and bloom's
+// filter names are refused past it.
 const MaxKeyLen = 1024
 
-// ErrEmptyKey and ErrKeyTooLong are returned for invalid user keys.
+// ErrEmptyKey is returned for the empty user key, which every primitive
+// refuses. ErrKeyTooLong is returned by CheckKey for a key longer than
+// MaxKeyLen; the primitives take such keys (see MaxKeyLen).
 var (
 	ErrEmptyKey   = errors.New("floodgate: key is empty")
 	ErrKeyTooLong = fmt.Errorf("floodgate: key is longer than %d bytes", MaxKeyLen)

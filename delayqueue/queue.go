@@ -131,7 +131,11 @@ import (
 const (
 	// MaxNameLen is the longest queue name, in bytes.
 	MaxNameLen = 512
-	// MaxIDLen is the longest job ID, in bytes.
+	// MaxIDLen is the longest job ID, in bytes. A longer ID is refused with
+	// an error, not kept under a digest as the keys of ratelimit, counter,
+	// lockout and idempotency are: a job's ID comes back as it was given
+	// (Enqueue's result, Job.ID, DeadJob.ID) and names the job for Cancel
+	// and Requeue, so a digest would hand the caller an ID it never chose.
 	MaxIDLen = backend.MaxKeyLen
 	// MaxDelay is the longest Delay, and At may be at most MaxDelay from
 	// now: a hundred years keeps due times below 2^53 µs (year 2255), the

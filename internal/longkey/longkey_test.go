@@ -46,8 +46,9 @@ func TestBoundary(t *testing.T) {
 		}
 	}
 	// The format names state in deployed stores, and the package docs of
-	// ratelimit and httplimit describe it: it must not change. (The SHA-256
-	// of 1,025 a's, as Python's hashlib computes it.)
+	// ratelimit, httplimit, counter, lockout and idempotency describe it: it
+	// must not change. (The SHA-256 of 1,025 a's, as Python's hashlib
+	// computes it.)
 	const want = "#sha256:4a82297889eb505cf6b5cbdf69977afab4632d6557539782f657bd7dc78091a5"
 	if got := longkey.Key(strings.Repeat("a", maxLen+1)); got != strings.Repeat("a", 256)+want || len(got) != 328 {
 		t.Errorf("digest of 1025 a's: %q", got[longkey.PrefixLen:])
