@@ -31,13 +31,13 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/floodgate-dev/floodgate/backend"
+	"github.com/floodgate-dev/floodgate/internal/degraded"
 	"github.com/floodgate-dev/floodgate/ratelimit"
 	"github.com/floodgate-dev/floodgate/server/config"
 	"github.com/floodgate-dev/floodgate/server/envoy"
 	"github.com/floodgate-dev/floodgate/server/internal/api"
 	"github.com/floodgate-dev/floodgate/server/internal/connlimit"
 	"github.com/floodgate-dev/floodgate/server/internal/dashboard"
-	"github.com/floodgate-dev/floodgate/internal/degraded"
 	"github.com/floodgate-dev/floodgate/server/internal/rlswire"
 	"github.com/floodgate-dev/floodgate/server/xds"
 )

@@ -17,6 +17,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/floodgate-dev/floodgate/backend"
+	"github.com/floodgate-dev/floodgate/internal/degraded"
 	"github.com/floodgate-dev/floodgate/ratelimit"
 	"github.com/floodgate-dev/floodgate/server/config"
 	"github.com/floodgate-dev/floodgate/server/decision"
@@ -24,7 +25,6 @@ import (
 	"github.com/floodgate-dev/floodgate/server/envoystats"
 	"github.com/floodgate-dev/floodgate/server/internal/breaker"
 	"github.com/floodgate-dev/floodgate/server/internal/dashboard"
-	"github.com/floodgate-dev/floodgate/internal/degraded"
 	"github.com/floodgate-dev/floodgate/server/internal/faillog"
 	"github.com/floodgate-dev/floodgate/server/internal/localcache"
 	"github.com/floodgate-dev/floodgate/server/internal/tracing"
