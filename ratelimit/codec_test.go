@@ -160,11 +160,15 @@ func drainValue(t *testing.T, v string, now int64) (at, l int64) {
 
 // TestDrainFormsDecodeAlike: a drain state stored in any of codec.lua's three
 // forms (long integer, short integer, text) reads as the same state. Before
-// every call the test rewrites each drain value of the Redis key in the form
-// given (where the state has it), and the calls, on a clock that moves on,
-// steps back by up to an hour and moves on again, decide as the memory
-// backend's. The Limiters cover one rule (the fast path), several in one
-// string and a hash (limits.lua).
+// every call the test rewrites each drain value of a Redis key in the form
+// given (where the state has it), and each value of a twin key, which the
+// same calls reach on a clock of its own, in text; the calls, on a clock
+// that moves on, steps back by up to an hour and moves on again, decide on
+// both keys alike, and until the clock steps back as the memory backend's.
+// From then on the memory backend decides as of the latest time it has seen
+// (its time never runs backwards for a key, TestEarlierClockReading), while
+// Redis takes an injected clock's reading as it is. The Limiters cover one
+// rule (the fast path), several in one string and a hash (limits.lua).
 func TestDrainFormsDecodeAlike(t *testing.T) {
 	ctx := context.Background()
 	srv := testenv.SharedRedis(t)
@@ -201,24 +205,51 @@ func TestDrainFormsDecodeAlike(t *testing.T) {
 		for _, form := range lt.forms {
 			t.Run(lt.name+"/"+form, func(t *testing.T) {
 				start := t0.Add(345_678 * time.Microsecond)
-				mclk, rclk := clock.NewFake(start), clock.NewFake(start)
-				rb := newRedisOn(t, c, rclk)
+				mclk, rclk, tclk := clock.NewFake(start), clock.NewFake(start), clock.NewFake(start)
+				rb, tb := newRedisOn(t, c, rclk), newRedisOn(t, c, tclk)
 				rl, err := ratelimit.New(rb, lt.rules...)
 				if err != nil {
 					t.Fatal(err)
 				}
-				// Redis would expire the key on its own clock, after the
+				tl, err := ratelimit.New(tb, lt.rules...)
+				if err != nil {
+					t.Fatal(err)
+				}
+				// Redis would expire a key on its own clock, after the
 				// state's life on the fake clocks but as little as a few ms
 				// of real time later (a busy machine lost it between two
 				// calls): kept, it outlives its state, which reads as none.
-				// The first call's key may expire before it is kept (the
-				// bench GCRA's lives 400ms): then the call is made again, on
-				// a fresh memory backend too.
+				// The first call's keys may expire before they are kept (the
+				// bench GCRA's lives 400ms): then both are deleted and the
+				// call is made again, on a fresh memory backend too.
 				var (
-					ml  *ratelimit.Limiter
-					key string
+					ml        *ratelimit.Limiter
+					key, tkey string
 				)
-				for attempt := 1; key == ""; attempt++ {
+				keep := func(b *backend.Redis) string {
+					keys, err := c.Keys(ctx, unwrap.Redis(b).Prefix()+":*").Result()
+					if err != nil || len(keys) > 1 {
+						t.Fatalf("keys %v, %v: want one key", keys, err)
+					}
+					if len(keys) == 1 {
+						c.Persist(ctx, keys[0]) // then it stays, if it was there
+						if c.Exists(ctx, keys[0]).Val() == 1 {
+							return keys[0]
+						}
+					}
+					return ""
+				}
+				for attempt := 1; key == "" || tkey == ""; attempt++ {
+					if attempt > 1 {
+						if attempt == 6 {
+							t.Fatalf("the first call's keys expired before they could be kept, %d times", attempt-1)
+						}
+						for _, k := range []string{key, tkey} {
+							if k != "" {
+								c.Del(ctx, k)
+							}
+						}
+					}
 					mem := backend.NewMemory(backend.WithClock(mclk))
 					t.Cleanup(func() { mem.Close() })
 					if ml, err = ratelimit.New(mem, lt.rules...); err != nil {
@@ -228,74 +259,67 @@ func TestDrainFormsDecodeAlike(t *testing.T) {
 					if got := allowN(t, rl, "k", lt.n); got != want || !got.Allowed {
 						t.Fatalf("first call: redis %+v, memory %+v", got, want)
 					}
-					keys, err := c.Keys(ctx, unwrap.Redis(rb).Prefix()+":*").Result()
-					if err != nil || len(keys) > 1 {
-						t.Fatalf("keys %v, %v: want one key", keys, err)
+					if got := allowN(t, tl, "k", lt.n); got != want {
+						t.Fatalf("first call: redis (twin) %+v, memory %+v", got, want)
 					}
-					if len(keys) == 1 {
-						c.Persist(ctx, keys[0]) // then it stays, if it was there
-						if c.Exists(ctx, keys[0]).Val() == 1 {
-							key = keys[0]
-						}
-					}
-					if key == "" && attempt == 5 {
-						t.Fatalf("the first call's key expired before it could be kept, %d times", attempt)
-					}
+					key, tkey = keep(rb), keep(tb)
 				}
 				persist := func() {
-					if err := c.Persist(ctx, key).Err(); err != nil {
-						t.Fatal(err)
+					for _, k := range []string{key, tkey} {
+						if err := c.Persist(ctx, k).Err(); err != nil {
+							t.Fatal(err)
+						}
 					}
 				}
 				persist()
-				// recode returns the state of v in form, or v when the state
-				// has no such form (only a state whose time is a whole second
-				// has the integer forms).
-				recode := func(v string) (string, bool) {
+				// recode returns the state of v in form f, or v when the
+				// state has no such form (only a state whose time is a whole
+				// second has the integer forms).
+				recode := func(v, f string) (string, bool) {
 					at, l := drainValue(t, v, rclk.Now().UnixMicro())
 					sec := at / 1e6
 					switch {
-					case form == "text":
+					case f == "text":
 						return fmt.Sprintf("%d:%d", at, l), true
 					case at != sec*1e6:
-					case form == "long" && l < 1e10:
+					case f == "long" && l < 1e10:
 						return fmt.Sprintf("%d%010d", sec-1577836800, l), true
-					case form == "short" && l < 1e14:
+					case f == "short" && l < 1e14:
 						return fmt.Sprintf("-%d%014d", (sec-1)%90000+1, l), true
 					}
 					return v, false
 				}
-				// rewrite recodes every drain value of the key; strict: each
-				// must have the form.
-				rewrite := func(strict bool, step int) {
+				// rewrite recodes every drain value of key in form f; strict:
+				// each must have the form.
+				rewrite := func(key, f string, strict bool, step int) {
 					switch typ := c.Type(ctx, key).Val(); typ {
 					case "string":
 						vals := strings.Split(c.Get(ctx, key).Val(), " ")
 						for i, v := range vals {
-							w, ok := recode(v)
+							w, ok := recode(v, f)
 							if strict && !ok {
-								t.Fatalf("%q has no %s form", v, form)
+								t.Fatalf("%q has no %s form", v, f)
 							}
 							vals[i] = w
 						}
 						if err := c.Set(ctx, key, strings.Join(vals, " "), redis.KeepTTL).Err(); err != nil {
 							t.Fatal(err)
 						}
-						if strict && form != "text" && len(vals) == 1 {
+						if strict && f != "text" && len(vals) == 1 {
 							if enc := c.ObjectEncoding(ctx, key).Val(); enc != "int" {
-								t.Errorf("%s form %q: OBJECT ENCODING %q", form, vals[0], enc)
+								t.Errorf("%s form %q: OBJECT ENCODING %q", f, vals[0], enc)
 							}
 						}
 					case "hash":
-						for f, v := range c.HGetAll(ctx, key).Val() {
-							if len(f) != 1 { // a SlidingWindow's field
+						for fd, v := range c.HGetAll(ctx, key).Val() {
+							if len(fd) != 1 { // a SlidingWindow's field
 								continue
 							}
-							w, ok := recode(v)
+							w, ok := recode(v, f)
 							if strict && !ok {
-								t.Fatalf("%q has no %s form", v, form)
+								t.Fatalf("%q has no %s form", v, f)
 							}
-							if err := c.HSet(ctx, key, f, w).Err(); err != nil {
+							if err := c.HSet(ctx, key, fd, w).Err(); err != nil {
 								t.Fatal(err)
 							}
 						}
@@ -303,8 +327,9 @@ func TestDrainFormsDecodeAlike(t *testing.T) {
 						// Gone before persist() could keep it: a state with
 						// a life of 1ms of real time (a bucket 1µs from full
 						// at step 6) under load. It had nothing left to
-						// recode; memory's state has run out by the next
-						// step too, or the step's comparison says so.
+						// recode; the twin's and memory's states have run
+						// out by the next step too, or the step's comparison
+						// says so.
 						if strict {
 							t.Fatalf("before step %d: the key is gone", step)
 						}
@@ -312,16 +337,26 @@ func TestDrainFormsDecodeAlike(t *testing.T) {
 						t.Fatalf("before step %d: key type %q", step, typ)
 					}
 				}
-				rewrite(true, 0)
+				rewrite(key, form, true, 0)
+				rewrite(tkey, "text", true, 0)
+				back := false // the clock has stepped back
 				for i, step := range steps {
 					if i > 0 {
-						rewrite(false, i)
+						rewrite(key, form, false, i)
+						rewrite(tkey, "text", false, i)
 					}
+					back = back || step.wait < 0
 					mclk.Advance(step.wait)
 					rclk.Advance(step.wait)
-					want := allowN(t, ml, "k", step.n)
-					if got := allowN(t, rl, "k", step.n); got != want {
-						t.Fatalf("step %d (%v, n %d): redis %+v, memory %+v", i, step.wait, step.n, got, want)
+					tclk.Advance(step.wait)
+					got := allowN(t, rl, "k", step.n)
+					if twin := allowN(t, tl, "k", step.n); got != twin {
+						t.Fatalf("step %d (%v, n %d): redis %+v, in text %+v", i, step.wait, step.n, got, twin)
+					}
+					if !back {
+						if want := allowN(t, ml, "k", step.n); got != want {
+							t.Fatalf("step %d (%v, n %d): redis %+v, memory %+v", i, step.wait, step.n, got, want)
+						}
 					}
 					persist()
 				}

@@ -190,7 +190,7 @@ func (c *ConcurrencyLimiter) acquireMemory(key, id string) verdict {
 	sh := c.mem.Shard(key)
 	sh.Lock()
 	defer sh.Unlock()
-	now := c.mem.NowMicros()
+	now := sh.Now()
 	e := sh.Get(key)
 	if e == nil {
 		e = &memstore.Entry{Value: &leaseSet{}}

@@ -102,6 +102,7 @@ func (l *Limiter) grantMemory(key string, least, most, hold int64, vs []verdict,
 	sh := l.mem.Shard(key)
 	sh.Lock()
 	defer sh.Unlock()
+	now = sh.Time(now) // as allowMemory
 	e := sh.Get(key)
 	for i := range l.specs {
 		if s := &l.specs[i]; s.kind == kindDrain {
@@ -187,6 +188,7 @@ func (l *Limiter) refund(ctx context.Context, key string, g *grant, u int64) err
 	sh := l.mem.Shard(key)
 	sh.Lock()
 	defer sh.Unlock()
+	now = sh.Time(now)
 	e := sh.Get(key)
 	if e == nil {
 		return nil

@@ -421,12 +421,14 @@ func (l *Limiter) allowMemory(key string, n int64, vs []verdict) {
 	} else {
 		pending = make([]int64, len(l.specs))
 	}
-	// Reading the clock outside the lock keeps the critical section short; a
-	// call that read an earlier time but locks later sees a fuller bucket,
-	// which errs on the safe side.
+	// Reading the clock outside the lock keeps the critical section short;
+	// the shard makes the reading its time (Shard.Time), never earlier than
+	// a decision that locked it first, so a call that read its time before
+	// another's commit does not see that commit's bucket undrained.
 	now := l.mem.NowMicros()
 	sh := l.mem.Shard(key)
 	sh.Lock()
+	now = sh.Time(now)
 	e := sh.Get(key)
 	var lg *logState
 	if l.logTag != 0 {
@@ -598,7 +600,7 @@ func (l *Limiter) Reset(ctx context.Context, key string) error {
 		if e == nil {
 			return nil
 		}
-		now := l.mem.NowMicros()
+		now := sh.Now()
 		for i := range l.specs {
 			s := &l.specs[i]
 			switch s.kind {

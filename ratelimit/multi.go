@@ -217,7 +217,8 @@ func allowAllMemory(t *memstore.Table, reqs []Request, results []Result) bool {
 
 	// Lock every shard once, in address order: concurrent calls take their
 	// shards in one order, so they cannot deadlock. As in allowMemory the
-	// clock is read before locking.
+	// clock is read before locking, and the decision's time is never earlier
+	// than any of the shards' (memstore.TimeOf).
 	slices.SortFunc(shards, func(a, b *memstore.Shard) int {
 		return cmp.Compare(uintptr(unsafe.Pointer(a)), uintptr(unsafe.Pointer(b)))
 	})
@@ -226,6 +227,7 @@ func allowAllMemory(t *memstore.Table, reqs []Request, results []Result) bool {
 	for _, sh := range shards {
 		sh.Lock()
 	}
+	now = memstore.TimeOf(now, shards)
 
 	ok := true
 	for i, q := range reqs {

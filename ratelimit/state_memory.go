@@ -84,9 +84,11 @@ func memStateOf(e *memstore.Entry) *memState {
 // units per µs. Neither capacity nor rate is stored, so both may change.
 // drainCommit stores the state as lua/codec.lua's drain_encode does, moved
 // back to the whole second when one of its integer forms applies, so that
-// both backends compute the same level even for a call whose clock reads
-// earlier than the last commit's. (On Redis a fake clock writes the short
-// form's state as text; the state is the same.)
+// both backends keep the same state. (On Redis a fake clock writes the short
+// form's state as text; the state is the same.) A time between that second
+// and the commit's would read the level fuller than the commit left it: on
+// Memory no decision reads one, since a key's time never runs backwards
+// (memstore.Shard.Time).
 
 // Bounds of codec.lua's integer forms of a drain state.
 const (
@@ -103,7 +105,8 @@ const (
 )
 
 // drainLevel is the level at now, at most full. A state from the future
-// (another call read the clock later but locked first) has not drained yet.
+// has not drained yet: on Redis given an injected clock set back; on Memory
+// a key's time never runs backwards (memstore.Shard.Time).
 func drainLevel(s *spec, t, level, now int64) int64 {
 	if d := now - t; d > 0 {
 		if d >= ceilDiv(level, s.rate) {
@@ -166,9 +169,10 @@ func (s *spec) drainCommit(e *memstore.Entry, now, nl, life int64) int64 {
 // --- FixedWindow; see lua/limits.lua. State: a = window id, b = count.
 
 // fixedWindow returns the current window id and its count. A state from a
-// later window (a call that read the clock just before another's commit, or
-// a clock stepped back) keeps counting in that window: the memory backend has
-// one counter per key, and forgetting the newer count would over-admit.
+// later window (on Redis, an injected clock stepped back; on Memory a key's
+// time never runs backwards) keeps counting in that window: the memory
+// backend has one counter per key, and forgetting the newer count would
+// over-admit.
 func (s *spec) fixedWindow(e *memstore.Entry, now int64) (wid, count int64) {
 	wid = now / s.window
 	if a, b := cellOf(e, s.tag); a != nil && *a >= wid {

@@ -9,7 +9,10 @@
 //
 // Times are integer microseconds since the Unix epoch (time.Time.UnixMicro),
 // the unit of every script and state record: exact in Lua's doubles (below
-// 2^53) for the years 1970 to 2255.
+// 2^53) for the years 1970 to 2255. A decision takes its time from the shard
+// whose lock it holds (Shard.Now, Shard.Time, TimeOf), which never runs
+// backwards: not for a call that read the clock before another took the lock
+// and committed, nor when an injected clock is set back.
 package memstore
 
 import (
@@ -79,7 +82,8 @@ func (m *Store) Clock() clock.Clock { return m.clk }
 
 // NowMicros returns the current time of this Store in microseconds: the
 // injected clock's, or else the wall clock's at process start plus the
-// monotonic time since (see monoMicros).
+// monotonic time since (see monoMicros). A decision on a key does not use it
+// as it is, but as Shard.Time makes it under the key's shard lock.
 func (m *Store) NowMicros() int64 { return m.now() }
 
 func (m *Store) now() int64 {
@@ -344,6 +348,8 @@ func valueBytes(v any) int64 {
 // Get/Put/Delete, and Unlock. Unlock settles the accounting: it measures the
 // entries that were got or put (their Values may have changed) and, when the
 // shard of an evictable table is over its share of the memory bound, evicts.
+// A decision under the lock takes its time from Now or Time, never from the
+// Store's clock directly.
 type Shard struct {
 	mu      sync.Mutex
 	t       *Table
@@ -353,10 +359,11 @@ type Shard struct {
 	tick    uint64   // LRU clock: advanced by every Get that finds an entry and every Put
 	settled uint64   // tick when the shard was last unlocked after a Get or Put
 	dirty   []*Entry // entries got or put since Lock, to be measured by Unlock
+	last    int64    // the latest time Time returned (µs): the shard's time never runs backwards
 
 	swept, evictedExpired, evictedLRU uint64
 
-	_ [24]byte // keep shards on separate cache lines
+	_ [16]byte // keep shards on separate cache lines
 }
 
 // evictSamples is how many entries eviction looks at to choose the least
@@ -469,8 +476,46 @@ func (t *Table) Shard(key string) *Shard {
 	return &t.shards[h&uint64(len(t.shards)-1)]
 }
 
-// NowMicros returns the backend's current time in microseconds.
+// NowMicros returns the backend's current time in microseconds (see
+// Store.NowMicros): a decision under a shard's lock uses Shard.Now instead,
+// or passes this reading, taken before Lock, to Shard.Time.
 func (t *Table) NowMicros() int64 { return t.m.now() }
+
+// Now returns the time of a decision made under the shard's lock:
+// Time(the Store's time, read now). The shard must be locked.
+func (s *Shard) Now() int64 { return s.Time(s.t.m.now()) }
+
+// Time returns the time, in µs, of a decision made under the shard's lock
+// by a caller that read the Store's time now (NowMicros), before Lock or
+// after: now, or when that is earlier, the latest time the shard has
+// returned. Time so never runs backwards for a shard, nor for any key in it.
+// A call that read the clock, then waited for the lock while another read a
+// later time and committed, decides as of that commit, not before it (where
+// a bucket reads less drained than the commit left it). When an injected
+// clock is set back (clock.Fake, a stepped wall clock), the time of the
+// shard's keys stands still until the clock is past it again. The time is
+// never later than the latest reading of the clock by a decision on the
+// shard. The shard must be locked.
+func (s *Shard) Time(now int64) int64 {
+	if now < s.last {
+		return s.last
+	}
+	s.last = now
+	return now
+}
+
+// TimeOf is Time for a decision that holds the locks of all shards (which may
+// repeat): the latest of now and the shards' times, which becomes the time of
+// each.
+func TimeOf(now int64, shards []*Shard) int64 {
+	for _, s := range shards {
+		now = max(now, s.last)
+	}
+	for _, s := range shards {
+		s.last = now
+	}
+	return now
+}
 
 // Len returns the number of entries, expired or not.
 func (t *Table) Len() int {
