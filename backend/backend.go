@@ -93,7 +93,8 @@ func WithPrefix(p string) Option {
 
 // WithClock injects a clock. On Redis the scripts then receive "now" as an
 // argument instead of calling TIME: use it in tests only, since clients with
-// different clocks would disagree. On Memory the default is time.Now.
+// different clocks would disagree. On Memory the default is time.Now, and
+// with any clock time never runs backwards for a key (see Memory).
 func WithClock(c clock.Clock) Option { return func(cfg *config) { cfg.clock = c } }
 
 // WithoutAutoPipeline makes a Redis backend over a go-redis client (NewRedis)

@@ -18,6 +18,14 @@ import (
 // timestamps and judge them against now. Close stops the janitor; a Memory
 // that becomes unreachable stops it too.
 //
+// Time never runs backwards for a key. A decision reads the clock (Memory's
+// own, or the one of WithClock) and, under the lock of the key's shard, takes
+// that reading or, when it is earlier, the latest time a decision on the
+// shard took: a call that read the clock before another call took the lock
+// and committed decides as of that commit, as on Redis, whose scripts read
+// TIME themselves one after another; and when an injected clock is set back,
+// the keys' time stands still until the clock is past it again.
+//
 // The state is bounded (WithMaxBytes, default DefaultMaxBytes): Memory keeps
 // an estimate of the bytes of every entry and, when the estimate is over the
 // bound, evicts rate limit state: expired entries first, which costs nothing,

@@ -10,13 +10,13 @@ import (
 // the window number in A. Entry.Expires only tells the janitor when the entry
 // is garbage.
 
-// memDo is add.lua on Memory. The clock is read under the shard lock, so the
+// memDo is add.lua on Memory. Its time is the shard's (Shard.Now), so the
 // operations on one key see non-decreasing times.
 func (c *Counter) memDo(key string, delta int64) reply {
 	sh := c.mem.Shard(key)
 	sh.Lock()
 	defer sh.Unlock()
-	now := c.mem.NowMicros()
+	now := sh.Now()
 	e := sh.Get(key)
 	switch c.mode {
 	case modeTTL:

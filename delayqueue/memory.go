@@ -17,7 +17,7 @@ import (
 // whose mutex makes every method one atomic step, as a script is on Redis.
 // The methods mirror the scripts in lua/ line by line.
 type memDriver struct {
-	t        *memstore.Table
+	sh       *memstore.Shard // the one of the queue's entry, whose time is the queue's
 	q        *memQueue
 	receipts *memstore.Table // call ID -> receipt (see rcpt), as lua/claim.lua describes
 	window   int64           // µs: receipts' lifetime
@@ -55,8 +55,17 @@ func newMemDriver(m *memstore.Store, name string, window time.Duration) *memDriv
 		}}
 		sh.Put(name, e)
 	}
-	return &memDriver{t: t, q: e.Value.(*memQueue), receipts: m.Table("delayqueue.receipts/" + name),
+	return &memDriver{sh: sh, q: e.Value.(*memQueue), receipts: m.Table("delayqueue.receipts/" + name),
 		window: window.Microseconds()}
+}
+
+// now returns the queue's time: the time of its entry's shard (see
+// memstore.Shard.Time), which never runs backwards. q.mu must be held.
+func (d *memDriver) now() int64 {
+	d.sh.Lock()
+	now := d.sh.Now()
+	d.sh.Unlock()
+	return now
 }
 
 // Receipt kinds on Memory (lua/claim.lua has the strings of Redis).
@@ -86,7 +95,7 @@ func (d *memDriver) receipt(call string) rcpt {
 	sh := d.receipts.Shard(r.key)
 	sh.Lock()
 	defer sh.Unlock()
-	if e := sh.Get(r.key); e != nil && e.Expires > d.receipts.NowMicros() {
+	if e := sh.Get(r.key); e != nil && e.Expires > sh.Now() {
 		r.kind, r.attempt = e.Tag, e.A
 		r.id, _ = e.Value.(string)
 	}
@@ -98,7 +107,7 @@ func (d *memDriver) set(r rcpt, kind uint64) {
 	sh := d.receipts.Shard(r.key)
 	sh.Lock()
 	defer sh.Unlock()
-	expires := d.receipts.NowMicros() + d.window
+	expires := sh.Now() + d.window
 	if e := sh.Get(r.key); e != nil {
 		// The delivery's claim receipt, now its ack's or retry's: in place.
 		e.Tag, e.Expires, e.A, e.Value = kind, expires, 0, nil
@@ -137,7 +146,7 @@ func (d *memDriver) enqueue(_ context.Context, id string, payload []byte, at, de
 	q := d.q
 	q.mu.Lock()
 	defer q.mu.Unlock()
-	now := d.t.NowMicros()
+	now := d.now()
 	if j, ok := q.jobs[id]; ok {
 		if call == "" || j.call == call {
 			return j.due, false, nil // this call's job
@@ -177,7 +186,7 @@ func (d *memDriver) pump(_ context.Context, maxAttempts int) (pumpResult, error)
 	q := d.q
 	q.mu.Lock()
 	defer q.mu.Unlock()
-	now := d.t.NowMicros()
+	now := d.now()
 	var r pumpResult
 	for r.Moved < BatchSize {
 		id, due, ok := q.sched.Min()
@@ -215,7 +224,7 @@ func (d *memDriver) claim(_ context.Context, visibility int64, call string) (*de
 	q := d.q
 	q.mu.Lock()
 	defer q.mu.Unlock()
-	now := d.t.NowMicros()
+	now := d.now()
 	r := d.receipt(call)
 	if r.kind != rcptNone && r.kind != rcptClaim {
 		return nil, nil // this claim's delivery was acked or retried since
@@ -265,7 +274,7 @@ func (d *memDriver) extend(_ context.Context, id string, attempt int, visibility
 	if !q.holds(id, attempt) {
 		return 0, nil
 	}
-	deadline := d.t.NowMicros() + visibility
+	deadline := d.now() + visibility
 	q.inflight.Add(id, deadline)
 	return deadline, nil
 }
@@ -301,7 +310,7 @@ func (d *memDriver) retry(_ context.Context, id string, attempt int, backoff int
 	if !q.holds(id, attempt) {
 		return leaseLost, nil
 	}
-	now := d.t.NowMicros()
+	now := d.now()
 	q.inflight.Remove(id)
 	if attempt >= maxAttempts {
 		q.dead.Add(id, now)
@@ -360,7 +369,7 @@ func (d *memDriver) requeue(_ context.Context, id, call string) (bool, error) {
 	if !q.dead.Remove(id) {
 		return false, nil
 	}
-	now := d.t.NowMicros()
+	now := d.now()
 	j := q.jobs[id]
 	j.attempt, j.due = 0, now
 	q.schedule(id, now)

@@ -55,7 +55,7 @@ func (d *memDriver) begin(_ context.Context, key, owner, fp string, lease time.D
 	sh := d.keys.Shard(key)
 	sh.Lock()
 	defer sh.Unlock()
-	now := d.keys.NowMicros()
+	now := sh.Now()
 	if r := live(sh, key, now); r != nil && !r.aborted {
 		switch {
 		case r.fp != fp:
@@ -93,7 +93,7 @@ func (d *memDriver) renew(_ context.Context, key, owner string, lease time.Durat
 	sh := d.keys.Shard(key)
 	sh.Lock()
 	defer sh.Unlock()
-	now := d.keys.NowMicros()
+	now := sh.Now()
 	r := held(sh, key, owner, now)
 	if r == nil {
 		return false, nil
@@ -107,7 +107,7 @@ func (d *memDriver) complete(_ context.Context, key, owner string, ttl time.Dura
 	sh := d.keys.Shard(key)
 	sh.Lock()
 	defer sh.Unlock()
-	now := d.keys.NowMicros()
+	now := sh.Now()
 	if r := live(sh, key, now); r != nil && !r.running && !r.aborted && r.owner == owner {
 		return true, nil // stored by this call already
 	}
@@ -126,7 +126,7 @@ func (d *memDriver) abort(_ context.Context, key, owner string) (bool, error) {
 	sh := d.keys.Shard(key)
 	sh.Lock()
 	defer sh.Unlock()
-	now := d.keys.NowMicros()
+	now := sh.Now()
 	if r := live(sh, key, now); r != nil && r.aborted && r.owner == owner {
 		return true, nil // aborted by this call already
 	}
@@ -153,7 +153,7 @@ func (d *memDriver) issue(_ context.Context, token string, ttl time.Duration) (b
 	sh := d.tokens.Shard(token)
 	sh.Lock()
 	defer sh.Unlock()
-	now := d.tokens.NowMicros()
+	now := sh.Now()
 	if e := sh.Get(token); e != nil && e.A > now {
 		if e.Value != nil {
 			return false, nil // consumed
@@ -173,7 +173,8 @@ func (d *memDriver) consume(_ context.Context, token, call string) (bool, error)
 	if e == nil {
 		return false, nil
 	}
-	live := e.A > d.tokens.NowMicros()
+	now := sh.Now()
+	live := e.A > now
 	if by, ok := e.Value.(string); ok {
 		return live && by == call, nil
 	}
@@ -181,7 +182,7 @@ func (d *memDriver) consume(_ context.Context, token, call string) (bool, error)
 		sh.Delete(token)
 		return false, nil
 	}
-	deadline := min(e.A, d.tokens.NowMicros()+ReplayWindow.Microseconds())
+	deadline := min(e.A, now+ReplayWindow.Microseconds())
 	sh.Put(token, &memstore.Entry{A: deadline, Value: call, Expires: deadline})
 	return true, nil
 }

@@ -90,7 +90,7 @@ func (d *memDriver) try(owner string, ttl time.Duration, w *memWaiter) (lockdriv
 	sh.Lock()
 	defer sh.Unlock()
 	st := d.state(sh)
-	now := d.t.NowMicros()
+	now := sh.Now()
 	if st.owner != "" && st.deadline > now {
 		if st.owner == owner {
 			// Re-entry only with Owner: without it the owner id is one
@@ -141,13 +141,15 @@ func (d *memDriver) leave(w *memWaiter) {
 	defer sh.Unlock()
 	st := d.state(sh)
 	st.remove(w)
-	if st.owner == "" || st.deadline <= d.t.NowMicros() {
+	if st.owner == "" || st.deadline <= sh.Now() {
 		st.wakeHead()
 	}
 }
 
-func (d *memDriver) held(st *memLock, owner string) bool {
-	return st.owner == owner && st.deadline > d.t.NowMicros()
+// held reports whether owner holds the lock at now; the shard must be
+// locked.
+func (d *memDriver) held(st *memLock, owner string, now int64) bool {
+	return st.owner == owner && st.deadline > now
 }
 
 func (d *memDriver) Extend(_ context.Context, owner string, ttl time.Duration) error {
@@ -155,10 +157,11 @@ func (d *memDriver) Extend(_ context.Context, owner string, ttl time.Duration) e
 	sh.Lock()
 	defer sh.Unlock()
 	st := d.state(sh)
-	if !d.held(st, owner) {
+	now := sh.Now()
+	if !d.held(st, owner, now) {
 		return ErrNotHeld
 	}
-	st.deadline = d.t.NowMicros() + ttl.Microseconds()
+	st.deadline = now + ttl.Microseconds()
 	return nil
 }
 
@@ -167,7 +170,7 @@ func (d *memDriver) Release(_ context.Context, owner string) error {
 	sh.Lock()
 	defer sh.Unlock()
 	st := d.state(sh)
-	if !d.held(st, owner) {
+	if !d.held(st, owner, sh.Now()) {
 		return ErrNotHeld
 	}
 	if st.count--; st.count > 0 {

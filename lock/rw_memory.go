@@ -85,7 +85,7 @@ func (m *rwMem) try(side byte, owner string, ttl time.Duration, w *waiter) (lock
 	sh := m.t.Shard(m.name)
 	sh.Lock()
 	defer sh.Unlock()
-	now := m.t.NowMicros()
+	now := sh.Now()
 	st := m.state(sh, now)
 	fail := func(hint int64) (lockdriver.Grant, time.Duration, error) {
 		if w != nil && w.place == 0 {
@@ -189,7 +189,7 @@ func (m *rwMem) leave(side byte, w *waiter) {
 	sh := m.t.Shard(m.name)
 	sh.Lock()
 	defer sh.Unlock()
-	now := m.t.NowMicros()
+	now := sh.Now()
 	st := m.state(sh, now)
 	if side == sideRead {
 		st.rq = queueRemove(st.rq, w)
@@ -203,7 +203,7 @@ func (d rwMemSide) Extend(_ context.Context, owner string, ttl time.Duration) er
 	sh := d.m.t.Shard(d.m.name)
 	sh.Lock()
 	defer sh.Unlock()
-	now := d.m.t.NowMicros()
+	now := sh.Now()
 	st := d.m.state(sh, now)
 	if d.side == sideRead {
 		h := st.readers[owner]
@@ -224,7 +224,7 @@ func (d rwMemSide) Release(_ context.Context, owner string) error {
 	sh := d.m.t.Shard(d.m.name)
 	sh.Lock()
 	defer sh.Unlock()
-	now := d.m.t.NowMicros()
+	now := sh.Now()
 	st := d.m.state(sh, now)
 	if d.side == sideRead {
 		h := st.readers[owner]

@@ -59,7 +59,7 @@ func (d *semMem) try(owner string, ttl time.Duration, w *waiter) (lockdriver.Gra
 	sh := d.t.Shard(d.name)
 	sh.Lock()
 	defer sh.Unlock()
-	now := d.t.NowMicros()
+	now := sh.Now()
 	st := d.state(sh, now)
 	if h := st.holders[owner]; h != nil {
 		if d.o.Owner != "" { // re-entry only with Owner, as in sem_acquire.lua
@@ -117,7 +117,7 @@ func (d *semMem) leave(w *waiter) {
 	sh := d.t.Shard(d.name)
 	sh.Lock()
 	defer sh.Unlock()
-	st := d.state(sh, d.t.NowMicros())
+	st := d.state(sh, sh.Now())
 	st.queue = queueRemove(st.queue, w)
 	d.wake(st)
 }
@@ -126,7 +126,7 @@ func (d *semMem) Extend(_ context.Context, owner string, ttl time.Duration) erro
 	sh := d.t.Shard(d.name)
 	sh.Lock()
 	defer sh.Unlock()
-	now := d.t.NowMicros()
+	now := sh.Now()
 	h := d.state(sh, now).holders[owner]
 	if h == nil {
 		return ErrNotHeld
@@ -139,7 +139,7 @@ func (d *semMem) Release(_ context.Context, owner string) error {
 	sh := d.t.Shard(d.name)
 	sh.Lock()
 	defer sh.Unlock()
-	st := d.state(sh, d.t.NowMicros())
+	st := d.state(sh, sh.Now())
 	h := st.holders[owner]
 	if h == nil {
 		return ErrNotHeld

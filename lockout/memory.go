@@ -33,7 +33,7 @@ func (g *Guard) memCheck(key string) Status {
 	sh := g.mem.Shard(k)
 	sh.Lock()
 	defer sh.Unlock()
-	now := g.mem.NowMicros()
+	now := sh.Now()
 	st := stateOf(sh.Get(k))
 	if st == nil {
 		return Status{Remaining: g.max}
@@ -55,7 +55,7 @@ func (g *Guard) memFail(key string) Status {
 	sh := g.mem.Shard(k)
 	sh.Lock()
 	defer sh.Unlock()
-	now := g.mem.NowMicros()
+	now := sh.Now()
 	e := sh.Get(k)
 	st := stateOf(e)
 	if st == nil {
@@ -93,7 +93,7 @@ func (g *Guard) memClear(key string, lift bool) {
 	if st == nil {
 		return
 	}
-	if lift || st.until <= g.mem.NowMicros() {
+	if lift || st.until <= sh.Now() {
 		sh.Delete(k)
 		return
 	}

@@ -113,7 +113,7 @@ func quotaShareMemory(t *memstore.Table, key, member string, demand, limit, ttl,
 	sh := t.Shard(key)
 	sh.Lock()
 	defer sh.Unlock()
-	now := t.NowMicros()
+	now := sh.Now()
 	e := sh.Get(key)
 	var fleet fleetMap
 	if e != nil {
