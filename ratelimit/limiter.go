@@ -73,6 +73,10 @@ type Result struct {
 	Delay      time.Duration // LeakyBucket: how long to hold the request before serving it
 	Rule       int           // index of the binding rule: the violated one when denied, the tightest when allowed
 	RuleName   string        // the binding rule's Named name, or ""
+	// Fallback marks a decision made without the store, by package
+	// ratelimit/fallback while the store could not decide (its Mode says
+	// how). A Limiter's own decisions never set it.
+	Fallback bool
 }
 
 // Errors returned for invalid calls.
@@ -127,6 +131,7 @@ var (
 type Limiter struct {
 	b      backend.Backend
 	specs  []spec
+	rules  []Rule // as given to New, without Named and pointers (Rule)
 	logTag uint64 // shared log of the SlidingLog rules
 	logMax int64  // longest SlidingLog window, µs
 
@@ -163,7 +168,7 @@ func New(b backend.Backend, rules ...Rule) (*Limiter, error) {
 	if len(rules) > MaxRules {
 		return nil, fmt.Errorf("ratelimit: New takes at most MaxRules (%d) rules, got %d", MaxRules, len(rules))
 	}
-	l := &Limiter{b: b, specs: make([]spec, len(rules))}
+	l := &Limiter{b: b, specs: make([]spec, len(rules)), rules: make([]Rule, len(rules))}
 	seen := make(map[string]int, len(rules))
 	sids := make(map[string]int, len(rules))
 	names := make(map[string]int, len(rules))
@@ -200,6 +205,7 @@ func New(b backend.Backend, rules ...Rule) (*Limiter, error) {
 			l.logMax = max(l.logMax, s.window)
 		}
 		l.specs[i] = s
+		l.rules[i] = plain(r)
 	}
 	l.nameStates()
 	switch b := b.(type) {
@@ -296,6 +302,36 @@ func (l *Limiter) redisKeys(keys []string, key string) []string {
 
 // Rules returns the number of rules.
 func (l *Limiter) Rules() int { return len(l.specs) }
+
+// Rule returns l's rule i (0 <= i < Rules(), in the order given to New; a
+// Result's Rule is such an index), as a value: a rule given by pointer is
+// the value it pointed to at New, and a Named rule is the rule it wraps,
+// its name being RuleName(i).
+func (l *Limiter) Rule(i int) Rule { return l.rules[i] }
+
+// RuleName returns the Named name of l's rule i, or "".
+func (l *Limiter) RuleName(i int) string { return l.specs[i].name }
+
+// plain returns r without its Named wrapper and as a value, for Rule.
+func plain(r Rule) Rule {
+	switch r := r.(type) {
+	case named:
+		return plain(r.r)
+	case *FixedWindow:
+		return *r
+	case *SlidingWindow:
+		return *r
+	case *SlidingLog:
+		return *r
+	case *TokenBucket:
+		return *r
+	case *LeakyBucket:
+		return *r
+	case *GCRA:
+		return *r
+	}
+	return r
+}
 
 // Backend returns the backend l keeps its state on: the one given to New.
 func (l *Limiter) Backend() backend.Backend { return l.b }

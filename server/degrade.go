@@ -120,11 +120,11 @@ func (s *Service) setServers(n int) {
 }
 
 // rulesOf returns the rules and windows of b's requests' limits.
-func (d *deciding) rulesOf(b *batch) ([]ratelimit.Rule, []time.Duration) {
-	rules := make([]ratelimit.Rule, len(b.reqs))
+func (d *deciding) rulesOf(b *batch) ([][]ratelimit.Rule, []time.Duration) {
+	rules := make([][]ratelimit.Rule, len(b.reqs))
 	windows := make([]time.Duration, len(b.reqs))
 	for j, i := range b.idx {
-		rules[j], windows[j] = d.limits[i].Rule, d.limits[i].Window()
+		rules[j], windows[j] = []ratelimit.Rule{d.limits[i].Rule}, d.limits[i].Window()
 	}
 	return rules, windows
 }

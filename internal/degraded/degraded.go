@@ -282,10 +282,15 @@ func (l *Limits) InGrace() bool {
 }
 
 // Decide decides reqs in one step on this server's share of each limit:
-// rules[i] is the rule of reqs[i] (its Limiter's, as the store decides it)
-// and windows[i] its limit's unit. results get the decisions; an admitted
-// request's cost becomes its key's debt.
-func (l *Limits) Decide(ctx context.Context, reqs []ratelimit.Request, rules []ratelimit.Rule, windows []time.Duration, results []ratelimit.Result) (bool, error) {
+// rules[i] are the rules of reqs[i] (its Limiter's, as the store decides
+// them, in their order: a result's Rule indexes them), each cut with
+// Share, and windows[i] how long an admission matters to the rules of
+// reqs[i] that are not fixed windows (its limit's unit; see Lasting). results
+// get the decisions; an admitted request's cost becomes its key's debt,
+// which lasts as long as it matters to the longest-lasting of its rules.
+// The results' Limit and Remaining are those of the share; their RuleName
+// is not the store's (the caller knows the names of its rules).
+func (l *Limits) Decide(ctx context.Context, reqs []ratelimit.Request, rules [][]ratelimit.Rule, windows []time.Duration, results []ratelimit.Result) (bool, error) {
 	l.outage.Store(true)
 	return l.decide(ctx, reqs, rules, windows, results, true)
 }
@@ -294,11 +299,11 @@ func (l *Limits) Decide(ctx context.Context, reqs []ratelimit.Request, rules []r
 // as Decide does, in the grace period after an outage: it spends the share
 // but owes nothing (the store counted them), and a key is not seeded again
 // from the store's answers (its state here is what the outage left).
-func (l *Limits) Check(ctx context.Context, reqs []ratelimit.Request, rules []ratelimit.Rule, windows []time.Duration, results []ratelimit.Result) (bool, error) {
+func (l *Limits) Check(ctx context.Context, reqs []ratelimit.Request, rules [][]ratelimit.Rule, windows []time.Duration, results []ratelimit.Result) (bool, error) {
 	return l.decide(ctx, reqs, rules, windows, results, false)
 }
 
-func (l *Limits) decide(ctx context.Context, reqs []ratelimit.Request, rules []ratelimit.Rule, windows []time.Duration, results []ratelimit.Result, owe bool) (bool, error) {
+func (l *Limits) decide(ctx context.Context, reqs []ratelimit.Request, rules [][]ratelimit.Rule, windows []time.Duration, results []ratelimit.Result, owe bool) (bool, error) {
 	now := l.now()
 	shares := max(l.servers(), 1)
 	local := make([]ratelimit.Request, len(reqs))
@@ -350,13 +355,55 @@ func (l *Limits) decide(ctx context.Context, reqs []ratelimit.Request, rules []r
 			return false, nil
 		}
 		d.n += q.N
-		if end := until(rules[i], windows[i], now); end.After(d.expires) {
-			d.expires = end
+		for _, r := range rules[i] {
+			if end := until(r, windows[i], now); end.After(d.expires) {
+				d.expires = end
+			}
 		}
 		l.debts[q.Key] = d
 	}
 	l.owed.Store(int64(len(l.debts)))
 	return true, nil
+}
+
+// Lasting is how long an admission at most matters to rule r, for the
+// windows of Decide when r is not a fixed window: the Window of a
+// SlidingWindow (and one of its buckets) or a SlidingLog, and for the
+// bucket rules the time they take to refill from empty (Capacity·Every/Refill
+// for a TokenBucket, Burst·Per/Rate for a GCRA, (Burst+1)·Per/Rate for a
+// LeakyBucket); a fixed window's own Window. Unknown rules: 0.
+func Lasting(r ratelimit.Rule) time.Duration {
+	switch r := r.(type) {
+	case ratelimit.FixedWindow:
+		return r.Window
+	case ratelimit.SlidingWindow:
+		b := int64(max(r.Buckets, 1))
+		if r.Buckets == 0 {
+			b = ratelimit.DefaultBuckets
+		}
+		return r.Window + r.Window/time.Duration(b)
+	case ratelimit.SlidingLog:
+		return r.Window
+	case ratelimit.TokenBucket:
+		return refill(r.Capacity, r.Every, r.Refill)
+	case ratelimit.GCRA:
+		return refill(r.Burst, r.Per, r.Rate)
+	case ratelimit.LeakyBucket:
+		return refill(r.Burst+1, r.Per, r.Rate)
+	}
+	return 0
+}
+
+// refill returns n·per/rate, rounded up, saturating at ratelimit.MaxPeriod.
+func refill(n int64, per time.Duration, rate int64) time.Duration {
+	if n <= 0 || per <= 0 || rate <= 0 {
+		return 0
+	}
+	f := float64(n) * float64(per) / float64(rate)
+	if f >= float64(ratelimit.MaxPeriod) {
+		return ratelimit.MaxPeriod
+	}
+	return time.Duration(f) + 1
 }
 
 // until is how long an admission at now matters to a limit: to the end of
@@ -371,9 +418,9 @@ func until(r ratelimit.Rule, window time.Duration, now time.Time) time.Time {
 	return now.Add(window)
 }
 
-// limiter returns the local limiter of store limiter s with rule r cut to
-// one of shares; l.mu is held.
-func (l *Limits) limiter(s *ratelimit.Limiter, r ratelimit.Rule, shares int) (*ratelimit.Limiter, error) {
+// limiter returns the local limiter of store limiter s with rules rs, each
+// cut to one of shares, in their order; l.mu is held.
+func (l *Limits) limiter(s *ratelimit.Limiter, rs []ratelimit.Rule, shares int) (*ratelimit.Limiter, error) {
 	k := limiterKey{s, shares}
 	if lim := l.limiters[k]; lim != nil {
 		return lim, nil
@@ -381,10 +428,19 @@ func (l *Limits) limiter(s *ratelimit.Limiter, r ratelimit.Rule, shares int) (*r
 	if len(l.limiters) > 4096 {
 		clear(l.limiters) // limits and overrides come and go; their state restarts
 	}
-	cut := Share(r, shares)
-	lim, err := ratelimit.New(l.mem, ratelimit.Named(fmt.Sprintf("degraded/%p/%d", s, shares), cut))
+	if len(rs) == 0 {
+		return nil, fmt.Errorf("degraded: a request of %p has no rules", s)
+	}
+	// Each share is named apart: two rules cut to nothing are the same
+	// rule otherwise, and the local state of one store limiter is never
+	// another's.
+	cut := make([]ratelimit.Rule, len(rs))
+	for j, r := range rs {
+		cut[j] = ratelimit.Named(fmt.Sprintf("degraded/%p/%d/%d", s, shares, j), Share(r, shares))
+	}
+	lim, err := ratelimit.New(l.mem, cut...)
 	if err != nil {
-		return nil, fmt.Errorf("degraded: the share of %T: %w", r, err)
+		return nil, fmt.Errorf("degraded: the share of %T: %w", rs[0], err)
 	}
 	l.limiters[k] = lim
 	return lim, nil

@@ -58,7 +58,7 @@ func (f *fixture) localAllow(t *testing.T, key string, n int64) bool {
 	t.Helper()
 	res := make([]ratelimit.Result, 1)
 	ok, err := f.l.Decide(context.Background(), []ratelimit.Request{{Limiter: f.store, Key: key, N: n}},
-		[]ratelimit.Rule{f.rule}, []time.Duration{time.Minute}, res)
+		[][]ratelimit.Rule{{f.rule}}, []time.Duration{time.Minute}, res)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -196,13 +196,13 @@ func TestGrace(t *testing.T) {
 	}
 	res := make([]ratelimit.Result, 1)
 	ok, err := f.l.Check(context.Background(), []ratelimit.Request{{Limiter: f.store, Key: "k", N: 1}},
-		[]ratelimit.Rule{f.rule}, []time.Duration{time.Minute}, res)
+		[][]ratelimit.Rule{{f.rule}}, []time.Duration{time.Minute}, res)
 	if err != nil || ok {
 		t.Fatalf("grace: a request past the share passed (%v, %v)", ok, err)
 	}
 	// Another key, never decided here: its share afresh.
 	ok, err = f.l.Check(context.Background(), []ratelimit.Request{{Limiter: f.store, Key: "other", N: 1}},
-		[]ratelimit.Rule{f.rule}, []time.Duration{time.Minute}, res)
+		[][]ratelimit.Rule{{f.rule}}, []time.Duration{time.Minute}, res)
 	if err != nil || !ok {
 		t.Fatalf("grace: a fresh key refused (%v, %v)", ok, err)
 	}

@@ -1,0 +1,277 @@
+// Package fallback decides rate limits when a ratelimit.Limiter's store
+// cannot: a Redis that is down, stalled, failing over or too slow. A
+// Limiter alone returns the store's error; a fallback Limiter wraps it and
+// answers as its Options.Mode says:
+//
+//   - Error (the default): the store's error, as the Limiter alone.
+//   - Allow: every request is admitted (fail open).
+//   - Deny: every request is refused (fail closed).
+//   - Degraded: every request is decided in this process on its share of
+//     each rule — the limit divided by the processes sharing the store
+//     (Options.Servers), rounded down — starting each key from what the
+//     store last said of it, and the store is told afterwards what was
+//     admitted without it. The decision server's failure mode degraded is
+//     the same mechanism.
+//
+// A Result decided by the fallback has Result.Fallback set; every other
+// field means what it means for the Limiter (for Degraded, Limit and
+// Remaining are those of this process's share).
+//
+// # What is a store failure
+//
+// Only an error of the store call falls back. The caller's own context
+// ending (cancelled, or its deadline passed) is returned as an error in
+// every mode, and so are invalid calls: an empty key
+// (backend.ErrEmptyKey) and a negative n (ratelimit.ErrNegativeN).
+//
+// # Latency
+//
+// A store that is down can hold a call for the client's whole timeout
+// (go-redis: 3 s of read timeout by default, and retries) before failing.
+// Set Options.Timeout, a bound on each store call, to a little above the
+// store's usual latency (tens of milliseconds): a call that takes longer
+// is a store failure, answered by the mode at once.
+//
+// # The bound of Degraded
+//
+// Each key owes the store what this process admitted for it without the
+// store (a debt, kept in process until it no longer matters: the end of a
+// fixed window, or the time a rule takes to forget an admission). The
+// next call for the key once the store is back carries its debt in its
+// cost, so the store counts every admission, and a window is never
+// admitted twice: when the debt does not fit, the call is refused and
+// spends what the limit has left. With N processes that agree on N
+// (Options.Servers), what they all admit in a window of a limit is at most
+// the limit — the store's count and every process's share of what the
+// store had left, which together never exceed it — plus the store's own
+// count of the calls whose replies were lost in the failure (those were
+// decided here too, so they are under-admitted). A process that counts
+// more processes than there are under-admits; one that counts fewer
+// over-admits by the shares it takes too many. A key whose remembered
+// result was forgotten (Options.MemoBytes bounds them, least recently
+// used first), or whose result is no longer current, starts afresh with
+// its share.
+//
+// For a Limiter of several rules, each rule is cut to its share, and the
+// key starts from what remained of the rule that bound the store's last
+// answer (the store reports no other): every rule then starts from at most
+// that. An outage that outlasts that rule's window lets the longer rules
+// have their whole share again, which can pass the bound for them when the
+// store had counted more of them than of the binding rule.
+package fallback
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/floodgate-dev/floodgate/backend"
+	"github.com/floodgate-dev/floodgate/clock"
+	"github.com/floodgate-dev/floodgate/internal/degraded"
+	"github.com/floodgate-dev/floodgate/ratelimit"
+)
+
+// Mode says how a Limiter answers while its store cannot decide.
+type Mode int
+
+const (
+	// Error returns the store's error, as the ratelimit.Limiter alone
+	// does. It is the default.
+	Error Mode = iota
+	// Degraded decides in process on this process's share of each rule,
+	// and has the store count what it admitted once it is back (see the
+	// package doc for the bound).
+	Degraded
+	// Allow admits every request: fail open.
+	Allow
+	// Deny refuses every request: fail closed.
+	Deny
+)
+
+// String returns the name of the mode's constant.
+func (m Mode) String() string {
+	switch m {
+	case Error:
+		return "Error"
+	case Degraded:
+		return "Degraded"
+	case Allow:
+		return "Allow"
+	case Deny:
+		return "Deny"
+	}
+	return fmt.Sprintf("Mode(%d)", int(m))
+}
+
+// Options configure a Limiter. The zero value is the Limiter's own
+// behaviour: store errors are returned.
+type Options struct {
+	// Mode says how requests are answered while the store fails.
+	Mode Mode
+	// Servers returns how many processes share the store and its limits,
+	// this one included (Degraded: each decides on its share). nil, or a
+	// value below 1, means 1. It is called at each decision the fallback
+	// makes, so it may follow a changing fleet.
+	Servers func() int
+	// Timeout bounds each store call (context.WithTimeout around it); a
+	// call that takes longer is a store failure. 0 sets no bound of its
+	// own: the caller's context and the store client's timeouts decide.
+	// See Latency in the package doc.
+	Timeout time.Duration
+	// MemoBytes bounds the memory of the store answers Degraded remembers
+	// (each key's last one); 0 means 8 MiB, about 80,000 keys of 50
+	// bytes. Other modes remember nothing.
+	MemoBytes int
+	// OnFallback, when set, is called with the store's error for each
+	// request the fallback answered (not in mode Error, whose caller gets
+	// the error), on the caller's goroutine: to log or count the failures.
+	OnFallback func(key string, err error)
+}
+
+// Limiter is a ratelimit.Limiter with a fallback for store failures. Make
+// it with New; it is safe for concurrent use. Close it when done.
+type Limiter struct {
+	lim     *ratelimit.Limiter
+	o       Options
+	rules   []ratelimit.Rule
+	names   []string
+	window  time.Duration // how long an admission matters to the rules
+	limits  *degraded.Limits
+	nowFunc func() time.Time
+}
+
+// New returns l with the fallback of o. l's rules are read once, here.
+func New(l *ratelimit.Limiter, o Options) *Limiter {
+	if l == nil {
+		panic("fallback: New: Limiter is nil")
+	}
+	f := &Limiter{lim: l, o: o, nowFunc: time.Now}
+	for i := range l.Rules() {
+		r := l.Rule(i)
+		f.rules = append(f.rules, r)
+		f.names = append(f.names, l.RuleName(i))
+		f.window = max(f.window, degraded.Lasting(r))
+	}
+	var clk clock.Clock
+	if c := l.Backend().Clock(); c != nil {
+		clk = c
+		f.nowFunc = c.Now
+	}
+	if o.Mode == Degraded {
+		f.limits = degraded.New(degraded.Options{Servers: o.Servers, MemoBytes: o.MemoBytes, Clock: clk})
+	}
+	return f
+}
+
+// Limiter returns the ratelimit.Limiter f wraps.
+func (f *Limiter) Limiter() *ratelimit.Limiter { return f.lim }
+
+// Close releases the in-process state of Degraded. The wrapped Limiter
+// stays usable.
+func (f *Limiter) Close() error {
+	if f.limits != nil {
+		return f.limits.Close()
+	}
+	return nil
+}
+
+// Allow is shorthand for AllowN(ctx, key, 1).
+func (f *Limiter) Allow(ctx context.Context, key string) (ratelimit.Result, error) {
+	return f.AllowN(ctx, key, 1)
+}
+
+// AllowN decides n units for key as ratelimit.Limiter.AllowN does, on the
+// store; when the store fails, as the Mode says, with Result.Fallback set.
+//
+// Errors: backend.ErrEmptyKey, ratelimit.ErrNegativeN and the context's
+// error in every mode; the store's error (wrapped) in mode Error.
+func (f *Limiter) AllowN(ctx context.Context, key string, n int64) (ratelimit.Result, error) {
+	if key == "" {
+		return ratelimit.Result{}, backend.ErrEmptyKey
+	}
+	if n < 0 {
+		return ratelimit.Result{}, fmt.Errorf("%w, got %d", ratelimit.ErrNegativeN, n)
+	}
+	if err := ctx.Err(); err != nil {
+		return ratelimit.Result{}, err
+	}
+	if f.limits == nil {
+		res, err := f.call(ctx, key, n)
+		if err == nil || f.o.Mode == Error || ctx.Err() != nil {
+			return res, err
+		}
+		f.report(key, err)
+		return f.fixed(), nil
+	}
+	return f.degraded(ctx, key, n)
+}
+
+// call is the store's decision of n units for key, under Options.Timeout.
+func (f *Limiter) call(ctx context.Context, key string, n int64) (ratelimit.Result, error) {
+	if f.o.Timeout > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, f.o.Timeout)
+		defer cancel()
+	}
+	return f.lim.AllowN(ctx, key, n)
+}
+
+func (f *Limiter) report(key string, err error) {
+	if f.o.OnFallback != nil {
+		f.o.OnFallback(key, err)
+	}
+}
+
+// fixed is the answer of Allow and Deny: the first rule's limit, nothing
+// known of what remains; a refusal may be retried after a second.
+func (f *Limiter) fixed() ratelimit.Result {
+	r := ratelimit.Result{Fallback: true, RuleName: f.names[0]}
+	if f.o.Mode == Allow {
+		r.Allowed = true
+		return r
+	}
+	r.RetryAfter, r.ResetAfter = time.Second, time.Second
+	return r
+}
+
+// degraded is AllowN in mode Degraded: the store's decision with the key's
+// debt added (and its answer remembered), or the in-process one when the
+// store fails.
+func (f *Limiter) degraded(ctx context.Context, key string, n int64) (ratelimit.Result, error) {
+	reqs := []ratelimit.Request{{Limiter: f.lim, Key: key, N: n}}
+	results := make([]ratelimit.Result, 1)
+	start := f.nowFunc()
+	added := f.limits.Charge(reqs)
+	res, err := f.call(ctx, key, reqs[0].N)
+	results[0] = res
+	f.limits.Paid(reqs, results, added, err == nil)
+	if err == nil {
+		f.limits.Seen(reqs, results, start)
+		if added != nil && added[0] > 0 && !res.Allowed && res.RetryAfter > 0 && res.Remaining > 0 {
+			// The debt does not fit: spend what the limit has left, so
+			// that no other process is admitted past it either.
+			spend := min(res.Remaining, added[0])
+			if r, err := f.call(ctx, key, spend); err == nil && r.Allowed {
+				f.limits.Spent(key, spend)
+			}
+		}
+		return res, nil
+	}
+	if ctx.Err() != nil || errors.Is(err, backend.ErrEmptyKey) || errors.Is(err, ratelimit.ErrNegativeN) {
+		return ratelimit.Result{}, err
+	}
+	f.report(key, err)
+	if _, derr := f.limits.Decide(ctx, reqs, [][]ratelimit.Rule{f.rules}, []time.Duration{f.window}, results); derr != nil {
+		if ctx.Err() != nil {
+			return ratelimit.Result{}, derr
+		}
+		return ratelimit.Result{}, fmt.Errorf("fallback: deciding in process after %w: %v", err, derr)
+	}
+	res = results[0]
+	res.Fallback = true
+	if res.Rule >= 0 && res.Rule < len(f.names) {
+		res.RuleName = f.names[res.Rule]
+	}
+	return res, nil
+}
