@@ -1,0 +1,211 @@
+package fallback_test
+
+import (
+	"context"
+	"fmt"
+	"math"
+	"sort"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/redis/rueidis"
+
+	"github.com/floodgate-dev/floodgate/backend"
+	"github.com/floodgate-dev/floodgate/backend/rueidisadapter"
+	"github.com/floodgate-dev/floodgate/clock"
+	"github.com/floodgate-dev/floodgate/internal/backendtest"
+	"github.com/floodgate-dev/floodgate/internal/testenv"
+	"github.com/floodgate-dev/floodgate/ratelimit"
+	"github.com/floodgate-dev/floodgate/ratelimit/fallback"
+)
+
+// client is a way to reach a private Redis: go-redis or rueidis.
+type client struct {
+	name string
+	make func(t *testing.T, r *testenv.Redis, clk clock.Clock) backend.Backend
+}
+
+var clients = []client{
+	{"go-redis", goRedis},
+	{"rueidis", func(t *testing.T, r *testenv.Redis, clk clock.Clock) backend.Backend {
+		c, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{r.Addr}, DisableCache: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(c.Close)
+		b, err := rueidisadapter.New(c, backendtest.Options(clk)...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { b.Close() })
+		return b
+	}},
+}
+
+func goRedis(t *testing.T, r *testenv.Redis, clk clock.Clock) backend.Backend {
+	c := redis.NewClient(&redis.Options{Addr: r.Addr, ContextTimeoutEnabled: true})
+	t.Cleanup(func() { c.Close() })
+	return backendtest.NewRedis(t, c, backendtest.Options(clk)...)
+}
+
+// stall is the store-hiccup measure in process: 20 goroutines in a closed
+// loop on one key of f (a fixed window of 100 a second), Redis paused for
+// pause after 1.5 s and resumed for 1.5 s more. Each admitted result is
+// placed in its window by the window's end (call time + ResetAfter,
+// rounded to the second).
+type stall struct {
+	windows  map[int64]int // window end, Unix s -> admitted
+	answered int
+	failed   int // calls that returned an error
+	during   int // answers while Redis was paused
+	fallback int // answers made by the fallback
+	admitted int // of those, admitted
+}
+
+func runStall(t *testing.T, f *fallback.Limiter, r *testenv.Redis, pause time.Duration) *stall {
+	t.Helper()
+	s := &stall{windows: map[int64]int{}}
+	var mu sync.Mutex
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	for range 20 {
+		wg.Go(func() {
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+				res, err := f.Allow(ctx, "k")
+				got := time.Now()
+				cancel()
+				mu.Lock()
+				s.answered++
+				switch {
+				case err != nil:
+					s.failed++
+				case res.Allowed:
+					end := got.Add(res.ResetAfter)
+					s.windows[int64(math.Round(float64(end.UnixNano())/1e9))]++
+				}
+				if err == nil && res.Fallback {
+					s.fallback++
+					if res.Allowed {
+						s.admitted++
+					}
+				}
+				mu.Unlock()
+			}
+		})
+	}
+	count := func() int {
+		mu.Lock()
+		defer mu.Unlock()
+		return s.answered
+	}
+	time.Sleep(1500 * time.Millisecond)
+	before := count()
+	if err := r.Pause(); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(pause)
+	s.during = count() - before
+	if err := r.Resume(); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(1500 * time.Millisecond)
+	close(stop)
+	wg.Wait()
+	return s
+}
+
+// line is the admitted counts per window, in order.
+func (s *stall) line() string {
+	ends := make([]int64, 0, len(s.windows))
+	for e := range s.windows {
+		ends = append(ends, e)
+	}
+	sort.Slice(ends, func(i, j int) bool { return ends[i] < ends[j] })
+	var line string
+	for _, e := range ends {
+		line += fmt.Sprintf(" %d", s.windows[e])
+	}
+	return line
+}
+
+func newStallLimiter(t *testing.T, b backend.Backend, o fallback.Options) *fallback.Limiter {
+	t.Helper()
+	lim, err := ratelimit.New(b, ratelimit.FixedWindow{Limit: 100, Window: time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := fallback.New(lim, o)
+	t.Cleanup(func() { f.Close() })
+	return f
+}
+
+// TestStallBound is the decision server's TestStallBound in process: in
+// Degraded mode, with a 50 ms bound on store calls, every one-second
+// window admits at most 1.05 × 100 + 2 while Redis is paused for 100 ms
+// and for 2 s, no call fails, and the fallback decides during the pause.
+func TestStallBound(t *testing.T) {
+	for _, c := range clients {
+		for _, pause := range []time.Duration{100 * time.Millisecond, 2 * time.Second} {
+			t.Run(c.name+"/"+pause.String(), func(t *testing.T) {
+				r := testenv.NewRedis(t)
+				f := newStallLimiter(t, c.make(t, r, nil), fallback.Options{Mode: fallback.Degraded, Timeout: 50 * time.Millisecond})
+				s := runStall(t, f, r, pause)
+				t.Logf("Redis paused %v: %d answers (%d during the pause, %d by the fallback, %d of them admitted, %d errors); admitted per window:%s",
+					pause, s.answered, s.during, s.fallback, s.admitted, s.failed, s.line())
+				for e, n := range s.windows {
+					if n > 107 {
+						t.Errorf("the window ending at %d admitted %d, over 1.05 × 100 + 2", e, n)
+					}
+				}
+				if s.failed > 0 {
+					t.Errorf("%d calls failed: Degraded answers every call", s.failed)
+				}
+				if s.during == 0 || s.fallback == 0 {
+					t.Errorf("%d answers during the pause, %d by the fallback: want some of each", s.during, s.fallback)
+				}
+				if pause >= time.Second && s.admitted == 0 {
+					t.Errorf("a 2 s pause, and the fallback admitted nothing")
+				}
+			})
+		}
+	}
+}
+
+// TestStallModes: with mode Error the pause returns errors (the store's,
+// within the 50 ms bound), and with Allow the fallback admits; neither
+// fails after Redis is back.
+func TestStallModes(t *testing.T) {
+	for _, mode := range []fallback.Mode{fallback.Error, fallback.Allow} {
+		t.Run(mode.String(), func(t *testing.T) {
+			r := testenv.NewRedis(t)
+			f := newStallLimiter(t, goRedis(t, r, nil), fallback.Options{Mode: mode, Timeout: 50 * time.Millisecond})
+			s := runStall(t, f, r, 500*time.Millisecond)
+			t.Logf("%v: %d answers (%d during the pause, %d by the fallback, %d of them admitted, %d errors); admitted per window:%s",
+				mode, s.answered, s.during, s.fallback, s.admitted, s.failed, s.line())
+			switch mode {
+			case fallback.Error:
+				if s.failed == 0 || s.fallback > 0 {
+					t.Errorf("Error: %d errors, %d fallback answers; want errors only", s.failed, s.fallback)
+				}
+			case fallback.Allow:
+				if s.failed > 0 || s.admitted == 0 || s.admitted != s.fallback {
+					t.Errorf("Allow: %d errors, %d fallback answers, %d admitted; want every fallback answer admitted, no error", s.failed, s.fallback, s.admitted)
+				}
+			}
+			// The store decides again.
+			res, err := f.Allow(context.Background(), "after")
+			if err != nil || res.Fallback || !res.Allowed {
+				t.Fatalf("after the pause: %+v, %v; want the store's admission", res, err)
+			}
+		})
+	}
+}
+
