@@ -248,9 +248,11 @@ func (f *Limiter) degraded(ctx context.Context, key string, n int64) (ratelimit.
 	f.limits.Paid(reqs, results, added, err == nil)
 	if err == nil {
 		f.limits.Seen(reqs, results, start)
-		if added != nil && added[0] > 0 && !res.Allowed && res.RetryAfter > 0 && res.Remaining > 0 {
+		if added != nil && added[0] > 0 && !res.Allowed && res.Remaining > 0 {
 			// The debt does not fit: spend what the limit has left, so
-			// that no other process is admitted past it either.
+			// that no other process is admitted past it either. (A debt
+			// of several short windows, owed to a longer rule, may not
+			// fit in the short rule at all: it is paid so, in parts.)
 			spend := min(res.Remaining, added[0])
 			if r, err := f.call(ctx, key, spend); err == nil && r.Allowed {
 				f.limits.Spent(key, spend)

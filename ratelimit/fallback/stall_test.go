@@ -45,7 +45,13 @@ var clients = []client{
 }
 
 func goRedis(t *testing.T, r *testenv.Redis, clk clock.Clock) backend.Backend {
-	c := redis.NewClient(&redis.Options{Addr: r.Addr, ContextTimeoutEnabled: true})
+	return goRedisWith(t, r, clk, &redis.Options{})
+}
+
+// goRedisWith is goRedis with the client options o (Addr set here).
+func goRedisWith(t *testing.T, r *testenv.Redis, clk clock.Clock, o *redis.Options) backend.Backend {
+	o.Addr, o.ContextTimeoutEnabled = r.Addr, true
+	c := redis.NewClient(o)
 	t.Cleanup(func() { c.Close() })
 	return backendtest.NewRedis(t, c, backendtest.Options(clk)...)
 }

@@ -1,0 +1,203 @@
+package fallback_test
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/floodgate-dev/floodgate/backend"
+	"github.com/floodgate-dev/floodgate/clock"
+	"github.com/floodgate-dev/floodgate/internal/testenv"
+	"github.com/floodgate-dev/floodgate/ratelimit"
+	"github.com/floodgate-dev/floodgate/ratelimit/fallback"
+)
+
+var t0 = time.Unix(1_800_000_000, 0) // a whole minute
+
+// count calls f.Allow tries times for key and returns how many were
+// admitted, failing the test on an error or on an answer whose Fallback is
+// not fb.
+func count(t *testing.T, f *fallback.Limiter, key string, tries int, fb bool) int {
+	t.Helper()
+	n := 0
+	for range tries {
+		res, err := f.Allow(context.Background(), key)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if res.Fallback != fb {
+			t.Fatalf("Result.Fallback = %v, want %v (%+v)", res.Fallback, fb, res)
+		}
+		if res.Allowed {
+			n++
+		}
+	}
+	return n
+}
+
+// TestDegradedMultiRule: a Limiter of two rules, 10 a second and 40 a
+// minute, on a Redis (AOF, so that a crash loses nothing it acknowledged)
+// on a fake clock, shared by 2 processes. Redis killed: each rule is cut to
+// its half, the key starts from what the store last said; back, the store
+// counts what was admitted without it, and the minute never passes 40.
+func TestDegradedMultiRule(t *testing.T) {
+	// rueidis only: the remembered answers expire in real time (their
+	// window and 2 s) while this test's windows are on a fake clock, and
+	// go-redis's calls to a killed Redis take a few 100 ms each.
+	for _, c := range []client{clients[1]} {
+		t.Run(c.name, func(t *testing.T) {
+			r := testenv.NewRedis(t, testenv.WithAOF())
+			clk := clock.NewFake(t0)
+			b := c.make(t, r, clk)
+			lim, err := ratelimit.New(b,
+				ratelimit.Named("persec", ratelimit.FixedWindow{Limit: 10, Window: time.Second}),
+				ratelimit.Named("permin", ratelimit.FixedWindow{Limit: 40, Window: time.Minute}))
+			if err != nil {
+				t.Fatal(err)
+			}
+			var fellBack int
+			f := fallback.New(lim, fallback.Options{
+				Mode:       fallback.Degraded,
+				Servers:    func() int { return 2 },
+				Timeout:    5 * time.Second,
+				OnFallback: func(string, error) { fellBack++ },
+			})
+			defer f.Close()
+
+			if got := count(t, f, "k", 6, false); got != 6 {
+				t.Fatalf("the store admitted %d of 6", got)
+			}
+			if err := r.Kill(); err != nil {
+				t.Fatal(err)
+			}
+			// Second 0: the store had 4 left of persec; the half of it.
+			if got := count(t, f, "k", 10, true); got != 2 {
+				t.Fatalf("second 0 in process: %d admitted, want 2 (4 left / 2)", got)
+			}
+			if fellBack != 10 {
+				t.Fatalf("OnFallback called %d times for 10 fallback answers", fellBack)
+			}
+			// Second 1: persec's half afresh (5); permin's half is 20.
+			clk.Advance(time.Second)
+			res, err := f.Allow(context.Background(), "k")
+			if err != nil || !res.Allowed || !res.Fallback || res.RuleName != "persec" || res.Limit != 5 {
+				t.Fatalf("second 1: %+v, %v; want admitted by the fallback on persec's share (5)", res, err)
+			}
+			if got := count(t, f, "k", 10, true); got != 4 {
+				t.Fatalf("second 1 in process: %d more admitted, want 4", got)
+			}
+			// Seconds 2 to 4: 5 each, until permin's share (20, less the 3
+			// the seed took for persec's state) is spent: 2+5+5+5 = 17.
+			admitted := 2 + 5
+			for s := 2; s <= 4; s++ {
+				clk.Advance(time.Second)
+				admitted += count(t, f, "k", 10, true)
+			}
+			if admitted != 17 {
+				t.Fatalf("in process over 5 s: %d admitted, want 17 (of permin's share of 20, 3 spent by the seed)", admitted)
+			}
+			clk.Advance(time.Second)
+			if got := count(t, f, "k", 10, true); got != 0 {
+				t.Fatalf("second 5: %d admitted past permin's share", got)
+			}
+			// Back: the first call carries the debt of 17, which does not
+			// fit in persec's 10: refused, it spends persec's 10 of it; the
+			// next second's first call carries the 7 left. The store counts
+			// every admission: the minute admits 40 in all.
+			if err := r.Restart(); err != nil {
+				t.Fatal(err)
+			}
+			clk.Advance(time.Second)
+			res, err = f.Allow(context.Background(), "k")
+			if err != nil || res.Fallback || res.Allowed {
+				t.Fatalf("the store back: %+v, %v; want its refusal (the debt does not fit in persec)", res, err)
+			}
+			total := 6 + 17
+			for s := 0; s < 8; s++ {
+				clk.Advance(time.Second)
+				total += count(t, f, "k", 20, false)
+			}
+			if total != 40 {
+				t.Fatalf("the minute admitted %d in all, want 40", total)
+			}
+		})
+	}
+}
+
+// TestModes: a killed store, and every mode's answer; the caller's own
+// cancellation and invalid calls are errors in every mode.
+func TestModes(t *testing.T) {
+	r := testenv.NewRedis(t)
+	b := goRedis(t, r, nil)
+	lim, err := ratelimit.New(b, ratelimit.FixedWindow{Limit: 5, Window: time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	modes := []fallback.Mode{fallback.Error, fallback.Degraded, fallback.Allow, fallback.Deny}
+	fs := map[fallback.Mode]*fallback.Limiter{}
+	for _, m := range modes {
+		fs[m] = fallback.New(lim, fallback.Options{Mode: m, Timeout: 5 * time.Second})
+		defer fs[m].Close()
+		// The store decides while it is up, in every mode.
+		if res, err := fs[m].Allow(context.Background(), "up-"+m.String()); err != nil || res.Fallback || !res.Allowed {
+			t.Fatalf("%v, the store up: %+v, %v", m, res, err)
+		}
+	}
+	if err := r.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	cancelled, cancel := context.WithCancel(context.Background())
+	cancel()
+	for _, m := range modes {
+		f := fs[m]
+		res, err := f.Allow(context.Background(), "k")
+		switch m {
+		case fallback.Error:
+			if err == nil {
+				t.Errorf("Error: %+v, want the store's error", res)
+			}
+		case fallback.Degraded:
+			if err != nil || !res.Fallback || !res.Allowed || res.Remaining != 4 || res.ResetAfter <= 0 {
+				t.Errorf("Degraded: %+v, %v; want admitted in process, 4 left", res, err)
+			}
+		case fallback.Allow:
+			if err != nil || !res.Fallback || !res.Allowed {
+				t.Errorf("Allow: %+v, %v; want admitted", res, err)
+			}
+		case fallback.Deny:
+			if err != nil || !res.Fallback || res.Allowed || res.RetryAfter <= 0 {
+				t.Errorf("Deny: %+v, %v; want refused with a RetryAfter", res, err)
+			}
+		}
+		if _, err := f.Allow(cancelled, "k"); !errors.Is(err, context.Canceled) {
+			t.Errorf("%v, the caller's context cancelled: %v, want context.Canceled", m, err)
+		}
+		if _, err := f.Allow(context.Background(), ""); !errors.Is(err, backend.ErrEmptyKey) {
+			t.Errorf("%v, the empty key: %v, want backend.ErrEmptyKey", m, err)
+		}
+		if _, err := f.AllowN(context.Background(), "k", -1); !errors.Is(err, ratelimit.ErrNegativeN) {
+			t.Errorf("%v, n = -1: %v, want ratelimit.ErrNegativeN", m, err)
+		}
+	}
+}
+
+// TestCallerDeadline: a paused store and a caller whose own deadline ends
+// first get the context's error, not a fallback answer.
+func TestCallerDeadline(t *testing.T) {
+	r := testenv.NewRedis(t)
+	f := newStallLimiter(t, goRedis(t, r, nil), fallback.Options{Mode: fallback.Degraded, Timeout: time.Minute})
+	if _, err := f.Allow(context.Background(), "k"); err != nil {
+		t.Fatal(err)
+	}
+	if err := r.Pause(); err != nil {
+		t.Fatal(err)
+	}
+	defer r.Resume()
+	ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+	defer cancel()
+	res, err := f.Allow(ctx, "k")
+	if !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("the caller's deadline passed: %+v, %v; want context.DeadlineExceeded", res, err)
+	}
+}
