@@ -214,4 +214,3 @@ func TestStallModes(t *testing.T) {
 		})
 	}
 }
-
