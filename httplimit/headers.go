@@ -130,8 +130,8 @@ func (m *Middleware) window(res ratelimit.Result) time.Duration {
 
 // setHeaders writes the rate-limit fields of res that m.c.headers selects.
 func (m *Middleware) setHeaders(h http.Header, res ratelimit.Result) {
-	if m.c.headers == 0 {
-		return
+	if m.c.headers == 0 || res.Fallback && res.Limit == 0 {
+		return // none, or a fallback answer that knows no quota
 	}
 	limit := strconv.FormatInt(max(res.Limit, 0), 10)
 	remaining := strconv.FormatInt(max(res.Remaining, 0), 10)

@@ -13,7 +13,8 @@
 // Requests are keyed by client IP address by default (KeyByIP); KeyByHeader
 // and KeyFunc key them otherwise. When the store fails, requests are served
 // (FailOpen, the default) or refused (FailClosed), and the error goes to the
-// OnError hook. DryRun decides and reports without ever refusing.
+// OnError hook; or, with Fallback, a ratelimit/fallback Limiter decides
+// them (in process on this process's share of the limits, say). DryRun decides and reports without ever refusing.
 //
 // # Keys
 //
@@ -70,7 +71,8 @@ type Middleware struct {
 //   - no key (empty, or the key function failed): 400 Bad Request, or
 //     served with PassWithoutKey. A long key is a key (see Keys above).
 //   - store error: served (FailOpen, the default) or 503 (FailClosed), with
-//     no rate-limit fields. If the request's context has ended, 503.
+//     no rate-limit fields. If the request's context has ended, 503. With
+//     the Fallback option, the fallback decides instead (see Fallback).
 //
 // New returns an error naming the option for invalid options, for a nil
 // Limiter, and for PolicyWindows with more entries than l has rules.
@@ -81,6 +83,9 @@ func New(l *ratelimit.Limiter, opts ...Option) (*Middleware, error) {
 	c, err := newConfig(opts)
 	if err != nil {
 		return nil, err
+	}
+	if c.fallback != nil && c.fallback.Limiter() != l {
+		return nil, errors.New("httplimit: Fallback: the fallback.Limiter wraps another Limiter than New's")
 	}
 	if len(c.windows) > l.Rules() {
 		return nil, fmt.Errorf("httplimit: PolicyWindows has %d entries for %d rules", len(c.windows), l.Rules())
@@ -183,6 +188,8 @@ func (m *Middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 	)
 	if m.conc != nil {
 		release, res, err = m.conc.Acquire(ctx, key)
+	} else if m.c.fallback != nil {
+		res, err = m.c.fallback.Allow(ctx, key)
 	} else {
 		res, err = m.lim.Allow(ctx, key)
 	}

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/floodgate-dev/floodgate/ratelimit"
+	"github.com/floodgate-dev/floodgate/ratelimit/fallback"
 )
 
 // Option configures a Middleware. Options are applied in order; when two set
@@ -84,6 +85,7 @@ type config struct {
 	passNoKey      bool
 	deny           func(http.ResponseWriter, *http.Request, ratelimit.Result)
 	releaseTimeout time.Duration
+	fallback       *fallback.Limiter
 	err            error
 }
 
@@ -273,5 +275,26 @@ func ReleaseTimeout(d time.Duration) Option {
 			return
 		}
 		c.releaseTimeout = d
+	}
+}
+
+// Fallback decides with f, a fallback.Limiter around the Limiter given to
+// New (New fails otherwise), so that a store failure is answered as f's
+// Mode says: Degraded decides in process on this process's share of each
+// rule (see package ratelimit/fallback for the bound), Allow serves, Deny
+// refuses, and Error leaves the failure to StoreFailure. A request the
+// fallback decided is answered like any other: the rate-limit fields (left
+// out when its Result.Limit is 0, as for Allow and Deny, which know no
+// quota), Retry-After and 429 when refused; OnDecision sees its Result with
+// Fallback set. Bound f's store calls with its Options.Timeout: a request
+// waits for a failing call before the fallback answers. A
+// ConcurrencyLimiter ignores this option.
+func Fallback(f *fallback.Limiter) Option {
+	return func(c *config) {
+		if f == nil {
+			c.fail("Fallback limiter is nil")
+			return
+		}
+		c.fallback = f
 	}
 }
