@@ -35,10 +35,10 @@ func TestFallbackStallBound(t *testing.T) {
 	f := fallback.New(lim, fallback.Options{Mode: fallback.Degraded, Timeout: 50 * time.Millisecond})
 	t.Cleanup(func() { f.Close() })
 	var (
-		mu        sync.Mutex
-		windows   = map[int64]int{}
+		mu         sync.Mutex
+		windows    = map[int64]int{}
 		byFallback int
-		statuses  = map[int]int{}
+		statuses   = map[int]int{}
 	)
 	mw, err := httplimit.New(lim, httplimit.Fallback(f), httplimit.KeyFunc(func(*http.Request) (string, error) { return "k", nil }),
 		httplimit.OnDecision(func(_ *http.Request, res ratelimit.Result) {

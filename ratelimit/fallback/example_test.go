@@ -1,0 +1,40 @@
+package fallback_test
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/floodgate-dev/floodgate/backend"
+	"github.com/floodgate-dev/floodgate/ratelimit"
+	"github.com/floodgate-dev/floodgate/ratelimit/fallback"
+)
+
+// A Limiter that keeps limiting in process, on its share of the limit,
+// while its store fails. (On the memory backend, as here, the store never
+// fails: every answer is the store's.)
+func Example() {
+	b := backend.NewMemory() // backend.NewRedis(client) in production
+	defer b.Close()
+	lim, err := ratelimit.New(b, ratelimit.FixedWindow{Limit: 2, Window: time.Minute})
+	if err != nil {
+		panic(err)
+	}
+	f := fallback.New(lim, fallback.Options{
+		Mode:    fallback.Degraded,
+		Servers: func() int { return 1 }, // the processes sharing the store
+		Timeout: 50 * time.Millisecond,   // each store call's bound
+	})
+	defer f.Close()
+	for range 3 {
+		res, err := f.Allow(context.Background(), "user:42")
+		if err != nil {
+			panic(err) // the caller's context ended, or an invalid key
+		}
+		fmt.Println(res.Allowed, res.Fallback)
+	}
+	// Output:
+	// true false
+	// true false
+	// false false
+}
