@@ -258,6 +258,11 @@ func (f *Limiter) degraded(ctx context.Context, key string, n int64) (ratelimit.
 				f.limits.Spent(key, spend)
 			}
 		}
+		if added != nil && added[0] > 0 && !res.Allowed && res.RetryAfter < 0 {
+			// Never admissible with the debt, not on its own: the caller
+			// may retry once the limit is back to full.
+			res.RetryAfter = max(res.ResetAfter, time.Second)
+		}
 		return res, nil
 	}
 	if ctx.Err() != nil || errors.Is(err, backend.ErrEmptyKey) || errors.Is(err, ratelimit.ErrNegativeN) {
