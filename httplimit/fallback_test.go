@@ -32,7 +32,10 @@ func TestFallbackStallBound(t *testing.T) {
 		t.Fatal(err)
 	}
 	lim := newLimiter(t, b, ratelimit.FixedWindow{Limit: 100, Window: time.Second})
-	f := fallback.New(lim, fallback.Options{Mode: fallback.Degraded, Timeout: 50 * time.Millisecond})
+	f, err := fallback.New(lim, fallback.Options{Mode: fallback.Degraded, Timeout: 50 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
 	t.Cleanup(func() { f.Close() })
 	var (
 		mu         sync.Mutex

@@ -24,67 +24,22 @@ func (s *Service) degradedNow() time.Time {
 	return time.Now()
 }
 
-// storeCall runs call, the store's decision of b, with the debts of b's
-// keys added to their costs, and remembers the store's answers. A request
-// over its limit with its debt spends what the limit has left, as much of
-// the debt as fits: the store then refuses everyone what this server
-// already admitted.
+// storeCall runs call, the store's decision of b, through the degraded
+// mode's Call: with the debts of b's keys added to their costs, the store's
+// answers remembered, a debt that does not fit spent as far as it fits, and
+// the grace period's check of this server's share.
 func (s *Service) storeCall(ctx context.Context, d *deciding, b *batch, call func() error) error {
-	if s.degraded == nil {
+	if s.degraded == nil || slices.Contains(b.fromCache, true) {
 		return call()
 	}
-	start := s.degradedNow()
-	added := s.degraded.Charge(b.reqs)
-	err := call()
-	s.degraded.Paid(b.reqs, b.results, added, err == nil)
-	if err != nil {
-		return err
-	}
-	s.degraded.Seen(b.reqs, b.results, start)
-	s.degraded.Recovered()
-	if s.degraded.InGrace() && !slices.Contains(b.fromCache, true) {
-		s.graceCheck(ctx, d, b)
-	}
-	for j, n := range added {
-		r := b.results[j]
-		if n == 0 || r.Allowed || r.RetryAfter <= 0 || r.Remaining <= 0 {
-			continue
-		}
-		q := b.reqs[j]
-		q.N = min(r.Remaining, n)
-		var out [1]ratelimit.Result
-		if ok, err := s.allow(ctx, []ratelimit.Request{q}, out[:]); err == nil && ok {
-			s.degraded.Spent(q.Key, q.N)
-		}
-	}
-	return nil
-}
-
-// graceCheck makes what the store admitted of b, in the grace period after
-// an outage, also pass this server's share: the other servers may still
-// owe the store what they admitted meanwhile. A refusal here refuses the
-// request (the store's units stay spent).
-func (s *Service) graceCheck(ctx context.Context, d *deciding, b *batch) {
-	if !b.allAdmitted() {
-		return
-	}
-	rules, windows := d.rulesOf(b)
-	local := make([]ratelimit.Result, len(b.reqs))
-	ok, err := s.degraded.Check(ctx, b.reqs, rules, windows, local)
-	if err != nil || ok {
-		return
-	}
-	copy(b.results, local)
-}
-
-// allAdmitted reports whether the store admitted every request of b.
-func (b *batch) allAdmitted() bool {
-	for _, r := range b.results {
-		if !r.Allowed {
-			return false
-		}
-	}
-	return true
+	return s.degraded.Call(ctx, b.reqs, b.results, func() ([][]ratelimit.Rule, []time.Duration) { return d.rulesOf(b) }, call,
+		func(j int, n int64) bool {
+			q := b.reqs[j]
+			q.N = n
+			var out [1]ratelimit.Result
+			ok, err := s.allow(ctx, []ratelimit.Request{q}, out[:])
+			return err == nil && ok
+		})
 }
 
 // degrade decides b in process after the store failed with err, and

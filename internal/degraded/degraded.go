@@ -191,6 +191,17 @@ func (l *Limits) Seen(reqs []ratelimit.Request, results []ratelimit.Result, star
 // change a request.
 func (l *Limits) Owed() bool { return l.owed.Load() > 0 }
 
+// Owes reports whether key owes the store a debt.
+func (l *Limits) Owes(key string) bool {
+	if !l.Owed() {
+		return false
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	_, ok := l.debts[key]
+	return ok
+}
+
 // Charge adds to each request of reqs the debt its key owes the store and
 // returns what it added (nil when nothing); the caller passes it to Paid
 // once the store has answered.
@@ -265,6 +276,58 @@ func (l *Limits) Spent(key string, n int64) {
 		l.debts[key] = d
 	}
 	l.owed.Store(int64(len(l.debts)))
+}
+
+// Call runs decide, the store's decision of reqs into results, with each
+// key's debt added to its cost, and settles it, as every store call of a
+// caller of Limits must go: the debts of admitted requests are paid (the
+// others stay owed), the store's answers are remembered (Seen), a request
+// refused with its debt spends what its limit has left through spend(j, n)
+// (Spent), and in the grace period after an outage what the store admitted
+// must also pass this server's share (Check; rules gives the requests'
+// rules and windows, as Decide takes them). It returns decide's error: the
+// debts then stay owed and nothing is remembered.
+func (l *Limits) Call(ctx context.Context, reqs []ratelimit.Request, results []ratelimit.Result,
+	rules func() ([][]ratelimit.Rule, []time.Duration), decide func() error, spend func(j int, n int64) bool) error {
+	start := l.now()
+	added := l.Charge(reqs)
+	err := decide()
+	l.Paid(reqs, results, added, err == nil)
+	if err != nil {
+		return err
+	}
+	l.Seen(reqs, results, start)
+	l.Recovered()
+	if l.InGrace() && allAdmitted(results) {
+		rs, ws := rules()
+		local := make([]ratelimit.Result, len(reqs))
+		if ok, err := l.Check(ctx, reqs, rs, ws, local); err == nil && !ok {
+			copy(results, local) // refused: the store's units stay spent
+		}
+	}
+	for j, n := range added {
+		r := results[j]
+		if n == 0 || r.Allowed || r.Remaining <= 0 {
+			continue
+		}
+		// The debt does not fit: spend what the limit has left, so that
+		// no other server is admitted past it either (a debt owed to a
+		// longer rule that does not fit in a shorter one is paid so, in
+		// parts).
+		if part := min(r.Remaining, n); spend(j, part) {
+			l.Spent(reqs[j].Key, part)
+		}
+	}
+	return nil
+}
+
+func allAdmitted(results []ratelimit.Result) bool {
+	for _, r := range results {
+		if !r.Allowed {
+			return false
+		}
+	}
+	return true
 }
 
 // Recovered tells l that the store answered: after an outage (a Decide

@@ -20,11 +20,14 @@ func Example() {
 	if err != nil {
 		panic(err)
 	}
-	f := fallback.New(lim, fallback.Options{
+	f, err := fallback.New(lim, fallback.Options{
 		Mode:    fallback.Degraded,
 		Servers: func() int { return 1 }, // the processes sharing the store
 		Timeout: 50 * time.Millisecond,   // each store call's bound
 	})
+	if err != nil {
+		panic(err)
+	}
 	defer f.Close()
 	for range 3 {
 		res, err := f.Allow(context.Background(), "user:42")

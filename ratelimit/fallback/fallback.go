@@ -138,15 +138,18 @@ type Limiter struct {
 	names   []string
 	window  time.Duration // how long an admission matters to the rules
 	limits  *degraded.Limits
-	nowFunc func() time.Time
 }
 
-// New returns l with the fallback of o. l's rules are read once, here.
-func New(l *ratelimit.Limiter, o Options) *Limiter {
+// New returns l with the fallback of o. l's rules are read once, here. It
+// fails on a nil Limiter or a Mode it does not know.
+func New(l *ratelimit.Limiter, o Options) (*Limiter, error) {
 	if l == nil {
-		panic("fallback: New: Limiter is nil")
+		return nil, errors.New("fallback: New: the Limiter is nil")
 	}
-	f := &Limiter{lim: l, o: o, nowFunc: time.Now}
+	if o.Mode < Error || o.Mode > Deny {
+		return nil, fmt.Errorf("fallback: New: unknown Mode %d", int(o.Mode))
+	}
+	f := &Limiter{lim: l, o: o}
 	for i := range l.Rules() {
 		r := l.Rule(i)
 		f.rules = append(f.rules, r)
@@ -156,12 +159,11 @@ func New(l *ratelimit.Limiter, o Options) *Limiter {
 	var clk clock.Clock
 	if c := l.Backend().Clock(); c != nil {
 		clk = c
-		f.nowFunc = c.Now
 	}
 	if o.Mode == Degraded {
 		f.limits = degraded.New(degraded.Options{Servers: o.Servers, MemoBytes: o.MemoBytes, Clock: clk})
 	}
-	return f
+	return f, nil
 }
 
 // Limiter returns the ratelimit.Limiter f wraps.
@@ -241,24 +243,21 @@ func (f *Limiter) fixed() ratelimit.Result {
 func (f *Limiter) degraded(ctx context.Context, key string, n int64) (ratelimit.Result, error) {
 	reqs := []ratelimit.Request{{Limiter: f.lim, Key: key, N: n}}
 	results := make([]ratelimit.Result, 1)
-	start := f.nowFunc()
-	added := f.limits.Charge(reqs)
-	res, err := f.call(ctx, key, reqs[0].N)
-	results[0] = res
-	f.limits.Paid(reqs, results, added, err == nil)
+	err := f.limits.Call(ctx, reqs, results,
+		func() ([][]ratelimit.Rule, []time.Duration) {
+			return [][]ratelimit.Rule{f.rules}, []time.Duration{f.window}
+		},
+		func() (err error) {
+			results[0], err = f.call(ctx, key, reqs[0].N)
+			return err
+		},
+		func(_ int, part int64) bool {
+			r, err := f.call(ctx, key, part)
+			return err == nil && r.Allowed
+		})
 	if err == nil {
-		f.limits.Seen(reqs, results, start)
-		if added != nil && added[0] > 0 && !res.Allowed && res.Remaining > 0 {
-			// The debt does not fit: spend what the limit has left, so
-			// that no other process is admitted past it either. (A debt
-			// of several short windows, owed to a longer rule, may not
-			// fit in the short rule at all: it is paid so, in parts.)
-			spend := min(res.Remaining, added[0])
-			if r, err := f.call(ctx, key, spend); err == nil && r.Allowed {
-				f.limits.Spent(key, spend)
-			}
-		}
-		if added != nil && added[0] > 0 && !res.Allowed && res.RetryAfter < 0 {
+		res := results[0]
+		if !res.Allowed && res.RetryAfter < 0 && f.limits.Owes(key) {
 			// Never admissible with the debt, not on its own: the caller
 			// may retry once the limit is back to full.
 			res.RetryAfter = max(res.ResetAfter, time.Second)
@@ -275,7 +274,7 @@ func (f *Limiter) degraded(ctx context.Context, key string, n int64) (ratelimit.
 		}
 		return ratelimit.Result{}, fmt.Errorf("fallback: deciding in process after %w: %v", err, derr)
 	}
-	res = results[0]
+	res := results[0]
 	res.Fallback = true
 	if res.Rule >= 0 && res.Rule < len(f.names) {
 		res.RuleName = f.names[res.Rule]

@@ -148,7 +148,10 @@ func newStallLimiter(t *testing.T, b backend.Backend, o fallback.Options) *fallb
 	if err != nil {
 		t.Fatal(err)
 	}
-	f := fallback.New(lim, o)
+	f, err := fallback.New(lim, o)
+	if err != nil {
+		t.Fatal(err)
+	}
 	t.Cleanup(func() { f.Close() })
 	return f
 }
