@@ -132,12 +132,12 @@ type Options struct {
 // Limiter is a ratelimit.Limiter with a fallback for store failures. Make
 // it with New; it is safe for concurrent use. Close it when done.
 type Limiter struct {
-	lim     *ratelimit.Limiter
-	o       Options
-	rules   []ratelimit.Rule
-	names   []string
-	window  time.Duration // how long an admission matters to the rules
-	limits  *degraded.Limits
+	lim    *ratelimit.Limiter
+	o      Options
+	rules  []ratelimit.Rule
+	names  []string
+	window time.Duration // how long an admission matters to the rules
+	limits *degraded.Limits
 }
 
 // New returns l with the fallback of o. l's rules are read once, here. It
