@@ -170,6 +170,11 @@ func (l *Limits) memoCache() *freecache.Cache {
 // when the limit resets from it (Unix ns).
 const memoSize = 24
 
+// sameReset is how close two answers' reset times are when they are about
+// the same window: concurrent calls see the same end, give or take their
+// latencies.
+const sameReset = 100 * time.Millisecond
+
 // Seen remembers what the store answered for reqs (results[i] for
 // reqs[i]), asked at start.
 func (l *Limits) Seen(reqs []ratelimit.Request, results []ratelimit.Result, start time.Time) {
@@ -179,11 +184,23 @@ func (l *Limits) Seen(reqs []ratelimit.Request, results []ratelimit.Result, star
 		if r.ResetAfter <= 0 {
 			continue // full: nothing to remember, the key starts afresh
 		}
-		binary.BigEndian.PutUint64(v[0:], uint64(max(r.Remaining, 0)))
+		remaining, resets := max(r.Remaining, 0), start.Add(r.ResetAfter).UnixNano()
+		key := []byte(q.Key)
+		// Answers of concurrent calls arrive in any order: an older one,
+		// which says more was remaining in the same window (its reset
+		// within sameReset of the one kept), does not replace a newer.
+		if old, err := l.memoCache().GetWithBuf(key, v[:]); err == nil && len(old) == memoSize {
+			oldRemaining := int64(binary.BigEndian.Uint64(old[0:]))
+			oldResets := int64(binary.BigEndian.Uint64(old[16:]))
+			if d := resets - oldResets; d < int64(sameReset) && d > -int64(sameReset) && oldRemaining < remaining {
+				continue
+			}
+		}
+		binary.BigEndian.PutUint64(v[0:], uint64(remaining))
 		binary.BigEndian.PutUint64(v[8:], uint64(start.UnixNano()))
-		binary.BigEndian.PutUint64(v[16:], uint64(start.Add(r.ResetAfter).UnixNano()))
+		binary.BigEndian.PutUint64(v[16:], uint64(resets))
 		ttl := int(r.ResetAfter/time.Second) + 2
-		_ = l.memoCache().Set([]byte(q.Key), v[:], ttl) // too large: forgotten
+		_ = l.memoCache().Set(key, v[:], ttl) // too large: forgotten
 	}
 }
 

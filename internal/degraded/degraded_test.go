@@ -215,3 +215,24 @@ func TestGrace(t *testing.T) {
 		t.Fatal("a store answer without an outage started a grace period")
 	}
 }
+
+// TestSeenOutOfOrder: an older answer of the same window, arriving after a
+// newer one, does not make the key start an outage with more remaining.
+func TestSeenOutOfOrder(t *testing.T) {
+	f := newFixture(t, 1)
+	key := "k"
+	req := []ratelimit.Request{{Limiter: f.store, Key: key, N: 1}}
+	now := f.clk.Now()
+	// The newer answer: 10 left; then an older one of the same window: 50.
+	f.l.Seen(req, []ratelimit.Result{{Allowed: true, Remaining: 10, ResetAfter: time.Minute}}, now)
+	f.l.Seen(req, []ratelimit.Result{{Allowed: true, Remaining: 50, ResetAfter: time.Minute - time.Millisecond}}, now)
+	if got := count(t, f.localAllow, key, 100); got != 10 {
+		t.Fatalf("in process: %d admitted, want the 10 the newer answer left", got)
+	}
+	// An answer about a later reset replaces it, whatever it says; the
+	// key starts again from it, less the 10 it still owes.
+	f.l.Seen(req, []ratelimit.Result{{Allowed: true, Remaining: 70, ResetAfter: 2 * time.Minute}}, now.Add(time.Second))
+	if got := count(t, f.localAllow, key, 100); got != 60 {
+		t.Fatalf("a later reset: %d admitted, want 60 (70 less the 10 owed)", got)
+	}
+}
