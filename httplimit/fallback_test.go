@@ -1,7 +1,6 @@
 package httplimit_test
 
 import (
-	"math"
 	"net/http"
 	"net/http/httptest"
 	"sync"
@@ -12,6 +11,7 @@ import (
 
 	"github.com/floodgate-dev/floodgate/backend"
 	"github.com/floodgate-dev/floodgate/httplimit"
+	"github.com/floodgate-dev/floodgate/internal/loadtest"
 	"github.com/floodgate-dev/floodgate/internal/testenv"
 	"github.com/floodgate-dev/floodgate/ratelimit"
 	"github.com/floodgate-dev/floodgate/ratelimit/fallback"
@@ -39,20 +39,19 @@ func TestFallbackStallBound(t *testing.T) {
 	t.Cleanup(func() { f.Close() })
 	var (
 		mu         sync.Mutex
-		windows    = map[int64]int{}
+		windows    loadtest.Windows
 		byFallback int
 		statuses   = map[int]int{}
 	)
 	mw, err := httplimit.New(lim, httplimit.Fallback(f), httplimit.KeyFunc(func(*http.Request) (string, error) { return "k", nil }),
 		httplimit.OnDecision(func(_ *http.Request, res ratelimit.Result) {
-			now := time.Now()
+			if res.Allowed {
+				windows.Add(time.Now(), res.ResetAfter)
+			}
 			mu.Lock()
 			defer mu.Unlock()
 			if res.Fallback {
 				byFallback++
-			}
-			if res.Allowed {
-				windows[int64(math.Round(float64(now.Add(res.ResetAfter).UnixNano())/1e9))]++
 			}
 		}))
 	if err != nil {
@@ -62,46 +61,29 @@ func TestFallbackStallBound(t *testing.T) {
 		t.Fatal("New accepted a fallback of another Limiter")
 	}
 	h := mw.Handler(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {}))
-	stop := make(chan struct{})
-	var wg sync.WaitGroup
-	for range 20 {
-		wg.Go(func() {
-			for {
-				select {
-				case <-stop:
-					return
-				default:
-				}
-				w := httptest.NewRecorder()
-				h.ServeHTTP(w, httptest.NewRequest("GET", "/", nil))
-				mu.Lock()
-				statuses[w.Code]++
-				if w.Code == http.StatusTooManyRequests && w.Header().Get("Retry-After") == "" {
-					t.Error("a 429 without Retry-After")
-				}
-				mu.Unlock()
-			}
-		})
-	}
-	time.Sleep(1500 * time.Millisecond)
-	if err := r.Pause(); err != nil {
-		t.Fatal(err)
-	}
-	time.Sleep(2 * time.Second)
-	if err := r.Resume(); err != nil {
-		t.Fatal(err)
-	}
-	time.Sleep(1500 * time.Millisecond)
-	close(stop)
-	wg.Wait()
-	mu.Lock()
-	defer mu.Unlock()
-	t.Logf("statuses %v, %d decided by the fallback, admitted per window %v", statuses, byFallback, windows)
-	for e, n := range windows {
-		if n > 107 {
-			t.Errorf("the window ending at %d served %d, over 1.05 × 100 + 2", e, n)
+	call := func() {
+		w := httptest.NewRecorder()
+		h.ServeHTTP(w, httptest.NewRequest("GET", "/", nil))
+		mu.Lock()
+		defer mu.Unlock()
+		statuses[w.Code]++
+		if w.Code == http.StatusTooManyRequests && w.Header().Get("Retry-After") == "" {
+			t.Error("a 429 without Retry-After")
 		}
 	}
+	loadtest.Run(20, 1500*time.Millisecond, 1500*time.Millisecond, call, func() {
+		if err := r.Pause(); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(2 * time.Second)
+		if err := r.Resume(); err != nil {
+			t.Fatal(err)
+		}
+	})
+	line := windows.Check(t, 107) // 1.05 × 100 + 2
+	mu.Lock()
+	defer mu.Unlock()
+	t.Logf("statuses %v, %d decided by the fallback, admitted per window%s", statuses, byFallback, line)
 	if byFallback == 0 {
 		t.Error("nothing decided by the fallback during a 2 s pause")
 	}

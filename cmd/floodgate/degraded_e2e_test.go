@@ -3,17 +3,17 @@ package main
 import (
 	"context"
 	"fmt"
-	"math"
 	"path/filepath"
-	"sort"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	rls "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"github.com/redis/go-redis/v9"
 
+	"github.com/floodgate-dev/floodgate/internal/loadtest"
 	"github.com/floodgate-dev/floodgate/internal/testenv"
 )
 
@@ -38,72 +38,44 @@ func TestStallBound(t *testing.T) {
 			s := startServer(t, cfg, "--redis", redisURL(r), "--redis-prefix", uniquePrefix(t), "--timeout", "50ms")
 
 			var (
-				mu       sync.Mutex
-				windows  = map[int64]int{} // window end, Unix s -> admitted
-				answered int
-				failed   int
+				windows          loadtest.Windows
+				mu               sync.Mutex
+				answered, failed int
+				during           int
 			)
-			stop := make(chan struct{})
-			var wg sync.WaitGroup
 			req := request("hot", entries("k", "x"))
-			for range 20 {
-				wg.Go(func() {
-					for {
-						select {
-						case <-stop:
-							return
-						default:
-						}
-						ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-						resp, err := s.client.ShouldRateLimit(ctx, req)
-						got := time.Now()
-						cancel()
-						mu.Lock()
-						answered++
-						if err != nil {
-							failed++
-						} else if resp.GetOverallCode() == rls.RateLimitResponse_OK {
-							reset := resp.GetStatuses()[0].GetDurationUntilReset().AsDuration()
-							end := got.Add(reset)
-							windows[int64(math.Round(float64(end.UnixNano())/1e9))]++
-						}
-						mu.Unlock()
-					}
-				})
+			call := func() {
+				ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+				resp, err := s.client.ShouldRateLimit(ctx, req)
+				got := time.Now()
+				cancel()
+				mu.Lock()
+				answered++
+				if err != nil {
+					failed++
+				}
+				mu.Unlock()
+				if err == nil && resp.GetOverallCode() == rls.RateLimitResponse_OK {
+					windows.Add(got, resp.GetStatuses()[0].GetDurationUntilReset().AsDuration())
+				}
 			}
 			count := func() int {
 				mu.Lock()
 				defer mu.Unlock()
 				return answered
 			}
-			time.Sleep(1500 * time.Millisecond)
-			before := count()
-			if err := r.Pause(); err != nil {
-				t.Fatal(err)
-			}
-			time.Sleep(pause)
-			during := count() - before
-			if err := r.Resume(); err != nil {
-				t.Fatal(err)
-			}
-			time.Sleep(1500 * time.Millisecond)
-			close(stop)
-			wg.Wait()
-
-			mu.Lock()
-			defer mu.Unlock()
-			ends := make([]int64, 0, len(windows))
-			for e := range windows {
-				ends = append(ends, e)
-			}
-			sort.Slice(ends, func(i, j int) bool { return ends[i] < ends[j] })
-			var line string
-			for _, e := range ends {
-				line += fmt.Sprintf(" %d", windows[e])
-				if n := windows[e]; n > 107 {
-					t.Errorf("the window ending at %d admitted %d, over 1.05 × 100 + 2", e, n)
+			loadtest.Run(20, 1500*time.Millisecond, 1500*time.Millisecond, call, func() {
+				before := count()
+				if err := r.Pause(); err != nil {
+					t.Fatal(err)
 				}
-			}
+				time.Sleep(pause)
+				during = count() - before
+				if err := r.Resume(); err != nil {
+					t.Fatal(err)
+				}
+			})
+			line := windows.Check(t, 107) // 1.05 × 100 + 2
 			t.Logf("Redis paused %v: %d answers (%d during the pause, %d errors); admitted per window:%s", pause, answered, during, failed, line)
 			if failed > 0 {
 				t.Errorf("%d calls failed: the degraded mode answers every call", failed)
@@ -168,73 +140,47 @@ func TestFleetStallBound(t *testing.T) {
 	time.Sleep(1500 * time.Millisecond) // a beat of each since all three were up
 
 	var (
+		windows loadtest.Windows
 		mu      sync.Mutex
-		windows = map[int64]int{}
 		failed  int
 		phase   = "healthy"
 		byPhase = map[string]int{}
+		next    atomic.Int64
 	)
-	stop := make(chan struct{})
-	var wg sync.WaitGroup
 	req := request("hot", entries("k", "x"))
-	for i := range 30 {
-		s := servers[i%3]
-		wg.Go(func() {
-			for {
-				select {
-				case <-stop:
-					return
-				default:
-				}
-				ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-				resp, err := s.client.ShouldRateLimit(ctx, req)
-				got := time.Now()
-				cancel()
-				mu.Lock()
-				byPhase[phase]++
-				if err != nil {
-					failed++
-				} else if resp.GetOverallCode() == rls.RateLimitResponse_OK {
-					end := got.Add(resp.GetStatuses()[0].GetDurationUntilReset().AsDuration())
-					windows[int64(math.Round(float64(end.UnixNano())/1e9))]++
-				}
-				mu.Unlock()
-			}
-		})
+	call := func() {
+		s := servers[next.Add(1)%3]
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		resp, err := s.client.ShouldRateLimit(ctx, req)
+		got := time.Now()
+		cancel()
+		mu.Lock()
+		byPhase[phase]++
+		if err != nil {
+			failed++
+		}
+		mu.Unlock()
+		if err == nil && resp.GetOverallCode() == rls.RateLimitResponse_OK {
+			windows.Add(got, resp.GetStatuses()[0].GetDurationUntilReset().AsDuration())
+		}
 	}
 	setPhase := func(p string) {
 		mu.Lock()
 		phase = p
 		mu.Unlock()
 	}
-	time.Sleep(2 * time.Second)
-	setPhase("killed")
-	if err := r.Kill(); err != nil {
-		t.Fatal(err)
-	}
-	time.Sleep(3 * time.Second)
-	if err := r.Restart(); err != nil {
-		t.Fatal(err)
-	}
-	setPhase("restarted")
-	time.Sleep(2 * time.Second)
-	close(stop)
-	wg.Wait()
-
-	mu.Lock()
-	defer mu.Unlock()
-	ends := make([]int64, 0, len(windows))
-	for e := range windows {
-		ends = append(ends, e)
-	}
-	sort.Slice(ends, func(i, j int) bool { return ends[i] < ends[j] })
-	var line string
-	for _, e := range ends {
-		line += fmt.Sprintf(" %d", windows[e])
-		if n := windows[e]; n > 110 {
-			t.Errorf("the window ending at %d admitted %d across the fleet, over 1.1 × 100", e, n)
+	loadtest.Run(30, 2*time.Second, 2*time.Second, call, func() {
+		setPhase("killed")
+		if err := r.Kill(); err != nil {
+			t.Fatal(err)
 		}
-	}
+		time.Sleep(3 * time.Second)
+		if err := r.Restart(); err != nil {
+			t.Fatal(err)
+		}
+		setPhase("restarted")
+	})
+	line := windows.Check(t, 110) // 1.1 × 100
 	t.Logf("answers by phase %v, %d errors; admitted per window:%s", byPhase, failed, line)
 	if failed > 0 {
 		t.Errorf("%d calls failed: the degraded mode answers every call", failed)

@@ -2,9 +2,6 @@ package fallback_test
 
 import (
 	"context"
-	"fmt"
-	"math"
-	"sort"
 	"sync"
 	"testing"
 	"time"
@@ -16,6 +13,7 @@ import (
 	"github.com/floodgate-dev/floodgate/backend/rueidisadapter"
 	"github.com/floodgate-dev/floodgate/clock"
 	"github.com/floodgate-dev/floodgate/internal/backendtest"
+	"github.com/floodgate-dev/floodgate/internal/loadtest"
 	"github.com/floodgate-dev/floodgate/internal/testenv"
 	"github.com/floodgate-dev/floodgate/ratelimit"
 	"github.com/floodgate-dev/floodgate/ratelimit/fallback"
@@ -62,7 +60,7 @@ func goRedisWith(t *testing.T, r *testenv.Redis, clk clock.Clock, o *redis.Optio
 // placed in its window by the window's end (call time + ResetAfter,
 // rounded to the second).
 type stall struct {
-	windows  map[int64]int // window end, Unix s -> admitted
+	windows  loadtest.Windows
 	answered int
 	failed   int // calls that returned an error
 	during   int // answers while Redis was paused
@@ -72,74 +70,46 @@ type stall struct {
 
 func runStall(t *testing.T, f *fallback.Limiter, r *testenv.Redis, pause time.Duration) *stall {
 	t.Helper()
-	s := &stall{windows: map[int64]int{}}
+	s := &stall{}
 	var mu sync.Mutex
-	stop := make(chan struct{})
-	var wg sync.WaitGroup
-	for range 20 {
-		wg.Go(func() {
-			for {
-				select {
-				case <-stop:
-					return
-				default:
-				}
-				ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-				res, err := f.Allow(ctx, "k")
-				got := time.Now()
-				cancel()
-				mu.Lock()
-				s.answered++
-				switch {
-				case err != nil:
-					s.failed++
-				case res.Allowed:
-					end := got.Add(res.ResetAfter)
-					s.windows[int64(math.Round(float64(end.UnixNano())/1e9))]++
-				}
-				if err == nil && res.Fallback {
-					s.fallback++
-					if res.Allowed {
-						s.admitted++
-					}
-				}
-				mu.Unlock()
+	call := func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		res, err := f.Allow(ctx, "k")
+		got := time.Now()
+		cancel()
+		if err == nil && res.Allowed {
+			s.windows.Add(got, res.ResetAfter)
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		s.answered++
+		if err != nil {
+			s.failed++
+		}
+		if err == nil && res.Fallback {
+			s.fallback++
+			if res.Allowed {
+				s.admitted++
 			}
-		})
+		}
 	}
 	count := func() int {
 		mu.Lock()
 		defer mu.Unlock()
 		return s.answered
 	}
-	time.Sleep(1500 * time.Millisecond)
-	before := count()
-	if err := r.Pause(); err != nil {
-		t.Fatal(err)
-	}
-	time.Sleep(pause)
-	s.during = count() - before
-	if err := r.Resume(); err != nil {
-		t.Fatal(err)
-	}
-	time.Sleep(1500 * time.Millisecond)
-	close(stop)
-	wg.Wait()
+	loadtest.Run(20, 1500*time.Millisecond, 1500*time.Millisecond, call, func() {
+		before := count()
+		if err := r.Pause(); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(pause)
+		s.during = count() - before
+		if err := r.Resume(); err != nil {
+			t.Fatal(err)
+		}
+	})
 	return s
-}
-
-// line is the admitted counts per window, in order.
-func (s *stall) line() string {
-	ends := make([]int64, 0, len(s.windows))
-	for e := range s.windows {
-		ends = append(ends, e)
-	}
-	sort.Slice(ends, func(i, j int) bool { return ends[i] < ends[j] })
-	var line string
-	for _, e := range ends {
-		line += fmt.Sprintf(" %d", s.windows[e])
-	}
-	return line
 }
 
 func newStallLimiter(t *testing.T, b backend.Backend, o fallback.Options) *fallback.Limiter {
@@ -167,13 +137,9 @@ func TestStallBound(t *testing.T) {
 				r := testenv.NewRedis(t)
 				f := newStallLimiter(t, c.make(t, r, nil), fallback.Options{Mode: fallback.Degraded, Timeout: 50 * time.Millisecond})
 				s := runStall(t, f, r, pause)
+				line := s.windows.Check(t, 107) // 1.05 × 100 + 2
 				t.Logf("Redis paused %v: %d answers (%d during the pause, %d by the fallback, %d of them admitted, %d errors); admitted per window:%s",
-					pause, s.answered, s.during, s.fallback, s.admitted, s.failed, s.line())
-				for e, n := range s.windows {
-					if n > 107 {
-						t.Errorf("the window ending at %d admitted %d, over 1.05 × 100 + 2", e, n)
-					}
-				}
+					pause, s.answered, s.during, s.fallback, s.admitted, s.failed, line)
 				if s.failed > 0 {
 					t.Errorf("%d calls failed: Degraded answers every call", s.failed)
 				}
@@ -198,7 +164,7 @@ func TestStallModes(t *testing.T) {
 			f := newStallLimiter(t, goRedis(t, r, nil), fallback.Options{Mode: mode, Timeout: 50 * time.Millisecond})
 			s := runStall(t, f, r, 500*time.Millisecond)
 			t.Logf("%v: %d answers (%d during the pause, %d by the fallback, %d of them admitted, %d errors); admitted per window:%s",
-				mode, s.answered, s.during, s.fallback, s.admitted, s.failed, s.line())
+				mode, s.answered, s.during, s.fallback, s.admitted, s.failed, s.windows.String())
 			switch mode {
 			case fallback.Error:
 				if s.failed == 0 || s.fallback > 0 {
