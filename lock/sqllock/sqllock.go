@@ -360,7 +360,8 @@ const (
 // needs before it takes a lock. It only ever adds tables and columns: it is
 // idempotent, keeps the rows of tables made by earlier versions, and is
 // safe to run from several processes at once (on PostgreSQL concurrent runs
-// are serialized by an advisory lock). It needs the privilege to create and
+// are serialized by an advisory lock; one the database rolls back for a
+// deadlock with other sessions is run again). It needs the privilege to create and
 // alter tables; run it once at deployment, or at start-up, before New.
 func Migrate(ctx context.Context, db *sql.DB, d Dialect) error {
 	if db == nil {
@@ -369,17 +370,29 @@ func Migrate(ctx context.Context, db *sql.DB, d Dialect) error {
 	if err := d.check(); err != nil {
 		return err
 	}
+	// Its DDL runs beside other sessions' locks on the same tables: a
+	// deadlock or serialization failure rolls the migration back, and it
+	// is run again (it is idempotent).
 	var err error
-	if d == Postgres {
-		err = pgMigrate(ctx, db)
-	} else {
-		err = myMigrate(ctx, db)
+	for attempt := range migrateAttempts {
+		if d == Postgres {
+			err = pgMigrate(ctx, db)
+		} else {
+			err = myMigrate(ctx, db)
+		}
+		if err == nil || retryable(err) != rolledBack || ctx.Err() != nil {
+			break
+		}
+		time.Sleep(time.Duration(attempt+1) * 10 * time.Millisecond)
 	}
 	if err != nil {
 		return fmt.Errorf("sqllock: migrate: %w", err)
 	}
 	return nil
 }
+
+// migrateAttempts bounds Migrate's runs when the database rolls it back.
+const migrateAttempts = 5
 
 // New returns a mutual exclusion lock named name in db, whose tables
 // Migrate created. Lockers of the same name on the same database exclude
