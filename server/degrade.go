@@ -15,15 +15,6 @@ import (
 // the debts of what was so admitted, and every store answer is remembered,
 // so that the next outage starts from it.
 
-// degradedNow is the time store answers are remembered at: the store's
-// injected clock, or the real one.
-func (s *Service) degradedNow() time.Time {
-	if c := s.main.b.Clock(); c != nil {
-		return c.Now()
-	}
-	return time.Now()
-}
-
 // storeCall runs call, the store's decision of b, through the degraded
 // mode's Call: with the debts of b's keys added to their costs, the store's
 // answers remembered, a debt that does not fit spent as far as it fits, and

@@ -63,12 +63,7 @@ func (c quotaCore) Config() *config.Config {
 	return cfg
 }
 
-func (c quotaCore) Now() time.Time {
-	if clk := c.s.main.b.Clock(); clk != nil {
-		return clk.Now()
-	}
-	return time.Now()
-}
+func (c quotaCore) Now() time.Time { return c.s.now() }
 
 func (c quotaCore) Store(ctx context.Context, l *config.Limit, entries []config.Entry, fn func(context.Context, backend.Backend, string) error) error {
 	st, key := c.s.storeOf(l), stateKey(l, entries)

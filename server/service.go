@@ -585,7 +585,7 @@ func (s *Service) fail(ctx context.Context, domain string, resp *Response, err e
 	}
 	resp.Failed, resp.ByFailureMode = true, true
 	resp.Code = CodeOK
-	now := s.degradedNow()
+	now := s.now()
 	for i := range resp.Statuses {
 		st := &resp.Statuses[i]
 		st.Code = CodeOK
@@ -602,6 +602,15 @@ func (s *Service) fail(ctx context.Context, domain string, resp *Response, err e
 		}
 	}
 	return resp, nil
+}
+
+// now is the service's time: the main store's injected clock, or the real
+// one.
+func (s *Service) now() time.Time {
+	if c := s.main.b.Clock(); c != nil {
+		return c.Now()
+	}
+	return time.Now()
 }
 
 // windowLeft is the time from now to the end of the current window of
