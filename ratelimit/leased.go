@@ -559,7 +559,7 @@ func (l *Leased) publish(k *keyLease) {
 
 // decide is AllowN at t for a key's lease k, whose mu is held.
 func (l *Leased) decide(ctx context.Context, key string, k *keyLease, n int64, t instant) (Result, error) {
-	var now, avail int64 // avail: the lease's units from the first valid one
+	var now int64
 	if k.g.units > 0 {
 		now = l.at(k, t)
 		if l.ends && now-k.g.now >= l.life {
@@ -567,43 +567,16 @@ func (l *Leased) decide(ctx context.Context, key string, k *keyLease, n int64, t
 			if err := l.giveBack(ctx, key, k); err != nil {
 				return Result{}, err
 			}
-		} else {
-			// Validity is monotone in the unit: a drain rule's later units
-			// have later places, windows and buckets end for all at once.
-			// The next unit is valid in the common case: no search then.
-			left := k.g.units - k.spent
-			if left > 0 && !l.validUnit(&k.g, k.spent+1, now) {
-				skip := 1 + int64(sort.Search(int(left-1), func(i int) bool {
-					return l.validUnit(&k.g, k.spent+2+int64(i), now)
-				}))
-				k.spent += skip // never admitted: a give-back still returns them
-				left -= skip
-			}
-			avail = left
 		}
 	}
+	avail := l.avail(k, now) // the lease's units from the first valid one
 	if n == 0 {
 		r, err := l.lim.AllowN(ctx, key, 0)
 		r.Remaining += avail
 		return r, err
 	}
-	if avail < n && k.deniedN > 0 && n >= k.deniedN && n <= l.smallest {
-		// Denied until the store's RetryAfter: nothing is asked of the store
-		// until then. (Units given back by other processes meanwhile wait
-		// too: they are of the held units the under-admission bound counts.)
-		if wait := k.denied.RetryAfter - time.Duration(l.since(k.deniedAt, k.deniedSent))*time.Microsecond; wait > 0 {
-			r := k.denied
-			r.RetryAfter = wait
-			k.fromLease++
-			return r, nil
-		}
-		k.deniedN = 0
-	}
-	if avail >= n {
-		k.spent += n
-		k.used += n
-		k.fromLease++
-		return fromLease(&k.g, k.spent, now), nil
+	if r, ok := l.inProcess(k, n, avail, now); ok {
+		return r, nil
 	}
 	if k.g.units > 0 && avail == 0 {
 		// Spent, or past its deadline: give back what the store still
@@ -655,6 +628,122 @@ func (l *Leased) decide(ctx context.Context, key string, k *keyLease, n int64, t
 	r := g.res
 	r.Remaining += g.units - need
 	return r, err
+}
+
+// avail returns the units of k's lease that may still be admitted at now,
+// from the first valid one, and marks those before it spent. k.mu is held.
+func (l *Leased) avail(k *keyLease, now int64) int64 {
+	left := k.g.units - k.spent
+	if k.g.units == 0 || left <= 0 {
+		return 0
+	}
+	// Validity is monotone in the unit: a drain rule's later units have
+	// later places, windows and buckets end for all at once. The next unit
+	// is valid in the common case: no search then.
+	if !l.validUnit(&k.g, k.spent+1, now) {
+		skip := 1 + int64(sort.Search(int(left-1), func(i int) bool {
+			return l.validUnit(&k.g, k.spent+2+int64(i), now)
+		}))
+		k.spent += skip // never admitted: a give-back still returns them
+		left -= skip
+	}
+	return left
+}
+
+// inProcess decides n > 0 units of k at now without the store, where it
+// can: a denial until the store's last RetryAfter, or avail units of the
+// lease. k.mu is held.
+func (l *Leased) inProcess(k *keyLease, n, avail, now int64) (Result, bool) {
+	if avail < n && k.deniedN > 0 && n >= k.deniedN && n <= l.smallest {
+		// Denied until the store's RetryAfter: nothing is asked of the store
+		// until then. (Units given back by other processes meanwhile wait
+		// too: they are of the held units the under-admission bound counts.)
+		if wait := k.denied.RetryAfter - time.Duration(l.since(k.deniedAt, k.deniedSent))*time.Microsecond; wait > 0 {
+			r := k.denied
+			r.RetryAfter = wait
+			k.fromLease++
+			return r, true
+		}
+		k.deniedN = 0
+	}
+	if avail >= n {
+		k.spent += n
+		k.used += n
+		k.fromLease++
+		return fromLease(&k.g, k.spent, now), true
+	}
+	return Result{}, false
+}
+
+// Local decides n > 0 units for key as AllowN would, where that needs no
+// store call: from the key's lease when it holds n units still valid, or a
+// denial in process until the store's last RetryAfter. ok is false when the
+// decision needs the store (no lease, too few valid units, the lease past
+// its lifetime, a store call of the key in flight, n <= 0, an invalid key);
+// nothing is changed then, and the caller asks AllowN. Local never waits
+// for the store: a caller can keep deciding from what its leases hold while
+// the store stalls, and ask the store, bounded by its own deadline, only
+// when they are spent.
+func (l *Leased) Local(key string, n int64) (r Result, ok bool) {
+	if n <= 0 {
+		return Result{}, false
+	}
+	key, err := storeKey(key)
+	if err != nil {
+		return Result{}, false
+	}
+	t := l.instant()
+	k := l.hot.Load()
+	if k == nil || k.key != key {
+		v, found := l.keys.Load(key)
+		if !found {
+			return Result{}, false
+		}
+		k = v.(*keyLease)
+	}
+	if r, ok := l.fromFast(k, n, t); ok {
+		return r, true
+	}
+	if !k.mu.TryLock() { // a decision of the key holds it, maybe across a store call
+		return Result{}, false
+	}
+	defer k.mu.Unlock()
+	if k.gone {
+		return Result{}, false
+	}
+	l.absorb(k)
+	defer l.publish(k)
+	var now int64
+	if k.g.units > 0 {
+		if now = l.at(k, t); l.ends && now-k.g.now >= l.life {
+			return Result{}, false // its give-back needs the store
+		}
+	}
+	if r, ok = l.inProcess(k, n, l.avail(k, now), now); ok {
+		k.decisions++
+	}
+	return r, ok
+}
+
+// Held returns the units key's lease holds and has not spent (0 without
+// a lease), valid or not: what the store counted for this Leased and it
+// has not admitted. A Result's Remaining includes them; the store's own
+// Remaining is that less Held, as near as a concurrent decision allows.
+func (l *Leased) Held(key string) int64 {
+	key, err := storeKey(key)
+	if err != nil {
+		return 0
+	}
+	v, found := l.keys.Load(key)
+	if !found {
+		return 0
+	}
+	k := v.(*keyLease)
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	l.absorb(k)
+	defer l.publish(k)
+	return max(k.g.units-k.spent, 0)
 }
 
 // fromLease is the Result of a decision at now from lease g, of which
