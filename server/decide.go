@@ -222,9 +222,12 @@ func (s *Service) count(ctx context.Context, d *deciding, b *batch) error {
 	start := s.localNow()
 	s.localCheck(d, b, start)
 	var err error
+	lz := d.leasedFor(b)
 	switch {
 	case b.fromCache != nil && !slices.Contains(b.fromCache, false):
 		// Every request is answered from the cache.
+	case lz != nil:
+		err = s.countLeased(ctx, d, b, lz)
 	case s.eachApart(b):
 		err = s.storeCall(ctx, d, b, func() error { return s.allowEach(ctx, b.reqs, b.results, b.fromCache) })
 	default:

@@ -684,8 +684,8 @@ func (s *Server) shutdown() {
 	wg.Go(stopHTTP)
 	wg.Go(stopGRPC)
 	wg.Wait()
-	if s.svc.degraded != nil {
-		s.svc.degraded.Close()
+	if err := s.svc.Close(ctx); err != nil {
+		s.log.Warn("leases not given back at shutdown", "error", err)
 	}
 }
 

@@ -135,6 +135,11 @@ type Options struct {
 	DegradedMemoBytes int
 	// Quota configures Envoy's rate limit quota service (RLQS, package server/rlqs).
 	Quota QuotaOptions
+	// Leases makes every limit that can lease and says nothing of it (the
+	// YAML's lease) decide through quota leases on a remote store
+	// (lease.go, docs/server/leases.md); a limit's lease: true or false
+	// overrides it. Not in envoy compatibility mode.
+	Leases bool
 }
 
 // Service decides rate limit requests against a configuration on a backend.
@@ -186,7 +191,8 @@ type ruleset struct {
 	cfg       *config.Config
 	limiters  map[*config.Limit]*ratelimit.Limiter
 	stats     map[*config.Limit]*limitStats
-	localGens map[*config.Limit]uint64 // the limits' generations in the local cache (its Key)
+	localGens map[*config.Limit]uint64            // the limits' generations in the local cache (its Key)
+	leased    map[*config.Limit]*ratelimit.Leased // the limits that lease (lease.go); nil for none
 	version   string
 	loaded    time.Time
 }
@@ -315,17 +321,42 @@ func (s *Service) SetConfig(cfg *config.Config, version string) error {
 			}
 		}
 	}
+	leased, err := s.leases(cfg, rs.limiters)
+	if err != nil {
+		return err
+	}
+	rs.leased = leased
 	if s.obs != nil {
 		s.obs.ConfigSet(cfg)
 	}
 	if s.local != nil {
 		rs.localGens = s.local.Generations(maps.Keys(rs.limiters))
 	}
-	s.rules.Store(rs)
+	if old := s.rules.Swap(rs); old != nil && len(old.leased) > 0 {
+		// Requests deciding on the old configuration may still take leases
+		// from it: they end with its Leased's background flushes.
+		go closeLeases(old, time.Second)
+	}
 	if m := s.opts.Metrics; m != nil {
 		m.configSet(version, rs.loaded)
 	}
 	return nil
+}
+
+// Close gives back to the store the units the leases hold (Options.Leases),
+// within ctx, and releases the in-process state of the failure mode
+// FailDegraded. Decisions after it still work, from a fresh state.
+func (s *Service) Close(ctx context.Context) error {
+	var errs []error
+	if rs := s.rules.Load(); rs != nil {
+		for _, lz := range rs.leased {
+			errs = append(errs, lz.Close(ctx))
+		}
+	}
+	if s.degraded != nil {
+		errs = append(errs, s.degraded.Close())
+	}
+	return errors.Join(errs...)
 }
 
 // Config returns the current configuration, its version and when it was
@@ -427,7 +458,7 @@ const maxStateKey = 512
 // reqs on both are decided per store, by allowSplit.
 func (s *Service) allow(ctx context.Context, reqs []ratelimit.Request, results []ratelimit.Result) (bool, error) {
 	if s.ps == nil {
-		return s.allowOn(ctx, s.main, reqs, results)
+		return s.allowOn(ctx, s.main, reqs, results, nil)
 	}
 	nps := 0
 	for _, q := range reqs {
@@ -437,24 +468,26 @@ func (s *Service) allow(ctx context.Context, reqs []ratelimit.Request, results [
 	}
 	switch nps {
 	case 0:
-		return s.allowOn(ctx, s.main, reqs, results)
+		return s.allowOn(ctx, s.main, reqs, results, nil)
 	case len(reqs):
-		return s.allowOn(ctx, s.ps, reqs, results)
+		return s.allowOn(ctx, s.ps, reqs, results, nil)
 	}
 	return s.allowSplit(ctx, reqs, results)
 }
 
-// allowOn runs one AllowAll on st, whose backend holds every request of reqs.
-func (s *Service) allowOn(ctx context.Context, st *store, reqs []ratelimit.Request, results []ratelimit.Result) (bool, error) {
+// allowOn runs one AllowAll on st, whose backend holds every request of
+// reqs; or, when lz is not nil, decides the one request of reqs through
+// the lease lz (lease.go).
+func (s *Service) allowOn(ctx context.Context, st *store, reqs []ratelimit.Request, results []ratelimit.Result, lz *ratelimit.Leased) (bool, error) {
 	if s.tracer != nil {
-		return s.allowTraced(ctx, st, reqs, results) // tracing.go: under a store span
+		return s.allowTraced(ctx, st, reqs, results, lz) // tracing.go: under a store span
 	}
-	return s.allowStore(ctx, st, reqs, results)
+	return s.allowStore(ctx, st, reqs, results, lz)
 }
 
-func (s *Service) allowStore(ctx context.Context, st *store, reqs []ratelimit.Request, results []ratelimit.Result) (bool, error) {
+func (s *Service) allowStore(ctx context.Context, st *store, reqs []ratelimit.Request, results []ratelimit.Result, lz *ratelimit.Leased) (bool, error) {
 	if !st.remote {
-		return allowAll(ctx, reqs, results)
+		return allowAll(ctx, reqs, results, lz)
 	}
 	var idxBuf [8]int
 	idx := idxBuf[:0]
@@ -465,7 +498,7 @@ func (s *Service) allowStore(ctx context.Context, st *store, reqs []ratelimit.Re
 	}
 	var ok bool
 	err := s.callStore(ctx, st, idx, func(ctx context.Context) (err error) {
-		ok, err = allowAll(ctx, reqs, results)
+		ok, err = allowAll(ctx, reqs, results, lz)
 		return err
 	})
 	return ok, err
@@ -697,7 +730,10 @@ func (s *Service) notReadyReason() string {
 // allowAll is ratelimit.AllowAll, through AllowN for a single request: the
 // results are the same, and a single Limiter's script is cheaper for Redis
 // than the general multi-key one.
-func allowAll(ctx context.Context, reqs []ratelimit.Request, results []ratelimit.Result) (bool, error) {
+func allowAll(ctx context.Context, reqs []ratelimit.Request, results []ratelimit.Result, lz *ratelimit.Leased) (bool, error) {
+	if lz != nil {
+		return allowLeased(ctx, lz, reqs[0], results)
+	}
 	if len(reqs) == 1 && reqs[0].Limiter != nil {
 		r, err := reqs[0].Limiter.AllowN(ctx, reqs[0].Key, reqs[0].N)
 		if err != nil {

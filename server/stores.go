@@ -201,7 +201,7 @@ func (s *Service) allowSplit(ctx context.Context, reqs []ratelimit.Request, resu
 	}
 	var failed error
 	psReqs, psRes := part(psIdx, false)
-	psOK, err := s.allowOn(ctx, s.ps, psReqs, psRes)
+	psOK, err := s.allowOn(ctx, s.ps, psReqs, psRes, nil)
 	if err != nil {
 		if !s.failOpenAlone(ctx, err) {
 			return false, err
@@ -210,7 +210,7 @@ func (s *Service) allowSplit(ctx context.Context, reqs []ratelimit.Request, resu
 		clear(psRes)
 	}
 	mainReqs, mainRes := part(mainIdx, !psOK)
-	mainOK, err := s.allowOn(ctx, s.main, mainReqs, mainRes)
+	mainOK, err := s.allowOn(ctx, s.main, mainReqs, mainRes, nil)
 	if err != nil {
 		switch {
 		case !psOK:

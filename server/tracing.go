@@ -21,16 +21,16 @@ import (
 type TracingOptions = tracing.Options
 
 // allowTraced is allowStore under a store span.
-func (s *Service) allowTraced(ctx context.Context, st *store, reqs []ratelimit.Request, results []ratelimit.Result) (bool, error) {
+func (s *Service) allowTraced(ctx context.Context, st *store, reqs []ratelimit.Request, results []ratelimit.Result, lz *ratelimit.Leased) (bool, error) {
 	name := ""
 	if s.ps != nil {
 		name = st.name
 	}
 	ctx, span, ok := s.tracer.Store(ctx, len(reqs), name)
 	if !ok {
-		return s.allowStore(ctx, st, reqs, results) // not sampled
+		return s.allowStore(ctx, st, reqs, results, lz) // not sampled
 	}
-	allowed, err := s.allowStore(ctx, st, reqs, results)
+	allowed, err := s.allowStore(ctx, st, reqs, results, lz)
 	code := CodeOK.String()
 	switch {
 	case err != nil:

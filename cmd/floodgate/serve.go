@@ -78,6 +78,7 @@ func runServe(args []string, stdout, stderr io.Writer) int {
 		timeout       = fs.Duration("timeout", server.DefaultTimeout, "per-call store `timeout`")
 		failMode      = fs.String("failure-mode", "degraded", "answer when the store fails: degraded (keep limiting in process, each server its share of every limit), allow, deny, or error (let Envoy's failure_mode_deny decide)")
 		servers       = fs.Int("servers", 0, "with --failure-mode degraded, how many servers share the store (each limits its share); 0 to count them by their heartbeats in the store")
+		leases        = fs.Bool("leases", true, "decide hot keys from quota leases: a store call takes a lease of several units of a key's budget, sized by the rate this server sees for it, and the server decides from it in process (a key decided rarely still takes one unit per call). Applies to every limit that can lease unless its YAML says lease: false; see docs/server/leases.md")
 		brkFailures   = fs.Int("breaker-failures", 5, "consecutive store failure events that open the circuit breaker (calls that fail together, as in one stall, count once); -1 disables it")
 		brkCooldown   = fs.Duration("breaker-cooldown", time.Second, "longest wait between an open breaker's probes of the store: the first comes after --timeout, and the wait doubles up to this while they fail")
 		tokenFile     = fs.String("token-file", "", "`file` holding a bearer token required on HTTP and gRPC (also $FLOODGATE_TOKEN)")
@@ -307,6 +308,7 @@ func runServe(args []string, stdout, stderr io.Writer) int {
 			Timeout:         *timeout,
 			FailureMode:     mode,
 			Servers:         *servers,
+			Leases:          *leases,
 			MaxDescriptors:  *maxDesc,
 			Breaker:         server.BreakerOptions{Failures: *brkFailures, Cooldown: *brkCooldown},
 			NearLimitRatio:  svcOpts.NearLimitRatio,

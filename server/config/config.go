@@ -64,6 +64,7 @@ type Limit struct {
 	Replaces        []string // names of the limits this one replaces
 	Algorithm       string   // fixed_window, sliding_window, sliding_log, token_bucket, leaky_bucket or gcra
 	Rule            ratelimit.Rule
+	Lease           Lease // rate_limit's lease
 
 	// Path identifies the descriptor this limit belongs to, stably across
 	// reloads as long as the descriptor keeps its place in the tree:
@@ -79,6 +80,18 @@ type Limit struct {
 	vary []bool      // per level: the request's value is part of the state key
 	stat []statLevel // per level: what envoy's stat names need (statkey.go)
 }
+
+// Lease is what a limit says of quota leases (rate_limit's lease, a
+// floodgate extension): nothing, and the server's default applies
+// (floodgate serve --leases), or on or off. See docs/server/leases.md.
+type Lease int8
+
+// The values of Lease.
+const (
+	LeaseDefault Lease = iota // no lease key: the server's default
+	LeaseOn                   // lease: true
+	LeaseOff                  // lease: false
+)
 
 // Window is the length of the limit's unit (0 when Unlimited).
 func (l *Limit) Window() time.Duration { return l.Unit.Duration() }

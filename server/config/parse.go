@@ -201,7 +201,7 @@ var (
 	secDescriptor = section{"in descriptor", []string{"key", "value", "rate_limit", "descriptors", "shadow_mode",
 		"detailed_metric", "quota_mode", "value_to_metric", "share_threshold", "metadata"}}
 	secRateLimit = section{"in rate_limit", []string{"unit", "requests_per_unit", "unlimited", "name", "replaces",
-		"algorithm", "burst", "delay", "buckets"}}
+		"algorithm", "burst", "delay", "buckets", "lease"}}
 	secReplaces = section{"in replaces entry", []string{"name"}}
 
 	// home says where each key belongs, for the hint on a misplaced key.
@@ -676,6 +676,11 @@ func (p *parser) rateLimit(n *yaml.Node, line int, lim *Limit) *Limit {
 					p.errorf(k.Line, `delay must be a number of requests >= 0 or "nodelay", got %d`, x)
 				}
 			}
+		case "lease":
+			lim.Lease = LeaseOff
+			if p.boolean(v, name) {
+				lim.Lease = LeaseOn
+			}
 		case "buckets":
 			if x, present, ok := p.integer(v, name); ok && present {
 				buckets = x
@@ -699,7 +704,7 @@ func (p *parser) rateLimit(n *yaml.Node, line int, lim *Limit) *Limit {
 		if valid {
 			p.envoyErrorf(nodes["unit"].Line, "should not specify rate limit unit when unlimited", "unit must not be set when unlimited is true")
 		}
-		for _, k := range []string{"algorithm", "burst", "delay", "buckets"} {
+		for _, k := range []string{"algorithm", "burst", "delay", "buckets", "lease"} {
 			if nodes[k] != nil {
 				p.errorf(nodes[k].Line, "%s does not apply to an unlimited rate_limit", k)
 			}
@@ -742,8 +747,31 @@ func (p *parser) rateLimit(n *yaml.Node, line int, lim *Limit) *Limit {
 		p.errorf(errLine, "invalid rate_limit for algorithm %s: %s", algo, msg)
 		return lim
 	}
+	if lim.Lease == LeaseOn {
+		if why := p.leasable(r); why != "" {
+			p.errorf(nodes["lease"].Line, "lease does not apply to algorithm %s: %s", algo, why)
+			return lim
+		}
+	}
 	lim.Rule = r
 	return lim
+}
+
+// leasable returns why r cannot be decided through quota leases, or "".
+func (p *parser) leasable(r ratelimit.Rule) string {
+	lim, err := ratelimit.New(p.mem, r) // p.mem: made by validate
+	if err != nil {
+		return err.Error()
+	}
+	_, err = ratelimit.NewLeased(lim, ratelimit.LeaseFlushEvery(-1))
+	if err == nil {
+		return ""
+	}
+	msg := err.Error()
+	if _, why, ok := strings.Cut(msg, "rules[0]: "); ok {
+		return why
+	}
+	return msg
 }
 
 // replaces reads a replaces list into lim.Replaces.

@@ -1,0 +1,186 @@
+package server
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/floodgate-dev/floodgate/internal/backendtest"
+	"github.com/floodgate-dev/floodgate/internal/testenv"
+	"github.com/floodgate-dev/floodgate/server/storeurl"
+)
+
+const leaseYAML = `domain: api
+descriptors:
+  - key: user
+    rate_limit: {unit: hour, requests_per_unit: 1000}
+  - key: plain
+    rate_limit: {unit: hour, requests_per_unit: 1000, lease: false}
+  - key: log
+    rate_limit: {unit: hour, requests_per_unit: 1000, algorithm: sliding_log}
+  - key: route
+    rate_limit: {unit: hour, requests_per_unit: 100000}
+`
+
+// leaseService returns a Service with Options.Leases on a private Redis,
+// configured with leaseYAML.
+func leaseService(t *testing.T, opts Options) (*Service, *testenv.Redis) {
+	t.Helper()
+	r := testenv.NewRedis(t)
+	b, c, err := storeurl.Open("redis://"+r.Addr, backendtest.UniquePrefix(), time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	opts.Leases = true
+	s := newService(t, b, opts)
+	if err := s.SetConfig(mustConfig(t, leaseYAML), "v1"); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close(context.Background()) })
+	return s, r
+}
+
+// TestLeasesHotKey: with Options.Leases, a hot key's decisions stop being
+// a store call each, while every answer stays exact for one server: the
+// Remaining of the i-th admission is the limit less i, and the hour admits
+// its limit and not one more. Limits that say lease: false, and those that
+// cannot lease (sliding_log), still make a store call per decision; a
+// request with two descriptors is decided by the store in one step, on the
+// budget the lease shares.
+func TestLeasesHotKey(t *testing.T) {
+	awayFromHourEnd()
+	s, r := leaseService(t, Options{})
+	// Not leased: a call each.
+	for _, key := range []string{"plain", "log"} {
+		decide(t, s, desc(1, key, "x")) // loads the script: EVALSHA, then EVAL
+		before := scriptCalls(t, r)
+		for range 49 {
+			if got := decide(t, s, desc(1, key, "x")); got.Code != CodeOK {
+				t.Fatalf("%s: %+v", key, got)
+			}
+		}
+		if calls := scriptCalls(t, r) - before; calls != 49 {
+			t.Errorf("49 decisions of %s made %d script calls, want 49 (it does not lease)", key, calls)
+		}
+	}
+
+	before := scriptCalls(t, r)
+	for i := range 600 {
+		got := decide(t, s, desc(1, "user", "u1"))
+		if got.Code != CodeOK {
+			t.Fatalf("decision %d: %+v", i, got)
+		}
+		if want := int64(1000 - i - 1); got.Statuses[0].Remaining != want {
+			t.Fatalf("decision %d: Remaining %d, want %d", i, got.Statuses[0].Remaining, want)
+		}
+	}
+	calls := scriptCalls(t, r) - before
+	if calls > 600/4 {
+		t.Errorf("600 decisions of a hot key made %d script calls; want the leases to take most of them", calls)
+	}
+	t.Logf("600 decisions of one key: %d script calls", calls)
+
+	// Two descriptors: the store decides them together, on the same budget.
+	admitted := 600
+	if got := decide(t, s, desc(1, "user", "u1"), desc(1, "route", "r")); got.Code != CodeOK {
+		t.Fatalf("two descriptors: %+v", got)
+	} else if got.Statuses[0].Remaining > 1000-601 {
+		t.Fatalf("two descriptors: Remaining %d, more than the %d the store can have left", got.Statuses[0].Remaining, 1000-601)
+	}
+	admitted++
+	for {
+		got := decide(t, s, desc(1, "user", "u1"))
+		if got.Code != CodeOK {
+			if got.Statuses[0].RetryAfter <= 0 {
+				t.Fatalf("a denial without RetryAfter: %+v", got.Statuses[0])
+			}
+			break
+		}
+		if admitted++; admitted > 1000 {
+			t.Fatal("the hour admitted more than its limit of 1000")
+		}
+	}
+	// What a lease still held when the two-descriptor request came is
+	// given back or spent: at most one lease (5% of the limit) is lost.
+	if admitted < 1000-50 {
+		t.Errorf("the hour admitted %d of its 1000", admitted)
+	}
+	if st := decide(t, s, desc(1, "user", "u1")); st.Code != CodeOverLimit {
+		t.Errorf("after the limit: %+v", st)
+	}
+}
+
+// TestLeasesThroughPause: a server holding a lease keeps deciding from it,
+// exactly and at once, while Redis is paused; then the degraded mode
+// decides from what the store last said, without the lease's units (they
+// were counted by the store already). Across the pause, the hour admits
+// exactly its limit, and once Redis is back the store refuses what the
+// outage spent.
+func TestLeasesThroughPause(t *testing.T) {
+	awayFromHourEnd()
+	s, r := leaseService(t, Options{
+		FailureMode: FailDegraded,
+		Servers:     1,
+		Timeout:     100 * time.Millisecond,
+		Breaker:     BreakerOptions{Failures: 3, Cooldown: 200 * time.Millisecond},
+	})
+	for i := range 200 {
+		if got := decide(t, s, desc(1, "user", "u1")); got.Code != CodeOK || got.Degraded {
+			t.Fatalf("healthy decision %d: %+v", i, got)
+		}
+	}
+	if err := r.Pause(); err != nil {
+		t.Fatal(err)
+	}
+	resumed := false
+	defer func() {
+		if !resumed {
+			r.Resume()
+		}
+	}()
+	fromLease, degraded, admitted := 0, 0, 200
+	for i := range 900 {
+		got := decide(t, s, desc(1, "user", "u1"))
+		switch {
+		case got.Code != CodeOK:
+		case got.Degraded:
+			degraded++
+			admitted++
+		default:
+			if degraded > 0 {
+				t.Fatalf("decision %d: from a lease after the degraded mode began: %+v", i, got)
+			}
+			fromLease++
+			admitted++
+		}
+	}
+	if fromLease == 0 {
+		t.Error("no decision came from the lease while Redis was paused")
+	}
+	if admitted != 1000 {
+		t.Errorf("the hour admitted %d (%d from the lease, %d degraded during the pause); want exactly its limit, 1000", admitted, fromLease, degraded)
+	}
+	t.Logf("during the pause: %d from the lease, %d by the degraded mode", fromLease, degraded)
+	if err := r.Resume(); err != nil {
+		t.Fatal(err)
+	}
+	resumed = true
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		got := decide(t, s, desc(1, "user", "u1"))
+		if !got.Failed {
+			if got.Code != CodeOverLimit {
+				t.Fatalf("after the pause the store admitted past the limit: %+v", got)
+			}
+			break
+		}
+		if got.Code == CodeOK {
+			t.Fatalf("after the pause, still degraded, admitted past the limit: %+v", got)
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the store did not decide again within 10 s of Redis resuming")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
