@@ -9,6 +9,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 )
@@ -96,3 +97,34 @@ func (w *Windows) sorted() ([]int64, map[int64]int) {
 	slices.Sort(ends)
 	return ends, n
 }
+
+// Hog keeps n goroutines busy computing until the returned stop is
+// called (it waits for them to end): a CPU hog inside the test process,
+// for the bounds that must hold on a machine busy with other work.
+func Hog(n int) (stop func()) {
+	done := make(chan struct{})
+	var wg sync.WaitGroup
+	for range n {
+		wg.Go(func() {
+			x := uint64(1)
+			for {
+				for range 1 << 16 {
+					x = x*6364136223846793005 + 1442695040888963407
+				}
+				select {
+				case <-done:
+					hogSink.Add(x)
+					return
+				default:
+				}
+			}
+		})
+	}
+	return func() {
+		close(done)
+		wg.Wait()
+	}
+}
+
+// hogSink keeps Hog's arithmetic from being optimized away.
+var hogSink atomic.Uint64

@@ -1,6 +1,7 @@
 package loadtest
 
 import (
+	"runtime"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -52,3 +53,18 @@ type fakeT struct {
 
 func (f *fakeT) Helper()               {}
 func (f *fakeT) Errorf(string, ...any) { f.errors++ }
+
+// TestHog: the hog's goroutines run until stop, which returns once they
+// have ended (the goroutine count is back where it was).
+func TestHog(t *testing.T) {
+	before := runtime.NumGoroutine()
+	stop := Hog(2)
+	if n := runtime.NumGoroutine(); n < before+2 {
+		t.Fatalf("%d goroutines with the hog running, %d before", n, before)
+	}
+	time.Sleep(10 * time.Millisecond)
+	stop()
+	if n := runtime.NumGoroutine(); n > before {
+		t.Fatalf("%d goroutines after stop, %d before", n, before)
+	}
+}
