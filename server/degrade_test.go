@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"log/slog"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -148,6 +149,110 @@ func TestDegradedThroughPause(t *testing.T) {
 					t.Errorf("the log has no %q:\n%s", want, logs.String())
 				}
 			}
+		})
+	}
+}
+
+// TestDegradedSlowStore: a store that answers, but slowly (every reply
+// delayed by the fault proxy), with and without leases. Replies later than
+// the timeout are answered in process although the store counted them, so
+// the hour may admit less than its limit, never more; replies within the
+// timeout are the store's own decisions, exact to the unit. Once the store
+// is fast again, it decides again.
+func TestDegradedSlowStore(t *testing.T) {
+	for _, run := range []struct {
+		name   string
+		delay  time.Duration
+		leases bool
+	}{
+		{"slower-than-timeout", 80 * time.Millisecond, false},
+		{"slower-than-timeout-leases", 80 * time.Millisecond, true},
+		{"within-timeout", 20 * time.Millisecond, false},
+		{"within-timeout-leases", 20 * time.Millisecond, true},
+	} {
+		t.Run(run.name, func(t *testing.T) {
+			awayFromHourEnd()
+			r := testenv.NewRedis(t)
+			p := testenv.NewProxy(t, r.Addr)
+			b, c, err := storeurl.Open("redis://"+p.Addr(), backendtest.UniquePrefix(), time.Second)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer c.Close()
+			timeout := 50 * time.Millisecond
+			if run.delay < timeout {
+				// Within the timeout on a busy machine too: the test is
+				// about a slow store, not about this machine's load.
+				timeout = time.Second
+			}
+			s := newService(t, b, Options{
+				FailureMode: FailDegraded,
+				Servers:     1,
+				Timeout:     timeout,
+				Breaker:     BreakerOptions{Failures: 3, Cooldown: 200 * time.Millisecond},
+				Leases:      run.leases,
+			})
+			if err := s.SetConfig(mustConfig(t, degradedYAML), "v1"); err != nil {
+				t.Fatal(err)
+			}
+			defer s.Close(context.Background())
+			var mu sync.Mutex
+			admitted, inProcess := 0, 0
+			decideN := func(n int) {
+				for range n {
+					got, err := s.Decide(context.Background(), &Request{Domain: "api", Descriptors: []Descriptor{desc(1, "user", "u1")}})
+					if err != nil {
+						t.Error(err)
+						return
+					}
+					mu.Lock()
+					if got.Code == CodeOK {
+						admitted++
+					}
+					if got.Degraded {
+						inProcess++
+					}
+					mu.Unlock()
+				}
+			}
+			decideN(20)
+			p.SetDelay(run.delay)
+			var wg sync.WaitGroup
+			for range 8 {
+				wg.Go(func() { decideN(25) })
+			}
+			wg.Wait()
+			p.SetDelay(0)
+			slow := inProcess
+			if run.delay > timeout && slow == 0 {
+				t.Errorf("no answer in process while every reply came %v late (timeout %v)", run.delay, timeout)
+			}
+			if run.delay < timeout && slow > 0 {
+				t.Errorf("%d answers in process while every reply came within the timeout", slow)
+			}
+			// Until the store decides again, then to the end of the budget.
+			deadline := time.Now().Add(10 * time.Second)
+			for {
+				got, err := s.Decide(context.Background(), &Request{Domain: "api", Descriptors: []Descriptor{desc(0, "user", "u1")}})
+				if err == nil && !got.Degraded {
+					break
+				}
+				if time.Now().After(deadline) {
+					t.Fatalf("the store did not decide again once it was fast: %+v %v", got, err)
+				}
+				time.Sleep(20 * time.Millisecond)
+			}
+			for s.degraded.InGrace() {
+				time.Sleep(50 * time.Millisecond)
+			}
+			decideN(150)
+			if admitted > 100 {
+				t.Fatalf("the hour admitted %d, past its limit of 100 (%d answered in process)", admitted, slow)
+			}
+			if run.delay < timeout && admitted != 100 {
+				t.Fatalf("the store decided every request, and the hour admitted %d of its 100", admitted)
+			}
+			t.Logf("replies %v late, timeout %v: %d answered in process; the hour admitted %d of 100", run.delay, timeout, slow, admitted)
 		})
 	}
 }
