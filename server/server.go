@@ -2,7 +2,6 @@ package server
 
 import (
 	"context"
-	"crypto/rand"
 	"crypto/sha256"
 	"crypto/tls"
 	"encoding/hex"
@@ -606,32 +605,9 @@ loop:
 
 // heartbeat tells the store every HeartbeatInterval that this server is
 // live, and the service how many servers are (the failure mode
-// FailDegraded's shares): the most counted by its last three beats. A
-// missed beat keeps the count, until ctx ends.
+// FailDegraded's shares; degraded.Beater), until ctx ends.
 func (s *Server) heartbeat(ctx context.Context) {
-	var id [8]byte
-	rand.Read(id[:])
-	member := hex.EncodeToString(id[:])
-	t := time.NewTicker(HeartbeatInterval)
-	defer t.Stop()
-	// The most servers counted by the last beats: a server is live for
-	// three beats, so a count lower than that for less than three beats
-	// is not yet a server gone (a restarted store counts afresh).
-	var recent [3]int
-	for i := 0; ; i++ {
-		bctx, cancel := context.WithTimeout(ctx, HeartbeatInterval)
-		n, err := degraded.Heartbeat(bctx, s.cfg.Backend, member, 3*HeartbeatInterval)
-		cancel()
-		if err == nil {
-			recent[i%len(recent)] = n
-			s.svc.setServers(max(recent[0], recent[1], recent[2]))
-		}
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
-	}
+	degraded.NewBeater(s.cfg.Backend, HeartbeatInterval).Run(ctx, s.svc.setServers)
 }
 
 // HeartbeatInterval is how often a Server in the failure mode FailDegraded

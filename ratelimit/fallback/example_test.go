@@ -41,3 +41,24 @@ func Example() {
 	// true false
 	// false false
 }
+
+// The processes that share a store count each other by heartbeats in it,
+// so that each takes its share of every limit while the store fails.
+func ExampleCountServers() {
+	ctx, stop := context.WithCancel(context.Background())
+	defer stop() // stops this process's heartbeats
+	b := backend.NewMemory() // backend.NewRedis(client) in production
+	defer b.Close()
+	lim, err := ratelimit.New(b, ratelimit.FixedWindow{Limit: 100, Window: time.Second})
+	if err != nil {
+		panic(err)
+	}
+	servers := fallback.CountServers(ctx, b) // once per process and store
+	f, err := fallback.New(lim, fallback.Options{Mode: fallback.Degraded, Servers: servers, Timeout: 50 * time.Millisecond})
+	if err != nil {
+		panic(err)
+	}
+	defer f.Close()
+	fmt.Println(servers()) // the memory backend is this process's alone
+	// Output: 1
+}

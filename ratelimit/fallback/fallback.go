@@ -64,6 +64,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync/atomic"
 	"time"
 
 	"github.com/floodgate-dev/floodgate/backend"
@@ -112,7 +113,8 @@ type Options struct {
 	// Servers returns how many processes share the store and its limits,
 	// this one included (Degraded: each decides on its share). nil, or a
 	// value below 1, means 1. It is called at each decision the fallback
-	// makes, so it may follow a changing fleet.
+	// makes, so it may follow a changing fleet: CountServers counts the
+	// processes by their heartbeats in the store.
 	Servers func() int
 	// Timeout bounds each store call (context.WithTimeout around it); a
 	// call that takes longer is a store failure. 0 sets no bound of its
@@ -164,6 +166,45 @@ func New(l *ratelimit.Limiter, o Options) (*Limiter, error) {
 		f.limits = degraded.New(degraded.Options{Servers: o.Servers, MemoBytes: o.MemoBytes, Clock: clk})
 	}
 	return f, nil
+}
+
+// HeartbeatInterval is how often CountServers tells the store its process
+// is live; a process is counted for three intervals after its last beat.
+const HeartbeatInterval = time.Second
+
+// CountServers counts the processes that share b's store, for
+// Options.Servers: it tells the store every HeartbeatInterval, until ctx
+// ends, that this process is live, and the function it returns gives the
+// most processes its last three beats counted (a process is live for three
+// beats). Every process that counts so on the same store and key prefix
+// counts the others — floodgate serve's servers too, which beat the same
+// way — so a fleet of processes sharing the limits agrees on its number
+// while the store answers, and keeps the last count through an outage.
+// The first beat is made before CountServers returns (bounded by ctx and
+// HeartbeatInterval); until one is answered, the count is 1. On the
+// memory backend, which no other process shares, it is 1.
+//
+// Call it once per process and store, not per Limiter: every call beats as
+// a process of its own.
+func CountServers(ctx context.Context, b backend.Backend) func() int {
+	bt := degraded.NewBeater(b, HeartbeatInterval)
+	var n atomic.Int64
+	set := func(v int) { n.Store(int64(v)) }
+	n.Store(1)
+	if v, ok := bt.Beat(ctx); ok {
+		set(v)
+	}
+	go func() {
+		t := time.NewTimer(HeartbeatInterval)
+		defer t.Stop()
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		bt.Run(ctx, set)
+	}()
+	return func() int { return int(n.Load()) }
 }
 
 // Limiter returns the ratelimit.Limiter f wraps.
