@@ -46,7 +46,7 @@ func Example() {
 // so that each takes its share of every limit while the store fails.
 func ExampleCountServers() {
 	ctx, stop := context.WithCancel(context.Background())
-	defer stop() // stops this process's heartbeats
+	defer stop()             // stops this process's heartbeats
 	b := backend.NewMemory() // backend.NewRedis(client) in production
 	defer b.Close()
 	lim, err := ratelimit.New(b, ratelimit.FixedWindow{Limit: 100, Window: time.Second})
