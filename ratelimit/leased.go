@@ -323,6 +323,9 @@ type keyLease struct {
 	deniedAt   int64     // the store's time of the denial, µs
 	deniedSent time.Time // local time the denied call was sent
 	gone       bool      // removed from Leased.keys by Flush
+	// calling is set while a store call of the key is in flight, mu held:
+	// Local then declines at once rather than wait for it.
+	calling atomic.Bool
 	// decisions and fromLease count as LeaseStats's fields do, for this key
 	// since it entered Leased.keys
 	decisions, fromLease int64
@@ -573,7 +576,9 @@ func (l *Leased) decide(ctx context.Context, key string, k *keyLease, n int64, t
 	}
 	avail := l.avail(k, now) // the lease's units from the first valid one
 	if n == 0 {
+		k.calling.Store(true)
 		r, err := l.lim.AllowN(ctx, key, 0)
+		k.calling.Store(false)
 		r.Remaining += avail
 		return r, err
 	}
@@ -596,7 +601,9 @@ func (l *Leased) decide(ctx context.Context, key string, k *keyLease, n int64, t
 	if avail == 0 && want == n {
 		return l.exact(ctx, key, k, n, t, sent)
 	}
+	k.calling.Store(true)
 	g, err := l.lim.grant(ctx, key, need, want, l.hold)
+	k.calling.Store(false)
 	if err != nil {
 		return Result{}, err
 	}
@@ -643,7 +650,9 @@ func (l *Leased) decide(ctx context.Context, key string, k *keyLease, n int64, t
 // next lease is sized by, and a denial as a grant's. t is the decision's
 // instant and sent the local time of the call. k.mu is held.
 func (l *Leased) exact(ctx context.Context, key string, k *keyLease, n int64, t instant, sent time.Time) (Result, error) {
+	k.calling.Store(true)
 	r, err := l.lim.AllowN(ctx, key, n)
+	k.calling.Store(false)
 	if err != nil {
 		return Result{}, err
 	}
@@ -714,10 +723,11 @@ func (l *Leased) inProcess(k *keyLease, n, avail, now int64) (Result, bool) {
 // denial in process until the store's last RetryAfter. ok is false when the
 // decision needs the store (no lease, too few valid units, the lease past
 // its lifetime, a store call of the key in flight, n <= 0, an invalid key);
-// nothing is changed then, and the caller asks AllowN. Local never waits
-// for the store: a caller can keep deciding from what its leases hold while
-// the store stalls, and ask the store, bounded by its own deadline, only
-// when they are spent.
+// nothing is changed then, and the caller asks AllowN. Local does not wait
+// for the store (but for a store call that another decision of the key
+// starts while Local waits for the key's lock): a caller can keep deciding
+// from what its leases hold while the store stalls, and ask the store,
+// bounded by its own deadline, only when they are spent.
 func (l *Leased) Local(key string, n int64) (r Result, ok bool) {
 	if n <= 0 {
 		return Result{}, false
@@ -738,8 +748,14 @@ func (l *Leased) Local(key string, n int64) (r Result, ok bool) {
 	if r, ok := l.fromFast(k, n, t); ok {
 		return r, true
 	}
-	if !k.mu.TryLock() { // a decision of the key holds it, maybe across a store call
-		return Result{}, false
+	if !k.mu.TryLock() {
+		// Another decision of the key holds the lock: briefly, unless it is
+		// calling the store (then Local declines rather than wait). One
+		// that starts a call after this check is waited for.
+		if k.calling.Load() {
+			return Result{}, false
+		}
+		k.mu.Lock()
 	}
 	defer k.mu.Unlock()
 	if k.gone {
@@ -773,6 +789,13 @@ func (l *Leased) Held(key string) int64 {
 		return 0
 	}
 	k := v.(*keyLease)
+	if f := k.fast.Load(); f != nil {
+		// Published: read without the lock, which a decision may hold
+		// across a store call.
+		if w := f.word.Load(); w&fastFrozen == 0 {
+			return max(f.g.units-f.base-int64(w&fastUnits), 0)
+		}
+	}
 	k.mu.Lock()
 	defer k.mu.Unlock()
 	l.absorb(k)
@@ -827,6 +850,8 @@ func (l *Leased) giveBack(ctx context.Context, key string, k *keyLease) error {
 		return nil
 	}
 	l.stats.giveBacks.Add(1)
+	k.calling.Store(true)
+	defer k.calling.Store(false)
 	return l.lim.refund(ctx, key, &g, u)
 }
 
