@@ -21,7 +21,9 @@
 // cmd/libload (the library on the same Redis) and envoyproxy/ratelimit
 // (built from its module at run time, on the same Redis with the same
 // configuration and environment); cmd/servesummary writes the tables of
-// results/server.md.
+// results/server.md. instructions.sh counts, under valgrind's callgrind, the
+// instructions floodgate serve executes per decision, for two builds
+// (results/issue26.md).
 //
 // G is the number of goroutines, started explicitly (not b.RunParallel), so
 // it does not depend on GOMAXPROCS. The b.N calls are split evenly among them.
