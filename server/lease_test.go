@@ -7,6 +7,8 @@ import (
 
 	"github.com/floodgate-dev/floodgate/internal/backendtest"
 	"github.com/floodgate-dev/floodgate/internal/testenv"
+	"github.com/floodgate-dev/floodgate/ratelimit"
+	"github.com/floodgate-dev/floodgate/server/config"
 	"github.com/floodgate-dev/floodgate/server/storeurl"
 )
 
@@ -125,11 +127,27 @@ func TestLeasesThroughPause(t *testing.T) {
 		Timeout:     100 * time.Millisecond,
 		Breaker:     BreakerOptions{Failures: 3, Cooldown: 200 * time.Millisecond},
 	})
-	for i := range 200 {
-		if got := decide(t, s, desc(1, "user", "u1")); got.Code != CodeOK || got.Degraded {
-			t.Fatalf("healthy decision %d: %+v", i, got)
+	// 200 decisions, then more until the lease holds units (it may have
+	// been spent by the last one).
+	rs := s.rules.Load()
+	var lz *ratelimit.Leased
+	for _, l := range rs.leased {
+		if l.Limiter() == rs.limiters[rs.cfg.Domains["api"].Match([]config.Entry{{Key: "user", Value: "u1"}})] {
+			lz = l
 		}
 	}
+	if lz == nil {
+		t.Fatal("the user limit does not lease")
+	}
+	key := stateKey(rs.cfg.Domains["api"].Match([]config.Entry{{Key: "user", Value: "u1"}}), []config.Entry{{Key: "user", Value: "u1"}})
+	admitted := 0
+	for admitted < 200 || lz.Held(key) == 0 {
+		if got := decide(t, s, desc(1, "user", "u1")); got.Code != CodeOK || got.Degraded {
+			t.Fatalf("healthy decision %d: %+v", admitted, got)
+		}
+		admitted++
+	}
+	last := time.Now()
 	if err := r.Pause(); err != nil {
 		t.Fatal(err)
 	}
@@ -139,9 +157,13 @@ func TestLeasesThroughPause(t *testing.T) {
 			r.Resume()
 		}
 	}()
-	fromLease, degraded, admitted := 0, 0, 200
+	fromLease, degraded := 0, 0
+	var firstAfter time.Duration
 	for i := range 900 {
 		got := decide(t, s, desc(1, "user", "u1"))
+		if i == 0 {
+			firstAfter = time.Since(last)
+		}
 		switch {
 		case got.Code != CodeOK:
 		case got.Degraded:
@@ -155,7 +177,9 @@ func TestLeasesThroughPause(t *testing.T) {
 			admitted++
 		}
 	}
-	if fromLease == 0 {
+	// A lease lives 100 ms (twice LeaseTarget): a busy machine that
+	// descheduled the test that long between the two decisions ended it.
+	if fromLease == 0 && firstAfter < 50*time.Millisecond {
 		t.Error("no decision came from the lease while Redis was paused")
 	}
 	if admitted != 1000 {

@@ -84,7 +84,7 @@ func inputErrorf(format string, args ...any) error {
 
 // BreakerOptions configure the circuit breaker in front of a remote store
 // (Options.Breaker): Failures, 5 by default (negative: no breaker), and
-// Cooldown, 1s by default.
+// Cooldown, 100 ms by default.
 type BreakerOptions = breaker.Options
 
 // Options configure a Service. The zero value of each field selects its
@@ -262,7 +262,7 @@ func NewService(b backend.Backend, opts Options) (*Service, error) {
 		// (The memory backend never fails: nothing to keep.)
 		cooldown := opts.Breaker.Cooldown
 		if cooldown <= 0 {
-			cooldown = time.Second
+			cooldown = breaker.DefaultCooldown
 		}
 		s.degraded = degraded.New(degraded.Options{
 			Servers:   func() int { return int(s.servers.Load()) },

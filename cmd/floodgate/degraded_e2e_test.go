@@ -27,19 +27,19 @@ import (
 // the pause (admitted in process, not all refused nor all failed); and
 // after it the store decides again. Counts, not timings: each admitted
 // answer is placed in its window by the window's end, which the answer
-// carries (duration_until_reset). It runs with serve's quota leases (the
-// default), which decide from what they hold through a pause before the
-// degraded mode does, and without them.
+// carries (duration_until_reset). It runs with serve's defaults and with
+// quota leases (--leases), which decide from what they hold through a
+// pause before the degraded mode does.
 func TestStallBound(t *testing.T) {
 	for _, run := range []struct {
 		name   string
 		pause  time.Duration
 		leases bool
 	}{
-		{"100ms", 100 * time.Millisecond, true},
-		{"2s", 2 * time.Second, true},
-		{"100ms-no-leases", 100 * time.Millisecond, false},
-		{"2s-no-leases", 2 * time.Second, false},
+		{"100ms", 100 * time.Millisecond, false},
+		{"2s", 2 * time.Second, false},
+		{"100ms-leases", 100 * time.Millisecond, true},
+		{"2s-leases", 2 * time.Second, true},
 	} {
 		pause := run.pause
 		t.Run(run.name, func(t *testing.T) {
@@ -130,8 +130,8 @@ func countKeys(t *testing.T, r *testenv.Redis, part string) int {
 }
 
 // TestFleetStallBound: three servers share one Redis and one hot key (100
-// a second), under 30 closed-loop clients, with serve's defaults (leases
-// and the degraded mode), on a machine kept busy: a CPU hog of as many
+// a second), under 30 closed-loop clients, with serve's defaults (the
+// degraded mode), on a machine kept busy: a CPU hog of as many
 // goroutines as cores runs in the test process throughout, so store calls
 // also time out now and then while Redis is healthy. First healthy, then
 // Redis SIGKILLed for 5 s and restarted: in every one-second window the

@@ -873,7 +873,7 @@ func TestRedisFaults(t *testing.T) {
 			t.Parallel()
 			r := testenv.NewRedis(t)
 			s := startServer(t, e2eConfig, "--redis", redisURL(r), "--redis-prefix", uniquePrefix(t),
-				"--failure-mode", m.mode, "--timeout", faultTimeout, "--leases=false") // leases would decide through the faults
+				"--failure-mode", m.mode, "--timeout", faultTimeout)
 			recovers(t, s, m, "before any fault")
 
 			if err := r.Pause(); err != nil {

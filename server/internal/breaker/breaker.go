@@ -37,7 +37,8 @@ type Options struct {
 	// probe; DefaultProbe when 0 (the server uses the store's timeout).
 	Probe time.Duration
 	// Cooldown is the longest an open breaker waits between probes while
-	// they fail (the wait doubles from Probe up to it); 1s by default.
+	// they fail (the wait doubles from Probe up to it); DefaultCooldown
+	// when 0. It bounds how long the store, once back, waits to be asked.
 	Cooldown time.Duration
 	// OnChange, when set, is told when breaker i of a Set opens or closes
 	// (under the breaker's lock, so that calls for one breaker come in order:
@@ -45,9 +46,13 @@ type Options struct {
 	OnChange func(i int, open bool)
 }
 
-// DefaultProbe is the wait before an open breaker's first probe when
-// Options.Probe is 0.
-const DefaultProbe = 50 * time.Millisecond
+// Defaults of Options. A probe is one call: probing a store that is down
+// every 100 ms costs a call (a timeout, or a refused connection) every
+// 100 ms, and finds the store back within 100 ms of its return.
+const (
+	DefaultProbe    = 50 * time.Millisecond
+	DefaultCooldown = 100 * time.Millisecond
+)
 
 // breaker is one circuit breaker (see the package doc).
 type breaker struct {
@@ -73,7 +78,7 @@ func newBreaker(o Options) *breaker {
 		o.Failures = 5
 	}
 	if o.Cooldown <= 0 {
-		o.Cooldown = time.Second
+		o.Cooldown = DefaultCooldown
 	}
 	if o.Probe <= 0 {
 		o.Probe = DefaultProbe
