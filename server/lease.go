@@ -8,6 +8,7 @@ import (
 
 	"github.com/floodgate-dev/floodgate/ratelimit"
 	"github.com/floodgate-dev/floodgate/server/config"
+	"github.com/prometheus/client_golang/prometheus"
 )
 
 // Quota leases (docs/server/leases.md): a limit that leases (the YAML's
@@ -118,4 +119,47 @@ func closeLeases(rs *ruleset, d time.Duration) {
 	for _, lz := range rs.leased {
 		_ = lz.Close(ctx) // units not given back are under-admission only
 	}
+}
+
+// leaseCollector exports what the current configuration's leases did
+// (ratelimit.LeaseStats, summed over its limits) on /metrics. The counts
+// start again with each configuration (a reload makes new leases), which
+// Prometheus reads as a counter reset.
+type leaseCollector struct {
+	s                 *Service
+	decisions, grants *prometheus.Desc
+}
+
+func (c *leaseCollector) Describe(ch chan<- *prometheus.Desc) {
+	ch <- c.decisions
+	ch <- c.grants
+}
+
+func (c *leaseCollector) Collect(ch chan<- prometheus.Metric) {
+	var st ratelimit.LeaseStats
+	if rs := c.s.rules.Load(); rs != nil {
+		for _, lz := range rs.leased {
+			ls := lz.Stats()
+			st.Decisions += ls.Decisions
+			st.FromLease += ls.FromLease
+			st.Grants += ls.Grants
+			st.Granted += ls.Granted
+		}
+	}
+	ch <- prometheus.MustNewConstMetric(c.decisions, prometheus.CounterValue, float64(st.FromLease), "lease")
+	ch <- prometheus.MustNewConstMetric(c.decisions, prometheus.CounterValue, float64(st.Decisions-st.FromLease), "store")
+	ch <- prometheus.MustNewConstMetric(c.grants, prometheus.CounterValue, float64(st.Grants))
+}
+
+// watchLeases exports s's leases on /metrics.
+func (m *Metrics) watchLeases(s *Service) {
+	if m.leases {
+		return
+	}
+	m.leases = true
+	m.Registry.MustRegister(&leaseCollector{
+		s:         s,
+		decisions: prometheus.NewDesc("floodgate_lease_decisions_total", "Decisions of limits that lease (--leases, lease: true), by source: lease (in process, from a lease or a denial until the store's retry time) or store (a store call). Counted since the configuration was loaded.", []string{"source"}, nil),
+		grants:    prometheus.NewDesc("floodgate_lease_grants_total", "Leases taken from the store (a key seen rarely takes a lease of exactly its request). Counted since the configuration was loaded.", nil, nil),
+	})
 }

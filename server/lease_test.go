@@ -52,7 +52,8 @@ func leaseService(t *testing.T, opts Options) (*Service, *testenv.Redis) {
 // budget the lease shares.
 func TestLeasesHotKey(t *testing.T) {
 	awayFromHourEnd()
-	s, r := leaseService(t, Options{})
+	m := NewMetrics()
+	s, r := leaseService(t, Options{Metrics: m})
 	// Not leased: a call each.
 	for _, key := range []string{"plain", "log"} {
 		decide(t, s, desc(1, key, "x")) // loads the script: EVALSHA, then EVAL
@@ -82,6 +83,15 @@ func TestLeasesHotKey(t *testing.T) {
 		t.Errorf("600 decisions of a hot key made %d script calls; want the leases to take most of them", calls)
 	}
 	t.Logf("600 decisions of one key: %d script calls", calls)
+	// Seen on /metrics: the decisions from leases and those by the store.
+	fromLease := metricValue(t, m, "floodgate_lease_decisions_total", "source", "lease")
+	byStore := metricValue(t, m, "floodgate_lease_decisions_total", "source", "store")
+	if fromLease+byStore != 600 || byStore > float64(calls) || fromLease < 600-float64(calls) {
+		t.Errorf("floodgate_lease_decisions_total: lease %v, store %v; want 600 in all, at most the %d script calls by the store", fromLease, byStore, calls)
+	}
+	if g := metricValue(t, m, "floodgate_lease_grants_total"); g < 1 || g > float64(calls) {
+		t.Errorf("floodgate_lease_grants_total = %v, want between 1 and the %d script calls", g, calls)
+	}
 
 	// Two descriptors: the store decides them together, on the same budget.
 	admitted := 600

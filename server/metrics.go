@@ -64,6 +64,7 @@ type Metrics struct {
 	breakerOpen       prometheus.GaugeFunc // the main store's
 	breakerOpenPS     prometheus.GaugeFunc // the per-second store's
 	memory            bool                 // the memory backend's collector is registered
+	leases            bool                 // the lease collector is registered (lease.go)
 	localCacheHits    prometheus.Counter
 	rlqsStreams       prometheus.Gauge
 	rlqsActions       *prometheus.CounterVec

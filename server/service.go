@@ -280,6 +280,7 @@ func NewService(b backend.Backend, opts Options) (*Service, error) {
 			}
 		}
 		s.top = dashboard.NewTopKeys(64)
+		opts.Metrics.watchLeases(s)
 	}
 	if opts.LocalCacheBytes > 0 {
 		s.local = localcache.New(opts.LocalCacheBytes, b.Clock())
