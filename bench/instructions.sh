@@ -87,18 +87,7 @@ descriptors:
       requests_per_unit: 1000000000
 EOF
 
-free_port() {
-	local p
-	for _ in $(seq 100); do
-		p=$((20000 + RANDOM % 20000))
-		if ! (exec 3<>"/dev/tcp/127.0.0.1/$p") 2>/dev/null; then
-			echo "$p"
-			return
-		fi
-	done
-	echo "instructions.sh: no free port found" >&2
-	exit 1
-}
+. bench/lib.sh # free_port
 
 redis_port=""
 if [[ " $CASES " == *" redis-"* ]]; then

@@ -125,19 +125,7 @@ start() {
 cputicks() { awk '{print $14 + $15}' "/proc/$1/stat"; }
 hz=$(getconf CLK_TCK)
 
-# free_port: a TCP port on 127.0.0.1 that nothing listens on now.
-free_port() {
-	local p
-	for _ in $(seq 100); do
-		p=$((20000 + RANDOM % 20000))
-		if ! (exec 3<>"/dev/tcp/127.0.0.1/$p") 2>/dev/null; then
-			echo "$p"
-			return
-		fi
-	done
-	echo "serve.sh: no free port found" >&2
-	exit 1
-}
+. ./lib.sh # free_port
 
 # build_envoy: envoyproxy/ratelimit's server at ENVOY_VERSION, from the Go
 # module proxy, built in a copy of its module (its go.mod may have replace

@@ -105,17 +105,7 @@ func TestDegradedThroughPause(t *testing.T) {
 			}
 			resumed = true
 			// Until the store decides again (the breaker probes), then more.
-			deadline := time.Now().Add(10 * time.Second)
-			for {
-				got, err := s.Decide(context.Background(), &Request{Domain: "api", Descriptors: []Descriptor{desc(0, "user", "u1")}})
-				if err == nil && !got.Degraded {
-					break
-				}
-				if time.Now().After(deadline) {
-					t.Fatalf("the store did not decide again after Redis resumed: %+v %v", got, err)
-				}
-				time.Sleep(20 * time.Millisecond)
-			}
+			waitStoreDecides(t, s)
 			// For the grace period after the outage, what the store admits
 			// must also pass this server's share, which the outage spent.
 			if !s.degraded.InGrace() {
@@ -231,17 +221,7 @@ func TestDegradedSlowStore(t *testing.T) {
 				t.Errorf("%d answers in process while every reply came within the timeout", slow)
 			}
 			// Until the store decides again, then to the end of the budget.
-			deadline := time.Now().Add(10 * time.Second)
-			for {
-				got, err := s.Decide(context.Background(), &Request{Domain: "api", Descriptors: []Descriptor{desc(0, "user", "u1")}})
-				if err == nil && !got.Degraded {
-					break
-				}
-				if time.Now().After(deadline) {
-					t.Fatalf("the store did not decide again once it was fast: %+v %v", got, err)
-				}
-				time.Sleep(20 * time.Millisecond)
-			}
+			waitStoreDecides(t, s)
 			for s.degraded.InGrace() {
 				time.Sleep(50 * time.Millisecond)
 			}
@@ -254,5 +234,22 @@ func TestDegradedSlowStore(t *testing.T) {
 			}
 			t.Logf("replies %v late, timeout %v: %d answered in process; the hour admitted %d of 100", run.delay, timeout, slow, admitted)
 		})
+	}
+}
+
+// waitStoreDecides asks s for api's user u1 (cost 0: it spends nothing)
+// until the store, not the degraded mode, answers; at most 10 s.
+func waitStoreDecides(t *testing.T, s *Service) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		got, err := s.Decide(context.Background(), &Request{Domain: "api", Descriptors: []Descriptor{desc(0, "user", "u1")}})
+		if err == nil && !got.Degraded {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the store did not decide again within 10 s: %+v %v", got, err)
+		}
+		time.Sleep(20 * time.Millisecond)
 	}
 }
