@@ -40,7 +40,8 @@ func TestConformanceMemory(t *testing.T) {
 			}
 			return l
 		},
-		Drop: func(t testing.TB, name string) { lock.DropMemory(m, name) },
+		Drop:    func(t testing.TB, name string) { lock.DropMemory(m, name) },
+		Waiters: func(t testing.TB, name string) int { return lock.MemoryWaiters(m, name) },
 	})
 }
 
@@ -74,18 +75,31 @@ func runRedisConformance(t *testing.T, name string, mk func(testing.TB) *backend
 				t.Fatal(err)
 			}
 		},
-		Waiters: func(t testing.TB, name string) int {
-			n, err := drops.Run(context.Background(), zcard, []string{drops.Key(name, "lq")}, nil)
-			if err != nil {
-				t.Fatal(err)
-			}
-			v, _ := n.(int64)
-			return int(v)
-		},
+		Waiters: queueLen(drop, "lq"),
 	})
 }
 
-var zcard = redisstore.NewScript("return redis.call('ZCARD', KEYS[1])")
+// queueLen returns a Waiters hook of the locktest suites for Redis: how many
+// Lock calls wait in the queues of a name, the sorted sets of its keys with
+// the given suffixes, as read through b.
+func queueLen(b *backend.Redis, suffixes ...string) func(testing.TB, string) int {
+	s := unwrap.Redis(b)
+	return func(t testing.TB, name string) int {
+		keys := make([]string, len(suffixes))
+		for i, suffix := range suffixes {
+			keys[i] = s.Key(name, suffix)
+		}
+		n, err := s.Run(context.Background(), zcards, keys, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		v, _ := n.(int64)
+		return int(v)
+	}
+}
+
+// zcards returns the sum of the ZCARDs of KEYS (one hash tag: Cluster-safe).
+var zcards = redisstore.NewScript("local n = 0 for _, k in ipairs(KEYS) do n = n + redis.call('ZCARD', k) end return n")
 
 func TestConformanceRedis(t *testing.T) {
 	runRedisConformance(t, "redis", redisBackend(testenv.SharedRedis(t).Addr))

@@ -240,7 +240,7 @@ func TestFailedWaiterLeavesFairQueue(t *testing.T) {
 	}
 	end := time.Now().Add(5 * time.Second)
 	for {
-		n, err := dbs.Run(ctx, zcard, []string{dbs.Key(name, "lq")}, nil)
+		n, err := dbs.Run(ctx, zcards, []string{dbs.Key(name, "lq")}, nil)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -17,9 +17,13 @@ import (
 	"github.com/floodgate-dev/floodgate/lock/internal/locktest"
 )
 
-func rwBackend(name string, mk func(testing.TB) backend.Backend) locktest.RWBackend {
+// rwBackend returns the suite's RWBackend on the stores mk makes; waiters
+// counts the queued Lock and RLock calls of a name (see
+// locktest.RWBackend.Waiters).
+func rwBackend(name string, mk func(testing.TB) backend.Backend, waiters func(testing.TB, string) int) locktest.RWBackend {
 	return locktest.RWBackend{
-		Name: name,
+		Name:    name,
+		Waiters: waiters,
 		New: func(t testing.TB, name string, opts ...lock.Option) lock.RWLocker {
 			m, err := lock.NewRWMutex(mk(t), name, opts...)
 			if err != nil {
@@ -38,22 +42,26 @@ func TestRWMutexMemory(t *testing.T) {
 	t.Parallel() // sleep-bound; runs after the sequential tests
 	m := backend.NewMemory()
 	t.Cleanup(func() { m.Close() })
-	locktest.RunRW(t, rwBackend("memory", func(testing.TB) backend.Backend { return m }))
+	locktest.RunRW(t, rwBackend("memory", func(testing.TB) backend.Backend { return m },
+		func(t testing.TB, name string) int { return lock.RWMemoryWaiters(m, name) }))
 }
 
 func TestRWMutexRedis(t *testing.T) {
 	t.Parallel() // sleep-bound; runs after the sequential tests
-	locktest.RunRW(t, rwBackend("redis", redisAsBackend(redisBackend(testenv.SharedRedis(t).Addr))))
+	mk := redisBackend(testenv.SharedRedis(t).Addr)
+	locktest.RunRW(t, rwBackend("redis", redisAsBackend(mk), queueLen(mk(t), "rwwr", "rwww")))
 }
 
 func TestRWMutexRueidis(t *testing.T) {
 	t.Parallel() // sleep-bound; runs after the sequential tests
-	locktest.RunRW(t, rwBackend("redis-rueidis", redisAsBackend(rueidisBackend(testenv.SharedRedis(t).Addr))))
+	mk := rueidisBackend(testenv.SharedRedis(t).Addr)
+	locktest.RunRW(t, rwBackend("redis-rueidis", redisAsBackend(mk), queueLen(mk(t), "rwwr", "rwww")))
 }
 
 func TestRWMutexCluster(t *testing.T) {
 	t.Parallel() // sleep-bound; runs after the sequential tests
-	locktest.RunRW(t, rwBackend("cluster", redisAsBackend(redisBackend(testenv.SharedCluster(t).Addrs...))))
+	mk := redisBackend(testenv.SharedCluster(t).Addrs...)
+	locktest.RunRW(t, rwBackend("cluster", redisAsBackend(mk), queueLen(mk(t), "rwwr", "rwww")))
 }
 
 // TestRWMutexSeparateFromMutex: an RWMutex and a Mutex of one name are

@@ -12,9 +12,12 @@ import (
 	"github.com/floodgate-dev/floodgate/lock/internal/locktest"
 )
 
-func semBackend(name string, mk func(testing.TB) backend.Backend) locktest.SemBackend {
+// semBackend returns the suite's SemBackend on the stores mk makes; waiters
+// counts the queued Lock calls of a name (see locktest.SemBackend.Waiters).
+func semBackend(name string, mk func(testing.TB) backend.Backend, waiters func(testing.TB, string) int) locktest.SemBackend {
 	return locktest.SemBackend{
-		Name: name,
+		Name:    name,
+		Waiters: waiters,
 		New: func(t testing.TB, name string, permits int, opts ...lock.Option) lock.Locker {
 			s, err := lock.NewSemaphore(mk(t), name, permits, opts...)
 			if err != nil {
@@ -29,22 +32,26 @@ func TestSemaphoreMemory(t *testing.T) {
 	t.Parallel() // sleep-bound; runs after the sequential tests
 	m := backend.NewMemory()
 	t.Cleanup(func() { m.Close() })
-	locktest.RunSemaphore(t, semBackend("memory", func(testing.TB) backend.Backend { return m }))
+	locktest.RunSemaphore(t, semBackend("memory", func(testing.TB) backend.Backend { return m },
+		func(t testing.TB, name string) int { return lock.SemMemoryWaiters(m, name) }))
 }
 
 func TestSemaphoreRedis(t *testing.T) {
 	t.Parallel() // sleep-bound; runs after the sequential tests
-	locktest.RunSemaphore(t, semBackend("redis", redisAsBackend(redisBackend(testenv.SharedRedis(t).Addr))))
+	mk := redisBackend(testenv.SharedRedis(t).Addr)
+	locktest.RunSemaphore(t, semBackend("redis", redisAsBackend(mk), queueLen(mk(t), "smw")))
 }
 
 func TestSemaphoreRueidis(t *testing.T) {
 	t.Parallel() // sleep-bound; runs after the sequential tests
-	locktest.RunSemaphore(t, semBackend("redis-rueidis", redisAsBackend(rueidisBackend(testenv.SharedRedis(t).Addr))))
+	mk := rueidisBackend(testenv.SharedRedis(t).Addr)
+	locktest.RunSemaphore(t, semBackend("redis-rueidis", redisAsBackend(mk), queueLen(mk(t), "smw")))
 }
 
 func TestSemaphoreCluster(t *testing.T) {
 	t.Parallel() // sleep-bound; runs after the sequential tests
-	locktest.RunSemaphore(t, semBackend("cluster", redisAsBackend(redisBackend(testenv.SharedCluster(t).Addrs...))))
+	mk := redisBackend(testenv.SharedCluster(t).Addrs...)
+	locktest.RunSemaphore(t, semBackend("cluster", redisAsBackend(mk), queueLen(mk(t), "smw")))
 }
 
 func TestSemaphoreBadArguments(t *testing.T) {

@@ -331,7 +331,14 @@ func testFairOrder(t *testing.T, b Backend) {
 			mu.Unlock()
 			_ = lease.Unlock(context.Background())
 		}()
-		time.Sleep(100 * time.Millisecond) // queue in order
+		// Queue in order: wait until this one has queued where the store
+		// tells, as a new client (connect, subscribe) under -race and a CPU
+		// hog can take longer than any sleep.
+		if b.Waiters != nil {
+			awaitQueued(t, b.Waiters, name, i+1)
+		} else {
+			time.Sleep(100 * time.Millisecond)
+		}
 	}
 	if err := holder.Unlock(context.Background()); err != nil {
 		t.Fatal(err)
