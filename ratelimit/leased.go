@@ -323,12 +323,47 @@ type keyLease struct {
 	deniedAt   int64     // the store's time of the denial, µs
 	deniedSent time.Time // local time the denied call was sent
 	gone       bool      // removed from Leased.keys by Flush
-	// calling is set while a store call of the key is in flight, mu held:
-	// Local then declines at once rather than wait for it.
-	calling atomic.Bool
+	// call is set while a store call of the key is in flight, mu held,
+	// and closed when it ends: Local then declines at once rather than
+	// wait for it, and AllowN waits for it no longer than its ctx allows.
+	call atomic.Pointer[chan struct{}]
+	// held is the lease's unspent units when k.mu was last let go (publish),
+	// for Held without the lock.
+	held atomic.Int64
 	// decisions and fromLease count as LeaseStats's fields do, for this key
 	// since it entered Leased.keys
 	decisions, fromLease int64
+}
+
+// calling marks a store call of k in flight (k.mu is held) until the
+// function it returns is called.
+func (k *keyLease) calling() (done func()) {
+	ch := make(chan struct{})
+	k.call.Store(&ch)
+	return func() {
+		k.call.Store(nil)
+		close(ch)
+	}
+}
+
+// lock takes k.mu for AllowN, waiting for another decision's store call
+// no longer than ctx allows (a brief in-process hold is waited for).
+func (k *keyLease) lock(ctx context.Context) error {
+	for {
+		c := k.call.Load()
+		if c == nil {
+			k.mu.Lock()
+			return nil
+		}
+		select {
+		case <-*c:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+		if k.mu.TryLock() {
+			return nil
+		}
+	}
 }
 
 // now returns the store's time of k's lease now: l.at(k, l.instant()).
@@ -420,8 +455,9 @@ func (l *Leased) Allow(ctx context.Context, key string) (Result, error) {
 // what the lease holds).
 //
 // A decision from a lease does not look at ctx beyond its first check; one
-// that calls the store is bounded by ctx, and when ctx ends first the lease
-// is left as it was (units a grant took whose reply was lost are never
+// that calls the store, or waits for another decision of the key that is
+// calling it, is bounded by ctx, and when ctx ends first the lease is left
+// as it was (units a grant took whose reply was lost are never
 // used: under-admission, as for any lost decision).
 //
 // Errors: as Limiter.AllowN; a store error of the give-back is returned too.
@@ -438,7 +474,11 @@ func (l *Leased) AllowN(ctx context.Context, key string, n int64) (Result, error
 				return r, nil
 			}
 		}
-		k.mu.Lock()
+		if !k.mu.TryLock() {
+			if err := k.lock(ctx); err != nil {
+				return Result{}, err
+			}
+		}
 		if k.gone { // Flush removed it between entry and Lock
 			k.mu.Unlock()
 			l.hot.CompareAndSwap(k, nil)
@@ -555,6 +595,7 @@ func (l *Leased) absorb(k *keyLease) {
 // publish makes k's lease, if it has units left, a fastLease. k.mu is held
 // and k has no fastLease.
 func (l *Leased) publish(k *keyLease) {
+	k.held.Store(max(k.g.units-k.spent, 0))
 	if k.gone || k.g.units == 0 || k.spent >= k.g.units || k.g.units > fastMaxUnits {
 		return
 	}
@@ -576,9 +617,9 @@ func (l *Leased) decide(ctx context.Context, key string, k *keyLease, n int64, t
 	}
 	avail := l.avail(k, now) // the lease's units from the first valid one
 	if n == 0 {
-		k.calling.Store(true)
+		done := k.calling()
 		r, err := l.lim.AllowN(ctx, key, 0)
-		k.calling.Store(false)
+		done()
 		r.Remaining += avail
 		return r, err
 	}
@@ -601,9 +642,9 @@ func (l *Leased) decide(ctx context.Context, key string, k *keyLease, n int64, t
 	if avail == 0 && want == n {
 		return l.exact(ctx, key, k, n, t, sent)
 	}
-	k.calling.Store(true)
+	done := k.calling()
 	g, err := l.lim.grant(ctx, key, need, want, l.hold)
-	k.calling.Store(false)
+	done()
 	if err != nil {
 		return Result{}, err
 	}
@@ -650,9 +691,9 @@ func (l *Leased) decide(ctx context.Context, key string, k *keyLease, n int64, t
 // next lease is sized by, and a denial as a grant's. t is the decision's
 // instant and sent the local time of the call. k.mu is held.
 func (l *Leased) exact(ctx context.Context, key string, k *keyLease, n int64, t instant, sent time.Time) (Result, error) {
-	k.calling.Store(true)
+	done := k.calling()
 	r, err := l.lim.AllowN(ctx, key, n)
-	k.calling.Store(false)
+	done()
 	if err != nil {
 		return Result{}, err
 	}
@@ -752,7 +793,7 @@ func (l *Leased) Local(key string, n int64) (r Result, ok bool) {
 		// Another decision of the key holds the lock: briefly, unless it is
 		// calling the store (then Local declines rather than wait). One
 		// that starts a call after this check is waited for.
-		if k.calling.Load() {
+		if k.call.Load() != nil {
 			return Result{}, false
 		}
 		k.mu.Lock()
@@ -778,7 +819,9 @@ func (l *Leased) Local(key string, n int64) (r Result, ok bool) {
 // Held returns the units key's lease holds and has not spent (0 without
 // a lease), valid or not: what the store counted for this Leased and it
 // has not admitted. A Result's Remaining includes them; the store's own
-// Remaining is that less Held, as near as a concurrent decision allows.
+// Remaining is that less Held, as near as concurrent decisions allow (a
+// decision under way may have taken some: then Held counts them still).
+// Held takes no lock: it never waits for a decision that calls the store.
 func (l *Leased) Held(key string) int64 {
 	key, err := storeKey(key)
 	if err != nil {
@@ -790,17 +833,11 @@ func (l *Leased) Held(key string) int64 {
 	}
 	k := v.(*keyLease)
 	if f := k.fast.Load(); f != nil {
-		// Published: read without the lock, which a decision may hold
-		// across a store call.
 		if w := f.word.Load(); w&fastFrozen == 0 {
 			return max(f.g.units-f.base-int64(w&fastUnits), 0)
 		}
 	}
-	k.mu.Lock()
-	defer k.mu.Unlock()
-	l.absorb(k)
-	defer l.publish(k)
-	return max(k.g.units-k.spent, 0)
+	return k.held.Load()
 }
 
 // fromLease is the Result of a decision at now from lease g, of which
@@ -844,15 +881,27 @@ func (l *Leased) size(k *keyLease) int64 {
 // giveBack returns the unspent units of k's lease to the store, which
 // takes back what its rules allow, and ends the lease.
 func (l *Leased) giveBack(ctx context.Context, key string, k *keyLease) error {
-	g, u := k.g, k.g.units-k.used
-	k.g, k.spent, k.used = grant{}, 0, 0
+	g, u := l.end(k)
 	if u <= 0 {
 		return nil
 	}
-	l.stats.giveBacks.Add(1)
-	k.calling.Store(true)
-	defer k.calling.Store(false)
+	defer k.calling()()
 	return l.lim.refund(ctx, key, &g, u)
+}
+
+// end ends k's lease and returns it and the units to give back (0 for
+// none); k.mu is held. Release and Flush give them back after letting go
+// of k.mu, so that no decision of the key waits for their store call: a
+// grant made meanwhile is refused only what the give-back has not yet
+// returned (a FixedWindow's units back a moment later; a bucket's dropped,
+// its level having changed), under-admission, never more.
+func (l *Leased) end(k *keyLease) (grant, int64) {
+	g, u := k.g, k.g.units-k.used
+	k.g, k.spent, k.used = grant{}, 0, 0
+	if u > 0 {
+		l.stats.giveBacks.Add(1)
+	}
+	return g, u
 }
 
 // Release gives the unspent units of key's lease back to the store, where
@@ -871,12 +920,13 @@ func (l *Leased) Release(ctx context.Context, key string) error {
 	}
 	k := v.(*keyLease)
 	k.mu.Lock()
-	defer k.mu.Unlock()
 	l.absorb(k)
-	if k.g.units == 0 {
+	g, u := l.end(k)
+	k.mu.Unlock()
+	if u <= 0 {
 		return nil
 	}
-	return l.giveBack(ctx, key, k)
+	return l.lim.refund(ctx, key, &g, u)
 }
 
 // Flush ends every lease past its lifetime (LeaseLifetime) or its last
@@ -897,14 +947,14 @@ func (l *Leased) flush(ctx context.Context, all bool) error {
 	defer l.statsMu.RUnlock()
 	l.keys.Range(func(kv, v any) bool {
 		key, k := kv.(string), v.(*keyLease)
+		var g grant
+		var u int64
 		k.mu.Lock()
 		if k.g.units > 0 {
 			now := l.now(k)
 			if all || l.ends && now-k.g.now >= l.life || !l.validUnit(&k.g, k.g.units, now) {
 				l.absorb(k)
-				if err := l.giveBack(ctx, key, k); err != nil {
-					errs = append(errs, err)
-				}
+				g, u = l.end(k)
 			}
 		}
 		if k.g.units == 0 {
@@ -915,6 +965,11 @@ func (l *Leased) flush(ctx context.Context, all bool) error {
 			l.hot.CompareAndSwap(k, nil)
 		}
 		k.mu.Unlock()
+		if u > 0 {
+			if err := l.lim.refund(ctx, key, &g, u); err != nil {
+				errs = append(errs, err)
+			}
+		}
 		return true
 	})
 	return errors.Join(errs...)
