@@ -17,8 +17,8 @@
 # private redis-server this script starts; the server's instructions only),
 # with K keys: floodgate bench --keys K 'user={n}' on serve.sh's
 # configuration (domain bench, key user, 10^9 a second: never denied). When
-# the working tree's build has --leases (on by default), the redis cases
-# also run it with --leases=false, as "after-noleases".
+# the working tree's build has --leases (off by default), the redis cases
+# also run it with --leases, as "after-leases".
 #
 # Each run starts the server under callgrind (GOMAXPROCS=1, as serve.sh's
 # pinned server), sends WARMUP requests, zeroes the counters, then sends N1
@@ -78,16 +78,9 @@ fg=$tmp/after # the load generator
 leases=0
 if "$tmp/after" serve --help 2>&1 | grep -q -- '-leases'; then leases=1; fi
 
-cat >"$tmp/bench.yaml" <<'EOF'
-domain: bench
-descriptors:
-  - key: user
-    rate_limit:
-      unit: second
-      requests_per_unit: 1000000000
-EOF
+. bench/lib.sh # free_port, bench_config
+bench_config "$tmp/bench.yaml"
 
-. bench/lib.sh # free_port
 
 redis_port=""
 if [[ " $CASES " == *" redis-"* ]]; then
@@ -127,7 +120,7 @@ measure() {
 	local case=$1 build=$2 run=$3 store=${1%-*} keys=${1#*-}
 	local bin=$tmp/$build args=()
 	args=(serve --config "$tmp/bench.yaml" --grpc-addr 127.0.0.1:0 --http-addr '' --log-format json --reload-interval 0)
-	if [[ $build == after-noleases ]]; then bin=$tmp/after args+=(--leases=false); fi
+	if [[ $build == after-leases ]]; then bin=$tmp/after args+=(--leases); fi
 	if [[ $store == redis ]]; then
 		redis-cli -p "$redis_port" flushall >/dev/null
 		args+=(--redis "redis://127.0.0.1:$redis_port")
@@ -170,7 +163,7 @@ for c in $CASES; do
 	*) echo "instructions.sh: unknown case $c" >&2; exit 2 ;;
 	esac
 	builds=(base after)
-	if [[ $c == redis-* && $leases == 1 ]]; then builds+=(after-noleases); fi
+	if [[ $c == redis-* && $leases == 1 ]]; then builds+=(after-leases); fi
 	for ((run = 1; run <= REPEATS; run++)); do
 		# Builds interleaved, each round starting with the next one.
 		for ((i = 0; i < ${#builds[@]}; i++)); do

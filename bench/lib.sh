@@ -13,3 +13,17 @@ free_port() {
 	echo "$(basename "$0"): no free port found" >&2
 	exit 1
 }
+
+# bench_config FILE: writes the benchmarks' configuration to FILE: domain
+# bench, one limit on user that no load reaches (10^9 a second), so that
+# every decision is admitted and the server's own work is measured.
+bench_config() {
+	cat >"$1" <<'YAML'
+domain: bench
+descriptors:
+  - key: user
+    rate_limit:
+      unit: second
+      requests_per_unit: 1000000000
+YAML
+}

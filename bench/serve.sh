@@ -53,6 +53,7 @@
 # envoy-*, and taskset (util-linux) for PIN=1.
 set -euo pipefail
 cd "$(dirname "$0")"
+. ./lib.sh # free_port, bench_config
 
 DURATION=${DURATION:-10s}
 RUNS=${RUNS:-3}
@@ -91,14 +92,7 @@ fi
 # server reads the same file.
 mkdir -p "$tmp/runtime/current/config"
 config=$tmp/runtime/current/config/bench.yaml
-cat >"$config" <<'EOF'
-domain: bench
-descriptors:
-  - key: user
-    rate_limit:
-      unit: second
-      requests_per_unit: 1000000000
-EOF
+bench_config "$config"
 
 server_cpus="" client_cpus="" server_procs=$cores client_procs=$cores
 if [[ $PIN == 1 ]]; then
@@ -125,7 +119,6 @@ start() {
 cputicks() { awk '{print $14 + $15}' "/proc/$1/stat"; }
 hz=$(getconf CLK_TCK)
 
-. ./lib.sh # free_port
 
 # build_envoy: envoyproxy/ratelimit's server at ENVOY_VERSION, from the Go
 # module proxy, built in a copy of its module (its go.mod may have replace
