@@ -106,6 +106,8 @@ func Hog(n int) (stop func()) {
 	var wg sync.WaitGroup
 	for range n {
 		wg.Go(func() {
+			hogRunning.Add(1)
+			defer hogRunning.Add(^uint64(0))
 			x := uint64(1)
 			for {
 				for range 1 << 16 {
@@ -126,5 +128,6 @@ func Hog(n int) (stop func()) {
 	}
 }
 
-// hogSink keeps Hog's arithmetic from being optimized away.
-var hogSink atomic.Uint64
+// hogSink keeps Hog's arithmetic from being optimized away; hogRunning
+// counts Hog's goroutines, for its test.
+var hogSink, hogRunning atomic.Uint64

@@ -1,7 +1,6 @@
 package loadtest
 
 import (
-	"runtime"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -55,16 +54,18 @@ func (f *fakeT) Helper()               {}
 func (f *fakeT) Errorf(string, ...any) { f.errors++ }
 
 // TestHog: the hog's goroutines run until stop, which returns once they
-// have ended (the goroutine count is back where it was).
+// have all ended.
 func TestHog(t *testing.T) {
-	before := runtime.NumGoroutine()
 	stop := Hog(2)
-	if n := runtime.NumGoroutine(); n < before+2 {
-		t.Fatalf("%d goroutines with the hog running, %d before", n, before)
+	deadline := time.Now().Add(10 * time.Second)
+	for hogRunning.Load() != 2 {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d of the hog's 2 goroutines running after 10 s", hogRunning.Load())
+		}
+		time.Sleep(time.Millisecond)
 	}
-	time.Sleep(10 * time.Millisecond)
 	stop()
-	if n := runtime.NumGoroutine(); n > before {
-		t.Fatalf("%d goroutines after stop, %d before", n, before)
+	if n := hogRunning.Load(); n != 0 {
+		t.Fatalf("%d of the hog's goroutines still running after stop", n)
 	}
 }
