@@ -335,15 +335,18 @@ type keyLease struct {
 	decisions, fromLease int64
 }
 
-// calling marks a store call of k in flight (k.mu is held) until the
-// function it returns is called.
-func (k *keyLease) calling() (done func()) {
+// calling marks a store call of k in flight (k.mu is held) until called
+// is given the channel it returns.
+func (k *keyLease) calling() chan struct{} {
 	ch := make(chan struct{})
 	k.call.Store(&ch)
-	return func() {
-		k.call.Store(nil)
-		close(ch)
-	}
+	return ch
+}
+
+// called ends the store call calling marked, waking its waiters.
+func (k *keyLease) called(ch chan struct{}) {
+	k.call.Store(nil)
+	close(ch)
 }
 
 // lock takes k.mu for AllowN, waiting for another decision's store call
@@ -521,6 +524,17 @@ func (l *Leased) entry(key string) *keyLease {
 	return k
 }
 
+// lookup returns key's lease, nil when l has none (it makes none).
+func (l *Leased) lookup(key string) *keyLease {
+	if k := l.hot.Load(); k != nil && k.key == key {
+		return k
+	}
+	if v, ok := l.keys.Load(key); ok {
+		return v.(*keyLease)
+	}
+	return nil
+}
+
 // A fastLease is a key's lease as published for decisions that take units
 // from it without the key's lock: each takes its units with one
 // compare-and-swap of word, which counts the units taken since publication
@@ -617,9 +631,9 @@ func (l *Leased) decide(ctx context.Context, key string, k *keyLease, n int64, t
 	}
 	avail := l.avail(k, now) // the lease's units from the first valid one
 	if n == 0 {
-		done := k.calling()
+		call := k.calling()
 		r, err := l.lim.AllowN(ctx, key, 0)
-		done()
+		k.called(call)
 		r.Remaining += avail
 		return r, err
 	}
@@ -642,9 +656,9 @@ func (l *Leased) decide(ctx context.Context, key string, k *keyLease, n int64, t
 	if avail == 0 && want == n {
 		return l.exact(ctx, key, k, n, t, sent)
 	}
-	done := k.calling()
+	call := k.calling()
 	g, err := l.lim.grant(ctx, key, need, want, l.hold)
-	done()
+	k.called(call)
 	if err != nil {
 		return Result{}, err
 	}
@@ -691,9 +705,9 @@ func (l *Leased) decide(ctx context.Context, key string, k *keyLease, n int64, t
 // next lease is sized by, and a denial as a grant's. t is the decision's
 // instant and sent the local time of the call. k.mu is held.
 func (l *Leased) exact(ctx context.Context, key string, k *keyLease, n int64, t instant, sent time.Time) (Result, error) {
-	done := k.calling()
+	call := k.calling()
 	r, err := l.lim.AllowN(ctx, key, n)
-	done()
+	k.called(call)
 	if err != nil {
 		return Result{}, err
 	}
@@ -709,7 +723,7 @@ func (l *Leased) exact(ctx context.Context, key string, k *keyLease, n int64, t 
 	k.deniedN = 0
 	// The store's time of the call: the instant's own µs, or for Redis's
 	// TIME 0, from which at() counts the local time since sent.
-	k.g = grant{id: grantIDs.Add(1), res: r, now: t.us, units: n, marks: l.noMarks}
+	k.g = grant{res: r, now: t.us, units: n, marks: l.noMarks} // spent: never given back, no id
 	k.spent, k.used, k.sent = n, n, sent
 	return r, nil
 }
@@ -778,13 +792,9 @@ func (l *Leased) Local(key string, n int64) (r Result, ok bool) {
 		return Result{}, false
 	}
 	t := l.instant()
-	k := l.hot.Load()
-	if k == nil || k.key != key {
-		v, found := l.keys.Load(key)
-		if !found {
-			return Result{}, false
-		}
-		k = v.(*keyLease)
+	k := l.lookup(key)
+	if k == nil {
+		return Result{}, false
 	}
 	if r, ok := l.fromFast(k, n, t); ok {
 		return r, true
@@ -827,11 +837,10 @@ func (l *Leased) Held(key string) int64 {
 	if err != nil {
 		return 0
 	}
-	v, found := l.keys.Load(key)
-	if !found {
+	k := l.lookup(key)
+	if k == nil {
 		return 0
 	}
-	k := v.(*keyLease)
 	if f := k.fast.Load(); f != nil {
 		if w := f.word.Load(); w&fastFrozen == 0 {
 			return max(f.g.units-f.base-int64(w&fastUnits), 0)
@@ -885,7 +894,8 @@ func (l *Leased) giveBack(ctx context.Context, key string, k *keyLease) error {
 	if u <= 0 {
 		return nil
 	}
-	defer k.calling()()
+	call := k.calling()
+	defer k.called(call)
 	return l.lim.refund(ctx, key, &g, u)
 }
 
@@ -914,11 +924,10 @@ func (l *Leased) Release(ctx context.Context, key string) error {
 	if err != nil {
 		return err
 	}
-	v, ok := l.keys.Load(key)
-	if !ok {
+	k := l.lookup(key)
+	if k == nil {
 		return nil
 	}
-	k := v.(*keyLease)
 	k.mu.Lock()
 	l.absorb(k)
 	g, u := l.end(k)

@@ -6,9 +6,10 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/floodgate-dev/floodgate/ratelimit"
 	"github.com/floodgate-dev/floodgate/server/config"
-	"github.com/prometheus/client_golang/prometheus"
 )
 
 // Quota leases (docs/server/leases.md): a limit that leases (the YAML's
@@ -16,9 +17,9 @@ import (
 // with one limited descriptor through a ratelimit.Leased: a store call
 // takes a lease of several units of the key's budget, sized by the rate
 // this server sees for the key, and the server decides from it in
-// process until it is spent. A key decided rarely takes leases of one unit
-// (a store call per decision, as without leases); a hot key's decisions
-// stop being a store call each. A request with several limited
+// process until it is spent. A key decided rarely is decided by the
+// limit's own store call, as without leases; a hot key's decisions stop
+// being a store call each. A request with several limited
 // descriptors is decided by the store in one atomic step, as always (it
 // shares the keys' budgets with the leases).
 //

@@ -1,7 +1,7 @@
 // Command stall measures what one floodgate serve --redis answers while its
 // Redis stalls: the three figures of issue 27's "Done when". For each run it
-// starts a private redis-server (on a free loopback port, --save ""
-// --appendonly no, in its own temporary directory) and one floodgate serve on
+// starts a private redis-server from PATH (internal/testenv's, as the
+// tests do: a free loopback port, nothing kept on disk) and one floodgate serve on
 // it, with defaults (plus -serve-args) and a configuration of one limit:
 // domain stall, descriptor key k, a fixed window of -limit requests a second.
 // -clients goroutines then call ShouldRateLimit (Envoy RLS v3 over gRPC, one
@@ -16,7 +16,7 @@
 //
 //	go build -o /tmp/fg ./cmd/floodgate
 //	cd bench && go run ./cmd/stall -floodgate /tmp/fg -pauses 100ms,2s -rounds 3
-//	go run ./cmd/stall -floodgate /tmp/fg -pause 2s -serve-args '--leases=false --failure-mode allow'
+//	go run ./cmd/stall -floodgate /tmp/fg -pause 2s -serve-args '--leases --failure-mode allow'
 //
 // -rounds repeats every pause, interleaved (round 1: each pause, round 2: each
 // pause, ...), each run with its own Redis and server. -json prints one JSON
@@ -72,7 +72,6 @@
 package main
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"encoding/json"
@@ -96,6 +95,7 @@ import (
 
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	rls "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"github.com/floodgate-dev/floodgate/internal/testenv"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
@@ -141,7 +141,7 @@ func (d *durations) Set(v string) error {
 }
 
 type config struct {
-	floodgate, redisServer string
+	floodgate              string
 	clients, limit, rounds int
 	lead, tail             time.Duration
 	serveArgs              []string
@@ -155,7 +155,6 @@ func main() {
 		sargs  string
 	)
 	flag.StringVar(&c.floodgate, "floodgate", "", "`path` of a built floodgate binary (required)")
-	flag.StringVar(&c.redisServer, "redis-server", "redis-server", "redis-server `path` (or name on PATH)")
 	flag.Var(&pauses, "pause", "how long Redis is stopped (SIGSTOP) in a run; repeatable, or a comma list (default 100ms)")
 	flag.Var(&pauses, "pauses", "same as -pause")
 	flag.IntVar(&c.clients, "clients", 20, "closed-loop clients, each with one ShouldRateLimit in flight")
@@ -163,7 +162,7 @@ func main() {
 	flag.DurationVar(&c.tail, "tail", 1500*time.Millisecond, "how long the clients run after Redis resumes")
 	flag.IntVar(&c.limit, "limit", 100, "the limit, requests per second (a fixed window, on one key)")
 	flag.IntVar(&c.rounds, "rounds", 1, "how many times to run every pause (interleaved)")
-	flag.StringVar(&sargs, "serve-args", "", "extra `arguments` of floodgate serve, split at white space (no quoting), e.g. '--leases=false --failure-mode allow --timeout 50ms'")
+	flag.StringVar(&sargs, "serve-args", "", "extra `arguments` of floodgate serve, split at white space (no quoting), e.g. '--leases --failure-mode allow --timeout 50ms'")
 	flag.BoolVar(&c.json, "json", false, "print one JSON object per run instead of text")
 	flag.Usage = func() {
 		fmt.Fprintf(flag.CommandLine.Output(), "usage: stall -floodgate PATH [flags]\n\n"+
@@ -186,9 +185,6 @@ func main() {
 		fatal(err)
 	}
 	if c.floodgate, err = filepath.Abs(c.floodgate); err != nil {
-		fatal(err)
-	}
-	if c.redisServer, err = exec.LookPath(c.redisServer); err != nil {
 		fatal(err)
 	}
 
@@ -394,21 +390,6 @@ func freePort() (int, error) {
 	return ln.Addr().(*net.TCPAddr).Port, nil
 }
 
-// redisUp reports whether a Redis answers PING on addr.
-func redisUp(addr string) bool {
-	c, err := net.DialTimeout("tcp", addr, 200*time.Millisecond)
-	if err != nil {
-		return false
-	}
-	defer c.Close()
-	_ = c.SetDeadline(time.Now().Add(500 * time.Millisecond))
-	if _, err := c.Write([]byte("PING\r\n")); err != nil {
-		return false
-	}
-	line, err := bufio.NewReader(c).ReadString('\n')
-	return err == nil && strings.HasPrefix(line, "+PONG")
-}
-
 // waitFor polls up until it is true, p exits, ctx ends or limit passes.
 func waitFor(ctx context.Context, p *proc, log string, limit time.Duration, up func() bool) error {
 	deadline := time.Now().Add(limit)
@@ -455,37 +436,23 @@ func run(ctx context.Context, c config, pause time.Duration) (res *result, err e
 	if err := os.WriteFile(cfgPath, fmt.Appendf(nil, configYAML, c.limit), 0o644); err != nil {
 		return nil, err
 	}
-	ports := make([]int, 3)
+	ports := make([]int, 2)
 	for i := range ports {
 		if ports[i], err = freePort(); err != nil {
 			return nil, err
 		}
 	}
-	redisAddr := fmt.Sprintf("127.0.0.1:%d", ports[0])
-	grpcAddr := fmt.Sprintf("127.0.0.1:%d", ports[1])
-	httpAddr := fmt.Sprintf("127.0.0.1:%d", ports[2])
+	grpcAddr := fmt.Sprintf("127.0.0.1:%d", ports[0])
+	httpAddr := fmt.Sprintf("127.0.0.1:%d", ports[1])
 
-	redisDir := filepath.Join(dir, "redis")
-	if err := os.Mkdir(redisDir, 0o755); err != nil {
-		return nil, err
-	}
-	redisLog := filepath.Join(dir, "redis.log")
-	rlog, err := os.Create(redisLog)
+	// A private Redis, as the project's tests start theirs: a free port,
+	// nothing kept on disk, Pause and Resume by SIGSTOP and SIGCONT.
+	redis, err := testenv.StartRedis()
 	if err != nil {
 		return nil, err
 	}
-	defer rlog.Close()
-	redis, err := start("redis-server", c.redisServer, []string{
-		"--port", strconv.Itoa(ports[0]), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
-		"--dir", redisDir,
-	}, redisDir, rlog)
-	if err != nil {
-		return nil, err
-	}
-	defer redis.stop(5 * time.Second)
-	if err := waitFor(ctx, redis, redisLog, 10*time.Second, func() bool { return redisUp(redisAddr) }); err != nil {
-		return nil, err
-	}
+	defer redis.Close()
+	redisAddr := redis.Addr
 
 	serveLog := filepath.Join(dir, "floodgate.log")
 	slog, err := os.Create(serveLog)
@@ -573,10 +540,10 @@ func run(ctx context.Context, c config, pause time.Duration) (res *result, err e
 	if err != nil {
 		return nil, err
 	}
-	if err := redis.signal(syscall.SIGSTOP); err != nil {
+	if err := redis.Pause(); err != nil {
 		return nil, fmt.Errorf("SIGSTOP redis-server: %w", err)
 	}
-	defer redis.signal(syscall.SIGCONT) // on an early return; harmless after
+	defer redis.Resume() // on an early return; harmless after
 	stoppedAt := time.Now()
 	if err := sleep(ctx, pause); err != nil {
 		return nil, err
@@ -587,7 +554,7 @@ func run(ctx context.Context, c config, pause time.Duration) (res *result, err e
 	if err != nil {
 		return nil, err
 	}
-	if err := redis.signal(syscall.SIGCONT); err != nil {
+	if err := redis.Resume(); err != nil {
 		return nil, fmt.Errorf("SIGCONT redis-server: %w", err)
 	}
 	resumedAt := time.Now()
