@@ -8,6 +8,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/floodgate-dev/floodgate/backend"
 	"github.com/floodgate-dev/floodgate/ratelimit"
 	"github.com/floodgate-dev/floodgate/server/config"
 )
@@ -82,6 +83,7 @@ func (s *Service) countLeased(ctx context.Context, d *deciding, b *batch, lz *ra
 		}
 	}
 	st := s.storeOf(d.limits[b.idx[0]])
+	start := now(st.b)
 	err := s.storeCall(ctx, d, b, func() error {
 		_, err := s.allowOn(ctx, st, b.reqs, b.results, lz)
 		return err
@@ -89,10 +91,27 @@ func (s *Service) countLeased(ctx context.Context, d *deciding, b *batch, lz *ra
 	if err != nil || !b.results[0].Allowed {
 		return err
 	}
-	// allowLeased gave the store's Remaining, which the degraded mode
-	// remembers; the answer says what this server can still admit.
-	b.results[0].Remaining += lz.Held(b.reqs[0].Key)
+	held := lz.Held(b.reqs[0].Key)
+	if held > 0 && s.degraded != nil && s.servers.Load() > 1 {
+		// The degraded mode remembered the store's Remaining, which the
+		// other servers' leases go on spending without this server
+		// seeing it until its lease is spent: in an outage, what it
+		// holds is all this server may count on in this window.
+		seen := [1]ratelimit.Result{{ResetAfter: b.results[0].ResetAfter}}
+		s.degraded.Seen(b.reqs, seen[:], start)
+	}
+	// allowLeased gave the store's Remaining; the answer says what this
+	// server can still admit.
+	b.results[0].Remaining += held
 	return nil
+}
+
+// now is the time on b's clock.
+func now(b backend.Backend) time.Time {
+	if c := b.Clock(); c != nil {
+		return c.Now()
+	}
+	return time.Now()
 }
 
 // allowLeased decides q through its lease lz into results[0], for

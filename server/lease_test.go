@@ -218,3 +218,86 @@ func TestLeasesThroughPause(t *testing.T) {
 		time.Sleep(20 * time.Millisecond)
 	}
 }
+
+// leasedUser returns the Leased of leaseYAML's user limit in s and the
+// state key of user u1.
+func leasedUser(t *testing.T, s *Service) (*ratelimit.Leased, string) {
+	t.Helper()
+	rs := s.rules.Load()
+	entries := []config.Entry{{Key: "user", Value: "u1"}}
+	l := rs.cfg.Domains["api"].Match(entries)
+	for _, lz := range rs.leased {
+		if lz.Limiter() == rs.limiters[l] {
+			return lz, stateKey(l, entries)
+		}
+	}
+	t.Fatal("the user limit does not lease")
+	return nil, ""
+}
+
+// TestLeasesFleetThroughPause: two servers lease the same key, one of
+// them far more than the other, and Redis is paused. The one that leased
+// first last heard from the store when most of the hour was left; the
+// other has spent most of it since. Each keeps deciding from what its
+// lease holds, and the degraded mode takes no share of what the store
+// last told it remained (the other server's leases spent it): across
+// the pause the hour admits at most its limit.
+func TestLeasesFleetThroughPause(t *testing.T) {
+	awayFromHourEnd()
+	r := testenv.NewRedis(t)
+	prefix := backendtest.UniquePrefix()
+	opts := Options{
+		FailureMode: FailDegraded,
+		Servers:     2,
+		Leases:      true,
+		Timeout:     100 * time.Millisecond,
+		Breaker:     BreakerOptions{Failures: 3, Cooldown: 200 * time.Millisecond},
+	}
+	var fleet [2]*Service
+	for i := range fleet {
+		b, c, err := storeurl.Open("redis://"+r.Addr, prefix, time.Second)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { c.Close() })
+		s := newService(t, b, opts)
+		if err := s.SetConfig(mustConfig(t, leaseYAML), "v1"); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { s.Close(context.Background()) })
+		fleet[i] = s
+	}
+	a, b := fleet[0], fleet[1]
+	admitted := 0
+	healthy := func(s *Service) {
+		t.Helper()
+		if got := decide(t, s, desc(1, "user", "u1")); got.Code != CodeOK || got.Failed {
+			t.Fatalf("healthy decision %d: %+v", admitted, got)
+		}
+		admitted++
+	}
+	// a takes a lease early in the hour and holds units of it.
+	lzA, key := leasedUser(t, a)
+	for admitted < 5 || lzA.Held(key) == 0 {
+		healthy(a)
+	}
+	// b spends most of the hour.
+	for admitted < 800 {
+		healthy(b)
+	}
+	if err := r.Pause(); err != nil {
+		t.Fatal(err)
+	}
+	defer r.Resume()
+	byServer := [2]int{}
+	for i := range 1200 {
+		if got := decide(t, fleet[i%2], desc(1, "user", "u1")); got.Code == CodeOK {
+			byServer[i%2]++
+		}
+	}
+	during := byServer[0] + byServer[1]
+	t.Logf("before the pause: %d; during it: %d by a, %d by b", admitted, byServer[0], byServer[1])
+	if admitted+during > 1000 {
+		t.Errorf("the hour admitted %d before the pause and %d during it: %d, more than its limit of 1000", admitted, during, admitted+during)
+	}
+}

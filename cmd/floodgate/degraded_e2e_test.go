@@ -137,15 +137,23 @@ func countKeys(t *testing.T, r *testenv.Redis, part string) int {
 // Redis SIGKILLed for 5 s and restarted: in every one-second window the
 // fleet admits at most 1.1 × the limit, while Redis is down the servers
 // keep deciding (each its third, from the heartbeats' count), and after
-// the restart the store decides again, nothing left broken.
+// the restart the store decides again, nothing left broken. It runs with
+// serve's defaults and with quota leases (--leases), where each server's
+// last answer from the store is only as recent as its last lease.
 func TestFleetStallBound(t *testing.T) {
+	t.Run("defaults", func(t *testing.T) { fleetStallBound(t, false) })
+	t.Run("leases", func(t *testing.T) { fleetStallBound(t, true) })
+}
+
+func fleetStallBound(t *testing.T, leases bool) {
 	r := testenv.NewRedis(t)
 	cfg := filepath.Join(t.TempDir(), "c.yaml")
 	writeConfig(t, cfg, "domain: hot\ndescriptors:\n  - key: k\n    rate_limit: {unit: second, requests_per_unit: 100}\n")
 	prefix := uniquePrefix(t)
 	var servers []*fgServer
 	for range 3 {
-		servers = append(servers, startServer(t, cfg, "--redis", redisURL(r), "--redis-prefix", prefix, "--timeout", "50ms"))
+		servers = append(servers, startServer(t, cfg, "--redis", redisURL(r), "--redis-prefix", prefix, "--timeout", "50ms",
+			fmt.Sprintf("--leases=%v", leases)))
 	}
 	// The heartbeats: every server counts three before the fault.
 	deadline := time.Now().Add(10 * time.Second)
