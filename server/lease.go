@@ -92,13 +92,16 @@ func (s *Service) countLeased(ctx context.Context, d *deciding, b *batch, lz *ra
 		return err
 	}
 	held := lz.Held(b.reqs[0].Key)
-	if held > 0 && s.degraded != nil && s.servers.Load() > 1 {
-		// The degraded mode remembered the store's Remaining, which the
-		// other servers' leases go on spending without this server
-		// seeing it until its lease is spent: in an outage, what it
-		// holds is all this server may count on in this window.
-		seen := [1]ratelimit.Result{{ResetAfter: b.results[0].ResetAfter}}
-		s.degraded.Seen(b.reqs, seen[:], start)
+	if n := s.servers.Load(); held > 0 && s.degraded != nil && n > 1 {
+		// The degraded mode remembered the store's Remaining, which
+		// this server hears again only at its next lease, while the
+		// other servers' leases go on spending it. With the traffic
+		// spread, each of them takes leases of about this one's size, and
+		// a lease lives at most two of them: the degraded mode counts on
+		// what the store had left less two leases of each other server.
+		r := b.results[0]
+		r.Remaining = max(0, r.Remaining-2*(n-1)*(held+b.reqs[0].N))
+		s.degraded.Seen(b.reqs, []ratelimit.Result{r}, start)
 	}
 	// allowLeased gave the store's Remaining; the answer says what this
 	// server can still admit.
