@@ -55,11 +55,7 @@ func TestRWMutexRedis(t *testing.T) {
 func TestRWMutexRueidis(t *testing.T) {
 	t.Parallel() // sleep-bound; runs after the sequential tests
 	mk := rueidisBackend(testenv.SharedRedis(t).Addr)
-	// No Waiters hook: rueidisadapter's Subscribe returns before Redis has
-	// confirmed the subscription, so a waiter counted as queued may not hear
-	// a release yet (it then waits until its MaxPoll); the suite's fixed
-	// wait covers that. A known gap of the rueidis adapter.
-	locktest.RunRW(t, rwBackend("redis-rueidis", redisAsBackend(mk), nil))
+	locktest.RunRW(t, rwBackend("redis-rueidis", redisAsBackend(mk), queueLen(mk(t), "rwwr", "rwww")))
 }
 
 func TestRWMutexCluster(t *testing.T) {

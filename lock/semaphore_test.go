@@ -45,8 +45,7 @@ func TestSemaphoreRedis(t *testing.T) {
 func TestSemaphoreRueidis(t *testing.T) {
 	t.Parallel() // sleep-bound; runs after the sequential tests
 	mk := rueidisBackend(testenv.SharedRedis(t).Addr)
-	// No Waiters hook, as in TestRWMutexRueidis.
-	locktest.RunSemaphore(t, semBackend("redis-rueidis", redisAsBackend(mk), nil))
+	locktest.RunSemaphore(t, semBackend("redis-rueidis", redisAsBackend(mk), queueLen(mk(t), "smw")))
 }
 
 func TestSemaphoreCluster(t *testing.T) {
