@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/floodgate-dev/floodgate/server/internal/api"
+	"github.com/floodgate-dev/floodgate/server/internal/auth"
 	"github.com/floodgate-dev/floodgate/server/internal/dashboard"
 )
 
@@ -26,6 +27,7 @@ type HTTPOptions struct {
 	Token        string
 	MaxBodyBytes int64 // DefaultMaxBodyBytes when 0
 
+	auth    *auth.Authenticator  // Server's, with its tokens file; Token's when nil
 	dash    *dashboard.Dashboard // Server's; serves /ui
 	healthy func() bool          // Server's; answers /healthcheck (always healthy when nil)
 }
@@ -50,7 +52,10 @@ type HTTPOptions struct {
 // header are unaffected; curl's default form type is accepted.
 func NewHTTPHandler(s *Service, o HTTPOptions) http.Handler {
 	ao := s.apiOptions()
-	ao.Token, ao.MaxBodyBytes, ao.Dashboard, ao.Healthy = o.Token, o.MaxBodyBytes, o.dash, o.healthy
+	ao.Auth, ao.MaxBodyBytes, ao.Dashboard, ao.Healthy = o.auth, o.MaxBodyBytes, o.dash, o.healthy
+	if ao.Auth == nil {
+		ao.Auth = auth.NewAuthenticator(o.Token, false)
+	}
 	if m := s.opts.Metrics; m != nil {
 		ao.Metrics = m.Handler()
 	}
@@ -69,7 +74,7 @@ func NewRLS(s *Service) *RLS { return api.NewRLS(apiCore{s}, s.apiOptions()) }
 // BearerOK reports whether an Authorization value carries token as a bearer
 // credential. The scheme is matched case-insensitively (RFC 9110 §11.1), the
 // token in constant time; surrounding spaces are ignored.
-func BearerOK(header, token string) bool { return api.BearerOK(header, token) }
+func BearerOK(header, token string) bool { return auth.BearerOK(header, token) }
 
 // apiOptions are the transports' options that s decides: envoy's forms,
 // dynamic metadata, the tracer and the request counts.
@@ -89,6 +94,11 @@ func (s *Service) apiOptions() api.Options {
 type apiCore struct{ s *Service }
 
 func (c apiCore) Decide(ctx context.Context, req *Request) (*Response, error) {
+	if req != nil { // a nil request is refused as input by Decide
+		if err := c.s.authorize(ctx, req.Domain); err != nil {
+			return nil, err
+		}
+	}
 	return c.s.Decide(ctx, req)
 }
 

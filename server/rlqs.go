@@ -80,3 +80,7 @@ func (c quotaCore) StoreFailed(ctx context.Context, domain string, err error) bo
 	c.s.storeFailed(ctx, domain, err)
 	return true
 }
+
+func (c quotaCore) Authorize(ctx context.Context, domain string) error {
+	return c.s.authorize(ctx, domain)
+}

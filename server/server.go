@@ -35,6 +35,7 @@ import (
 	"github.com/floodgate-dev/floodgate/server/config"
 	"github.com/floodgate-dev/floodgate/server/envoy"
 	"github.com/floodgate-dev/floodgate/server/internal/api"
+	"github.com/floodgate-dev/floodgate/server/internal/auth"
 	"github.com/floodgate-dev/floodgate/server/internal/connlimit"
 	"github.com/floodgate-dev/floodgate/server/internal/dashboard"
 	"github.com/floodgate-dev/floodgate/server/internal/rlswire"
@@ -58,7 +59,14 @@ type Config struct {
 	// serves each valid push.
 	XDS *xds.Options
 
-	Token       string // bearer token required on HTTP and gRPC; "" for none
+	Token string // bearer token required on HTTP and gRPC, allowed every domain; "" for none
+	// TokensFile, when set, names a file of bearer tokens, each allowed
+	// some domains (docs/server/operations.md, "Tokens per tenant"): a
+	// call must then carry Token or one of them, and a token may check
+	// and charge only its domains. It is read again with the
+	// configuration (ReloadInterval, Reload); a bad new version is logged
+	// and the previous one kept.
+	TokensFile  string
 	TLSCertFile string // both set: TLS on both listeners (gRPC only with TLSGRPCOnly)
 	TLSKeyFile  string
 	// TLSGRPCOnly keeps the HTTP listener plaintext: TLS, and client
@@ -153,6 +161,7 @@ func orDefault(d, def time.Duration) time.Duration {
 // reloads. Create it with New, then Serve.
 type Server struct {
 	cfg     Config
+	auth    *auth.Authenticator // the tokens calls must carry, when any
 	svc     *Service
 	log     *slog.Logger
 	metrics *Metrics
@@ -172,6 +181,9 @@ type Server struct {
 	reloadMu sync.Mutex
 	version  string
 	rejected string // fingerprint of the last rejected configuration, counted and logged once
+
+	tokensData     []byte // the tokens file as last loaded (auth.go)
+	tokensRejected string // the error of its last rejected version, logged once
 
 	xds          *xds.Client   // the xDS configuration source, or nil
 	xdsFirst     chan struct{} // closed once the first push is applied
@@ -206,6 +218,12 @@ func New(c Config) (*Server, error) {
 		c.Logger = slog.New(slog.DiscardHandler)
 	}
 	s := &Server{cfg: c, log: c.Logger, metrics: NewMetrics()}
+	s.auth = auth.NewAuthenticator(c.Token, c.TokensFile != "")
+	if c.TokensFile != "" {
+		if err := s.loadTokens(); err != nil {
+			return nil, fmt.Errorf("server: %w", err)
+		}
+	}
 	opts := c.Service
 	opts.Metrics, opts.Logger = s.metrics, c.Logger
 	svc, err := NewService(c.Backend, opts)
@@ -254,7 +272,7 @@ func New(c Config) (*Server, error) {
 		s.httpLn = ln
 		s.dash.WriteTimeout = orDefault(c.HTTPWriteTimeout, DefaultHTTPWriteTimeout)
 		s.httpSrv = &http.Server{
-			Handler:      api.AnswerEarly(NewHTTPHandler(svc, HTTPOptions{Token: c.Token, MaxBodyBytes: c.MaxBodyBytes, dash: s.dash, healthy: s.Healthy})),
+			Handler:      api.AnswerEarly(NewHTTPHandler(svc, HTTPOptions{MaxBodyBytes: c.MaxBodyBytes, auth: s.auth, dash: s.dash, healthy: s.Healthy})),
 			ReadTimeout:  orDefault(c.HTTPReadTimeout, DefaultHTTPReadTimeout),
 			WriteTimeout: s.dash.WriteTimeout,
 			IdleTimeout:  orDefault(c.HTTPIdleTimeout, DefaultHTTPIdleTimeout),
@@ -278,9 +296,9 @@ func New(c Config) (*Server, error) {
 		}
 		interceptors = append(interceptors, s.conns.Unary)
 		streamInterceptors := []grpc.StreamServerInterceptor{s.conns.Stream, s.watches.stream}
-		if c.Token != "" {
-			interceptors = append(interceptors, tokenInterceptor(c.Token, s.metrics))
-			streamInterceptors = append(streamInterceptors, tokenStreamInterceptor(c.Token, s.metrics))
+		if s.auth.Enabled() {
+			interceptors = append(interceptors, tokenInterceptor(s.auth, s.metrics))
+			streamInterceptors = append(streamInterceptors, tokenStreamInterceptor(s.auth, s.metrics))
 		}
 		gopts := []grpc.ServerOption{
 			grpc.KeepaliveParams(keepalive.ServerParameters{MaxConnectionIdle: orDefault(c.GRPCMaxConnIdle, DefaultGRPCMaxConnIdle)}),
@@ -321,36 +339,53 @@ func New(c Config) (*Server, error) {
 
 // tokenStreamInterceptor is tokenInterceptor for streaming calls (RLQS's
 // StreamRateLimitQuotas), with the health service's Watch exempt.
-func tokenStreamInterceptor(token string, m *Metrics) grpc.StreamServerInterceptor {
+func tokenStreamInterceptor(a *auth.Authenticator, m *Metrics) grpc.StreamServerInterceptor {
 	return func(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
 		if strings.HasPrefix(info.FullMethod, "/grpc.health.v1.Health/") {
 			return handler(srv, ss)
 		}
-		md, _ := metadata.FromIncomingContext(ss.Context())
-		v := md.Get("authorization")
-		if len(v) != 1 || !BearerOK(v[0], token) {
-			m.requests.WithLabelValues("grpc", "unauthorized").Inc()
-			return status.Error(codes.Unauthenticated, "missing or wrong bearer token")
+		sc, err := grpcScope(ss.Context(), a, m)
+		if err != nil {
+			return err
 		}
-		return handler(srv, ss)
+		return handler(srv, &scopedStream{ss, auth.With(ss.Context(), sc)})
 	}
 }
 
+// scopedStream is a stream whose context carries its token's scope.
+type scopedStream struct {
+	grpc.ServerStream
+	ctx context.Context
+}
+
+func (s *scopedStream) Context() context.Context { return s.ctx }
+
 // tokenInterceptor requires "authorization: Bearer <token>" metadata, except
-// on the health service.
-func tokenInterceptor(token string, m *Metrics) grpc.UnaryServerInterceptor {
+// on the health service, and gives the call its token's scope (auth.From).
+func tokenInterceptor(a *auth.Authenticator, m *Metrics) grpc.UnaryServerInterceptor {
 	return func(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
 		if strings.HasPrefix(info.FullMethod, "/grpc.health.v1.Health/") {
 			return handler(ctx, req)
 		}
-		md, _ := metadata.FromIncomingContext(ctx)
-		v := md.Get("authorization")
-		if len(v) != 1 || !BearerOK(v[0], token) {
-			m.requests.WithLabelValues("grpc", "unauthorized").Inc()
-			return nil, status.Error(codes.Unauthenticated, "missing or wrong bearer token")
+		sc, err := grpcScope(ctx, a, m)
+		if err != nil {
+			return nil, err
 		}
-		return handler(ctx, req)
+		return handler(auth.With(ctx, sc), req)
 	}
+}
+
+// grpcScope is the scope of the token of a gRPC call's metadata, or an
+// Unauthenticated error.
+func grpcScope(ctx context.Context, a *auth.Authenticator, m *Metrics) (*auth.Scope, error) {
+	md, _ := metadata.FromIncomingContext(ctx)
+	if v := md.Get("authorization"); len(v) == 1 {
+		if sc, ok := a.Check(v[0]); ok {
+			return sc, nil
+		}
+	}
+	m.requests.WithLabelValues("grpc", "unauthorized").Inc()
+	return nil, status.Error(codes.Unauthenticated, "missing or wrong bearer token")
 }
 
 // HealthService is the gRPC health service name envoyproxy/ratelimit
@@ -444,11 +479,12 @@ func (s *Server) GRPCAddr() string {
 // apart by the files' fingerprint, or by the error when the files cannot be
 // read, so two different bad configurations with the same error count twice.
 func (s *Server) Reload() error {
+	s.reloadMu.Lock()
+	defer s.reloadMu.Unlock()
+	s.reloadTokens()
 	if s.xds != nil {
 		return nil // the management server pushes
 	}
-	s.reloadMu.Lock()
-	defer s.reloadMu.Unlock()
 	version, err := fingerprint(s.cfg.ConfigPath)
 	if err == nil && version == s.version {
 		s.rejected = "" // back to the configuration being served
@@ -576,7 +612,7 @@ func (s *Server) Serve(ctx context.Context) error {
 		go s.probeStore(pctx)
 	}
 	var tick <-chan time.Time
-	if s.cfg.ReloadInterval > 0 && s.xds == nil {
+	if s.cfg.ReloadInterval > 0 && (s.xds == nil || s.cfg.TokensFile != "") {
 		t := time.NewTicker(s.cfg.ReloadInterval)
 		defer t.Stop()
 		tick = t.C

@@ -81,7 +81,8 @@ func runServe(args []string, stdout, stderr io.Writer) int {
 		leases        = fs.Bool("leases", false, "decide hot keys from quota leases: a store call takes a lease of several units of a key's budget, sized by the rate this server sees for it, and the server decides from it in process (a key decided rarely is decided as without leases). Applies to every limit that can lease unless its YAML says lease: false; see docs/server/leases.md")
 		brkFailures   = fs.Int("breaker-failures", 5, "consecutive store failure events that open the circuit breaker (calls that fail together, as in one stall, count once); -1 disables it")
 		brkCooldown   = fs.Duration("breaker-cooldown", 100*time.Millisecond, "longest wait between an open breaker's probes of the store: the first comes after --timeout, and the wait doubles up to this while they fail; the store, once back, decides again within about this")
-		tokenFile     = fs.String("token-file", "", "`file` holding a bearer token required on HTTP and gRPC (also $FLOODGATE_TOKEN)")
+		tokenFile     = fs.String("token-file", "", "`file` holding a bearer token required on HTTP and gRPC, allowed every domain (also $FLOODGATE_TOKEN)")
+		tokensFile    = fs.String("tokens-file", "", "YAML `file` of bearer tokens, each allowed some domains (tokens: [{name, sha256, domains}]): calls must carry one of them (or --token-file's), and a token may use only its domains; reloaded with the configuration. See docs/server/operations.md")
 		tlsCert       = fs.String("tls-cert", "", "TLS certificate `file` (with --tls-key: TLS on both APIs)")
 		tlsKey        = fs.String("tls-key", "", "TLS private key `file`")
 		tlsGRPCOnly   = fs.Bool("tls-grpc-only", false, "with --tls-cert, TLS (and --tls-client-ca) on the gRPC API only; HTTP stays plaintext")
@@ -322,6 +323,7 @@ func runServe(args []string, stdout, stderr io.Writer) int {
 			Quota:            server.QuotaOptions{TTL: *quotaTTL},
 		},
 		Token:           token,
+		TokensFile:      *tokensFile,
 		TLSCertFile:     *tlsCert,
 		TLSGRPCOnly:     *tlsGRPCOnly,
 		TLSKeyFile:      *tlsKey,

@@ -94,6 +94,9 @@ type Core interface {
 	// the failure mode: false when the caller went away, whose call says
 	// nothing about the store and needs no answer.
 	StoreFailed(ctx context.Context, domain string, err error) bool
+	// Authorize returns an error when the caller (its token, in ctx) may
+	// not use domain: the stream ends with PERMISSION_DENIED.
+	Authorize(ctx context.Context, domain string) error
 }
 
 // Bounds of the assignments' time to live.
@@ -248,7 +251,7 @@ func (q *Service) StreamRateLimitQuotas(stream grpc.BidiStreamingServer[rlqsv3.R
 // report answers one usage report of st.
 func (q *Service) report(ctx context.Context, st *quotaStream, m *rlqsv3.RateLimitQuotaUsageReports) (*rlqsv3.RateLimitQuotaResponse, error) {
 	cfg := q.core.Config()
-	if err := q.checkDomain(cfg, st, m.GetDomain()); err != nil {
+	if err := q.checkDomain(ctx, cfg, st, m.GetDomain()); err != nil {
 		return nil, err
 	}
 	usages := m.GetBucketQuotaUsages()
@@ -398,6 +401,8 @@ func (q *Service) count(domain string, resp *rlqsv3.RateLimitQuotaResponse, err 
 	case codes.OK:
 	case codes.Unavailable:
 		code = "unavailable"
+	case codes.PermissionDenied:
+		code = "forbidden"
 	default:
 		code = "invalid"
 	}
@@ -423,7 +428,7 @@ func (q *Service) countAbandoned(domain string, resp *rlqsv3.RateLimitQuotaRespo
 
 // checkDomain sets st's domain from its first report and checks the later
 // ones.
-func (q *Service) checkDomain(cfg *config.Config, st *quotaStream, domain string) error {
+func (q *Service) checkDomain(ctx context.Context, cfg *config.Config, st *quotaStream, domain string) error {
 	switch {
 	case st.domain == "" && domain == "":
 		return status.Error(codes.InvalidArgument, "RateLimitQuotaUsageReports.domain is empty: the first report of a stream must name the domain")
@@ -433,7 +438,11 @@ func (q *Service) checkDomain(cfg *config.Config, st *quotaStream, domain string
 		return nil
 	case cfg == nil:
 		return status.Error(codes.Unavailable, "no rate limit configuration loaded")
-	case cfg.Domains[domain] == nil:
+	}
+	if err := q.core.Authorize(ctx, domain); err != nil {
+		return status.Error(codes.PermissionDenied, err.Error())
+	}
+	if cfg.Domains[domain] == nil {
 		return status.Errorf(codes.NotFound, "RateLimitQuotaUsageReports.domain %q is not configured", domain)
 	}
 	st.domain = domain

@@ -68,6 +68,8 @@ func (c *testCore) Store(ctx context.Context, l *config.Limit, entries []config.
 }
 func (c *testCore) StoreFailed(context.Context, string, error) bool { return true }
 
+func (c *testCore) Authorize(context.Context, string) error { return nil }
+
 func bucket(kv ...string) *rlqsv3.BucketId {
 	m := map[string]string{}
 	for i := 0; i+1 < len(kv); i += 2 {

@@ -16,6 +16,7 @@ import (
 
 	"github.com/floodgate-dev/floodgate/server/decision"
 	"github.com/floodgate-dev/floodgate/server/envoy"
+	"github.com/floodgate-dev/floodgate/server/internal/auth"
 	"github.com/floodgate-dev/floodgate/server/internal/dashboard"
 	"github.com/floodgate-dev/floodgate/server/internal/tracing"
 	"google.golang.org/grpc/codes"
@@ -56,9 +57,11 @@ type Options struct {
 	Meter Meter
 	// Metrics, when set, is served at GET /metrics.
 	Metrics http.Handler
-	// Token, when set, is required as "Authorization: Bearer <token>" on
-	// every HTTP path but /healthz, /healthcheck and /readyz.
-	Token string
+	// Auth, when enabled, requires "Authorization: Bearer <token>" on
+	// every HTTP path but /healthz, /healthcheck and /readyz, and puts the
+	// token's scope in the request's context (auth.From); /metrics and the
+	// dashboard, which show every domain, need a token of every domain.
+	Auth *auth.Authenticator
 	// MaxBodyBytes bounds an HTTP request body; DefaultMaxBodyBytes when 0.
 	MaxBodyBytes int64
 	// Dashboard, when set, serves /ui.
@@ -105,6 +108,7 @@ var grpcCodes = map[string]codes.Code{
 	"deadline":    codes.DeadlineExceeded,
 	"error":       codes.Internal,
 	"envoy":       codes.Unknown,
+	"forbidden":   codes.PermissionDenied,
 }
 
 // envoyGRPCCodes is grpcCodes in envoy compatibility mode:
@@ -118,16 +122,19 @@ var envoyGRPCCodes = func() map[string]codes.Code {
 
 // errorKind sorts an error of a request for the APIs' answers and the
 // metrics' code label: invalid (an InputError), too_large (a TooLargeError), unavailable (the store, in
-// the error failure mode), canceled and deadline (the caller's context), or
-// error.
+// the error failure mode), forbidden (an auth.DeniedError), canceled and
+// deadline (the caller's context), or error.
 func errorKind(err error) string {
 	var ie *decision.InputError
 	var tl *TooLargeError
 	var be *bodyError
 	var ee *envoy.Error
+	var de *auth.DeniedError
 	switch {
 	case err == nil:
 		return ""
+	case errors.As(err, &de):
+		return "forbidden"
 	case errors.As(err, &ee):
 		return "envoy"
 	case errors.As(err, &tl):

@@ -19,6 +19,7 @@ import (
 	"github.com/floodgate-dev/floodgate/server/checkapi"
 	"github.com/floodgate-dev/floodgate/server/decision"
 	"github.com/floodgate-dev/floodgate/server/envoy"
+	"github.com/floodgate-dev/floodgate/server/internal/auth"
 	"github.com/floodgate-dev/floodgate/server/internal/rlswire"
 	"github.com/floodgate-dev/floodgate/server/internal/tracing"
 )
@@ -79,10 +80,10 @@ func NewHTTP(core Core, o Options) http.Handler {
 		io.WriteString(w, "ok\n")
 	})
 	if o.Metrics != nil {
-		mux.HandleFunc("GET /metrics", h.auth(o.Metrics.ServeHTTP))
+		mux.HandleFunc("GET /metrics", h.auth(h.everyDomain(o.Metrics.ServeHTTP)))
 	}
 	if o.Dashboard != nil {
-		o.Dashboard.Routes(mux, h.auth)
+		o.Dashboard.Routes(mux, func(next http.HandlerFunc) http.HandlerFunc { return h.auth(h.everyDomain(next)) })
 	}
 	return mux
 }
@@ -121,18 +122,36 @@ func (h *httpAPI) post(next http.HandlerFunc) http.HandlerFunc {
 	}
 }
 
-// auth checks the bearer token when one is set.
+// auth checks the bearer token when tokens are required, and gives next
+// the token's scope in the request's context (auth.From): the decisions
+// check it against the domain.
 func (h *httpAPI) auth(next http.HandlerFunc) http.HandlerFunc {
-	if h.o.Token == "" {
+	if !h.o.Auth.Enabled() {
 		return next
 	}
 	return func(w http.ResponseWriter, r *http.Request) {
-		if !BearerOK(r.Header.Get("Authorization"), h.o.Token) {
+		s, ok := h.o.Auth.Check(r.Header.Get("Authorization"))
+		if !ok {
 			if m := h.o.Meter; m != nil {
 				m.Refused(apiOf(r), "unauthorized")
 			}
 			w.Header().Set("WWW-Authenticate", `Bearer realm="floodgate"`)
 			http.Error(w, "missing or wrong bearer token", http.StatusUnauthorized)
+			return
+		}
+		next(w, r.WithContext(auth.With(r.Context(), s)))
+	}
+}
+
+// everyDomain lets through only tokens of every domain: for the paths that
+// show every domain's figures (metrics, the dashboard). It runs after auth.
+func (h *httpAPI) everyDomain(next http.HandlerFunc) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		if s := auth.From(r.Context()); !s.Unlimited() {
+			if m := h.o.Meter; m != nil {
+				m.Refused(apiOf(r), "forbidden")
+			}
+			http.Error(w, fmt.Sprintf("the token %q may use only some domains; this path shows every domain", s.Name), http.StatusForbidden)
 			return
 		}
 		next(w, r)
@@ -240,7 +259,7 @@ func (h *httpAPI) error(w http.ResponseWriter, err error) string {
 func (h *httpAPI) envoyJSONError(w http.ResponseWriter, err error) string {
 	kind := errorKind(err)
 	switch kind {
-	case "too_large", "canceled", "deadline":
+	case "too_large", "canceled", "deadline", "forbidden":
 		return h.error(w, err)
 	}
 	http.Error(w, http.StatusText(http.StatusBadRequest), http.StatusBadRequest)
@@ -257,6 +276,7 @@ var httpStatuses = map[string]int{
 	"deadline":     http.StatusServiceUnavailable,
 	"error":        http.StatusInternalServerError,
 	"envoy":        http.StatusBadRequest,
+	"forbidden":    http.StatusForbidden,
 }
 
 func (h *httpAPI) check(w http.ResponseWriter, r *http.Request) {
