@@ -303,21 +303,29 @@ func (s *Service) validate(req *Request) error {
 		if d.Cost < 0 {
 			return inputErrorf("descriptors[%d]: cost %d is negative", i, d.Cost)
 		}
-		if o := d.Override; o != nil && o.Unit.Duration() == 0 {
-			return inputErrorf("descriptors[%d].limit: unit %v is not a rate limit unit", i, o.Unit)
+		if o := d.Override; o != nil {
+			if o.Unit.Duration() == 0 {
+				return inputErrorf("descriptors[%d].limit: unit %v is not a rate limit unit", i, o.Unit)
+			}
+			if w := o.Window(); w > ratelimit.MaxPeriod {
+				return inputErrorf("descriptors[%d].limit: a period of %d × %v is longer than %v (ten years)", i, o.UnitMultiplier, o.Unit, ratelimit.MaxPeriod)
+			}
 		}
 	}
 	return nil
 }
 
 // overrideLimit is the limit of a descriptor that carries its own: a fixed
-// window keyed by the domain and every entry, as envoyproxy/ratelimit does.
+// window of its period keyed by the domain and every entry, as
+// envoyproxy/ratelimit does.
 func overrideLimit(domain string, d *Descriptor) *config.Limit {
+	o := d.Override
 	return &config.Limit{
-		Unit:            d.Override.Unit,
-		RequestsPerUnit: d.Override.RequestsPerUnit,
+		Unit:            o.Unit,
+		UnitMultiplier:  max(o.UnitMultiplier, 1),
+		RequestsPerUnit: o.RequestsPerUnit,
 		Algorithm:       "fixed_window",
-		Rule:            ratelimit.FixedWindow{Limit: int64(d.Override.RequestsPerUnit), Window: d.Override.Unit.Duration()},
+		Rule:            ratelimit.FixedWindow{Limit: int64(o.RequestsPerUnit), Window: o.Window()},
 		Path:            withEntries(config.EscapePath(domain)+"|override", d.Entries),
 	}
 }

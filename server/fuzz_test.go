@@ -10,6 +10,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/floodgate-dev/floodgate/backend"
+	"github.com/floodgate-dev/floodgate/ratelimit"
 	"github.com/floodgate-dev/floodgate/server/checkapi"
 	"github.com/floodgate-dev/floodgate/server/internal/rlswire"
 )
@@ -58,6 +59,9 @@ func FuzzRLSRequest(f *testing.F) {
 		`{"domain":"api","descriptors":[{"entries":[{"key":"k","value":"v"}],"limit":{"requests_per_unit":1,"unit":"HOUR"}}]}`,
 		`{"domain":"api","descriptors":[{"entries":[{"key":"k"}],"limit":{"requests_per_unit":1,"unit":"UNKNOWN"}}]}`,
 		`{"domain":"api","descriptors":[{"entries":[{"key":"user","value":"x"}],"is_negative_hits":true}]}`,
+		`{"domain":"api","descriptors":[{"entries":[{"key":"k","value":"v"}],"limit":{"requests_per_unit":1000,"unit":"SECOND","unit_multiplier":10}}]}`,
+		`{"domain":"api","descriptors":[{"entries":[{"key":"k","value":"v"}],"limit":{"requests_per_unit":1,"unit":"YEAR","unit_multiplier":4294967295}}]}`,
+		`{"domain":"api","descriptors":[{"entries":[{"key":"k","value":"v"}],"limit":{"requests_per_unit":1,"unit":"DAY","unit_multiplier":0}}]}`,
 	} {
 		var req rls.RateLimitRequest
 		if err := protojson.Unmarshal([]byte(s), &req); err != nil {
@@ -102,6 +106,11 @@ func checkDecide(t *testing.T, s *Service, in *Request) {
 	}
 	if over != (resp.Code == CodeOverLimit) {
 		t.Fatalf("overall %v does not follow the statuses %+v", resp.Code, resp.Statuses)
+	}
+	for _, st := range resp.Statuses {
+		if l := st.Limit; l != nil && !l.Unlimited && (l.Window() <= 0 || l.Window() > ratelimit.MaxPeriod) {
+			t.Fatalf("decided under a limit whose period is %v: %+v", l.Window(), l)
+		}
 	}
 	rlswire.ToProto(resp)
 	checkapi.FromDecision(resp)

@@ -95,7 +95,7 @@ func NewMetrics() *Metrics {
 			Name: "floodgate_backend_duration_seconds", Help: "Time of each call to a remote store.", Buckets: buckets,
 		}),
 		backendErrors: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "floodgate_backend_errors_total", Help: "Store calls that failed, by reason and store (main, or persecond: the store of the limits whose unit is a second).",
+			Name: "floodgate_backend_errors_total", Help: "Store calls that failed, by reason and store (main, or persecond: the store of the limits whose period is one second).",
 		}, []string{"reason", "store"}),
 		backendNodeErrors: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "floodgate_backend_node_errors_total", Help: "Store calls that failed, by the store node the error names (unknown for timeouts), for at most 64 nodes (then other).",
@@ -153,7 +153,7 @@ func (m *Metrics) watchBreaker(store string, bs *breaker.Set) {
 	}
 	*g = prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 		Name:        "floodgate_breaker_open",
-		Help:        "Share of a store's circuit breakers failing calls fast: 1 while a standalone or Sentinel store is failing; on a Redis Cluster, the share of hash-slot ranges. store: main, or persecond (the store of the limits whose unit is a second).",
+		Help:        "Share of a store's circuit breakers failing calls fast: 1 while a standalone or Sentinel store is failing; on a Redis Cluster, the share of hash-slot ranges. store: main, or persecond (the store of the limits whose period is one second).",
 		ConstLabels: prometheus.Labels{"store": store},
 	}, func() float64 {
 		open, total := bs.Open()

@@ -33,6 +33,10 @@ descriptors:
     rate_limit: {unit: minute, requests_per_unit: 3}
   - key: bucket
     rate_limit: {unit: second, requests_per_unit: 1, algorithm: token_bucket, burst: 1}
+  - key: tensec
+    rate_limit: {unit: second, unit_multiplier: 10, requests_per_unit: 5}
+  - key: onesec
+    rate_limit: {unit: second, unit_multiplier: 1, requests_per_unit: 5}
 `
 
 // keysIn returns the keys of r that match pattern.
@@ -74,10 +78,10 @@ func openTwoStores(t *testing.T) (mainR, psR *testenv.Redis, mainB, psB backend.
 	return mainR, psR, mainB, psB, prefix
 }
 
-// TestPerSecondStoreKeys: the state of limits whose unit is a second (any
-// algorithm, and request overrides in seconds) lands in the per-second
-// Redis, every other in the main one; a reload that changes a limit's unit
-// moves it.
+// TestPerSecondStoreKeys: the state of limits whose period is one second
+// (any algorithm, and request overrides of one second) lands in the
+// per-second Redis, every other in the main one, periods of several seconds
+// (unit_multiplier) included; a reload that changes a limit's unit moves it.
 func TestPerSecondStoreKeys(t *testing.T) {
 	mainR, psR, mainB, psB, prefix := openTwoStores(t)
 	s, err := NewService(mainB, Options{PerSecondBackend: psB, Metrics: NewMetrics(), Timeout: 5 * time.Second})
@@ -91,27 +95,30 @@ func TestPerSecondStoreKeys(t *testing.T) {
 	over.Override = &Override{RequestsPerUnit: 5, Unit: config.UnitSecond}
 	overMin := desc(1, "ovrmin", "o2")
 	overMin.Override = &Override{RequestsPerUnit: 5, Unit: config.UnitMinute}
+	overTen := desc(1, "ovrten", "o3")
+	overTen.Override = &Override{RequestsPerUnit: 5, Unit: config.UnitSecond, UnitMultiplier: 10}
 	// The per-second fixed windows' keys expire when their second ends:
 	// decide well inside one, so that they are still there when listed.
 	if left := time.Second - time.Duration(time.Now().UnixNano()%int64(time.Second)); left < 500*time.Millisecond {
 		time.Sleep(left + 10*time.Millisecond)
 	}
-	r := decide(t, s, desc(1, "sec", "alice"), desc(1, "min", "alice"), desc(1, "bucket", "alice"), over, overMin)
+	r := decide(t, s, desc(1, "sec", "alice"), desc(1, "min", "alice"), desc(1, "bucket", "alice"), over, overMin,
+		desc(1, "tensec", "alice"), desc(1, "onesec", "alice"), overTen)
 	if r.Code != CodeOK || r.Failed {
 		t.Fatalf("%+v", r)
 	}
-	for i, want := range []int64{1, 2, 0, 4, 4} {
+	for i, want := range []int64{1, 2, 0, 4, 4, 4, 4, 4} {
 		if got := r.Statuses[i].Remaining; got != want {
 			t.Errorf("status %d: remaining %d, want %d", i, got, want)
 		}
 	}
 	mainKeys, psKeys := keysIn(t, mainR, prefix+"*"), keysIn(t, psR, prefix+"*")
-	for _, k := range []string{"|sec|alice}", "|bucket|alice}", "|ovr_o1}"} {
+	for _, k := range []string{"|sec|alice}", "|bucket|alice}", "|ovr_o1}", "|onesec|alice}"} {
 		if !hasKey(psKeys, k) || hasKey(mainKeys, k) {
 			t.Errorf("%s: want it in the per-second Redis only; main %q, per-second %q", k, mainKeys, psKeys)
 		}
 	}
-	for _, k := range []string{"|min|alice}", "|ovrmin_o2}"} {
+	for _, k := range []string{"|min|alice}", "|ovrmin_o2}", "|tensec|alice}", "|ovrten_o3}"} {
 		if !hasKey(mainKeys, k) || hasKey(psKeys, k) {
 			t.Errorf("%s: want it in the main Redis only; main %q, per-second %q", k, mainKeys, psKeys)
 		}

@@ -135,7 +135,13 @@ func wireRequestCases(t testing.TB) []struct {
 		withLimit(wireDesc("k", "v"), 1, 99, nil),
 		withLimit(wireDesc("k", "v"), 1, -3, nil)}})
 	msg("unit_multiplier", &rls.RateLimitRequest{Domain: "api", Descriptors: []*rlscommon.RateLimitDescriptor{
-		withLimit(wireDesc("k", "v"), 10, typev3.RateLimitUnit_SECOND, wrapperspb.UInt32(2))}})
+		withLimit(wireDesc("k", "v"), 10, typev3.RateLimitUnit_SECOND, wrapperspb.UInt32(2)),
+		withLimit(wireDesc("k", "v"), 1000, typev3.RateLimitUnit_SECOND, wrapperspb.UInt32(10)),
+		withLimit(wireDesc("k", "v"), 1, typev3.RateLimitUnit_YEAR, wrapperspb.UInt32(11)), // past MaxPeriod: Decide refuses it
+		withLimit(wireDesc("k", "v"), 1, typev3.RateLimitUnit_DAY, wrapperspb.UInt32(math.MaxUint32)),
+		withLimit(wireDesc("k", "v"), 1, typev3.RateLimitUnit_UNKNOWN, wrapperspb.UInt32(5))}})
+	msg("unit_multiplier 0", &rls.RateLimitRequest{Domain: "api", Descriptors: []*rlscommon.RateLimitDescriptor{
+		withLimit(wireDesc("k", "v"), 10, typev3.RateLimitUnit_SECOND, wrapperspb.UInt32(0))}})
 	msg("first error wins", &rls.RateLimitRequest{Domain: "api", Descriptors: []*rlscommon.RateLimitDescriptor{
 		wireDesc("k", "v"), withLimit(wireDesc("k", "v"), 1, 1, wrapperspb.UInt32(5)), withHits(wireDesc("k", "v"), math.MaxUint64)}})
 	many := &rls.RateLimitRequest{Domain: "api"}
@@ -194,13 +200,23 @@ func wireRequestCases(t testing.TB) []struct {
 	}())
 	raw("embedded messages merge", func() []byte {
 		d := bytesField(nil, 1, entryBytes("k", "v"))
-		d = bytesField(d, 2, varintField(nil, 1, 10))                        // limit: requests_per_unit
-		d = bytesField(d, 3, varintField(nil, 1, 6))                         // hits_addend 6
-		d = bytesField(d, 2, varintField(nil, 2, 3))                         // limit: unit, merged
-		d = bytesField(d, 3, nil)                                            // hits_addend again, without a value: still 6
-		d = bytesField(d, 2, bytesField(nil, 3, varintField(nil, 1, 7)))     // unit_multiplier 7 ...
-		d = bytesField(d, 2, bytesField(nil, 3, nil))                        // ... kept by an empty one ...
-		d = bytesField(d, 2, bytesField(nil, 3, varintField(nil, 1, 1<<32))) // ... replaced by 1<<32, which is 0 as a uint32
+		d = bytesField(d, 2, varintField(nil, 1, 10))                           // limit: requests_per_unit
+		d = bytesField(d, 3, varintField(nil, 1, 6))                            // hits_addend 6
+		d = bytesField(d, 2, varintField(nil, 2, 3))                            // limit: unit, merged
+		d = bytesField(d, 3, nil)                                               // hits_addend again, without a value: still 6
+		d = bytesField(d, 2, bytesField(nil, 3, varintField(nil, 1, 7)))        // unit_multiplier 7 ...
+		d = bytesField(d, 2, bytesField(nil, 3, nil))                           // ... kept by an empty one ...
+		d = bytesField(d, 2, bytesField(nil, 3, varintField(nil, 1, 1<<32+10))) // ... replaced by 1<<32+10, which is 10 as a uint32
+		return bytesField(bytesField(nil, 1, []byte("api")), 2, d)
+	}())
+	raw("unit_multiplier 1<<32 is 0 as a uint32", func() []byte {
+		d := bytesField(nil, 1, entryBytes("k", "v"))
+		d = bytesField(d, 2, varintField(bytesField(nil, 3, varintField(nil, 1, 1<<32)), 2, 1))
+		return bytesField(bytesField(nil, 1, []byte("api")), 2, d)
+	}())
+	raw("unit_multiplier given empty is 0", func() []byte {
+		d := bytesField(nil, 1, entryBytes("k", "v"))
+		d = bytesField(d, 2, varintField(bytesField(nil, 3, nil), 2, 1))
 		return bytesField(bytesField(nil, 1, []byte("api")), 2, d)
 	}())
 	// overlong is the varint of v < 128 in n bytes, as no encoder writes it.
@@ -310,6 +326,15 @@ func TestRLSWireDecode(t *testing.T) {
 	if w.Err != nil || w.Req.Domain != "api" || len(w.Req.Descriptors) != 2 || w.Req.Descriptors[0].Entries[1] != (config.Entry{Key: "path", Value: "/upload"}) {
 		t.Fatalf("typical: %+v %v", w.Req, w.Err)
 	}
+	w = rlswire.Incoming{}
+	w.Decode(mustMarshal(t, &rls.RateLimitRequest{Domain: "api", Descriptors: []*rlscommon.RateLimitDescriptor{
+		withLimit(wireDesc("k", "v"), 1000, typev3.RateLimitUnit_SECOND, wrapperspb.UInt32(10)), withLimit(wireDesc("k", "v"), 5, typev3.RateLimitUnit_MINUTE, nil)}}))
+	if o := w.Req.Descriptors[0].Override; w.Err != nil || *o != (Override{RequestsPerUnit: 1000, Unit: config.UnitSecond, UnitMultiplier: 10}) || o.Window() != 10*time.Second {
+		t.Fatalf("unit_multiplier 10: %+v %v", w.Req, w.Err)
+	}
+	if o := w.Req.Descriptors[1].Override; *o != (Override{RequestsPerUnit: 5, Unit: config.UnitMinute, UnitMultiplier: 1}) || o.Window() != time.Minute {
+		t.Fatalf("no unit_multiplier: %+v", o)
+	}
 	for _, c := range []struct {
 		wire []byte
 		want string
@@ -321,6 +346,7 @@ func TestRLSWireDecode(t *testing.T) {
 		{[]byte{0x0a, 0x05, 'a'}, "malformed RateLimitRequest: domain: unexpected EOF"},
 		{[]byte{0x12, 0x02, 0x2d, 0x01}, "malformed RateLimitRequest: descriptors[0].field 5: unexpected EOF"},
 		{[]byte{0x00}, "malformed RateLimitRequest: invalid field number 0"},
+		{[]byte{0x12, 0x04, 0x12, 0x02, 0x1a, 0x00}, "descriptors[0].limit.unit_multiplier must be at least 1, got 0"},
 	} {
 		var w rlswire.Incoming
 		w.Decode(c.wire)
@@ -354,6 +380,9 @@ func TestRLSWireEncode(t *testing.T) {
 			{Code: CodeOK, Limit: &config.Limit{Name: "ünïcode ✓"}, Remaining: -5, ResetAfter: -time.Second},
 			{Code: CodeOK, Limit: named, Remaining: 1, ResetAfter: 3 * time.Second},
 			{Code: CodeOK, Limit: named, Remaining: 1, ResetAfter: math.MaxInt64},
+			{Code: CodeOK, Limit: &config.Limit{Unit: 1, UnitMultiplier: 10, RequestsPerUnit: 1000}, Remaining: 999, ResetAfter: 7 * time.Second},
+			{Code: CodeOK, Limit: &config.Limit{Name: "m", Unit: 2, UnitMultiplier: 1, RequestsPerUnit: 3}, Remaining: 2},
+			{Code: CodeOK, Limit: &config.Limit{Unit: 4, UnitMultiplier: math.MaxUint32, RequestsPerUnit: 3}, Remaining: 2},
 		}},
 		{Code: -1, Statuses: []Status{{Code: 7, Limit: &config.Limit{Unit: -2, RequestsPerUnit: 1}}}},
 	}
@@ -371,7 +400,8 @@ func TestRLSWireEncode(t *testing.T) {
 			case 1:
 				st.Limit = &config.Limit{Unlimited: true}
 			case 2:
-				st.Limit = &config.Limit{Name: strings.Repeat("x", rng.IntN(3)), Unit: config.Unit(rng.IntN(9)), RequestsPerUnit: rng.Uint32() >> rng.IntN(32)}
+				st.Limit = &config.Limit{Name: strings.Repeat("x", rng.IntN(3)), Unit: config.Unit(rng.IntN(9)), RequestsPerUnit: rng.Uint32() >> rng.IntN(32),
+					UnitMultiplier: rng.Uint32() >> rng.IntN(33)}
 			}
 			r.Statuses = append(r.Statuses, st)
 		}
@@ -513,6 +543,9 @@ func TestRLSWireServer(t *testing.T) {
 		{Domain: "api", Descriptors: []*rlscommon.RateLimitDescriptor{withHits(wireDesc("user", "gil"), math.MaxUint64)}},
 		{Domain: "api", Descriptors: []*rlscommon.RateLimitDescriptor{withLimit(wireDesc("k", "v"), 1, typev3.RateLimitUnit_UNKNOWN, nil)}},
 		{Domain: "api", Descriptors: []*rlscommon.RateLimitDescriptor{withLimit(wireDesc("k", "v"), 1, typev3.RateLimitUnit_SECOND, wrapperspb.UInt32(3))}},
+		{Domain: "api", Descriptors: []*rlscommon.RateLimitDescriptor{withLimit(wireDesc("k", "w"), 2, typev3.RateLimitUnit_HOUR, wrapperspb.UInt32(24)), wireDesc("user", "ivy")}},
+		{Domain: "api", Descriptors: []*rlscommon.RateLimitDescriptor{withLimit(wireDesc("k", "v"), 1, typev3.RateLimitUnit_SECOND, wrapperspb.UInt32(0))}},
+		{Domain: "api", Descriptors: []*rlscommon.RateLimitDescriptor{withLimit(wireDesc("k", "v"), 1, typev3.RateLimitUnit_YEAR, wrapperspb.UInt32(11))}},
 	}
 	for round := range 4 {
 		for i, req := range reqs {
@@ -537,6 +570,13 @@ func TestRLSWireServer(t *testing.T) {
 				t.Fatalf("round %d, request %d: %v, want %v", round, i, got, want)
 			}
 		}
+	}
+	// The answer to an override of several units says so in its
+	// current_limit, on both paths (compared above).
+	got, err := client.ShouldRateLimit(actx, reqs[len(reqs)-3])
+	if err != nil || got.Statuses[0].CurrentLimit.GetUnitMultiplier().GetValue() != 24 || got.Statuses[0].GetCode() != rls.RateLimitResponse_OVER_LIMIT ||
+		got.Statuses[1].CurrentLimit.GetUnitMultiplier() != nil {
+		t.Fatalf("unit_multiplier 24: %v %v", got, err)
 	}
 
 	if _, err := client.ShouldRateLimit(ctx, reqs[0]); status.Code(err) != codes.Unauthenticated {
@@ -581,7 +621,7 @@ func TestRLSWireServer(t *testing.T) {
 	body, _ := io.ReadAll(resp.Body)
 	resp.Body.Close()
 	for _, want := range []string{
-		`floodgate_requests_total{api="grpc",code="invalid"} 28`, // 6 invalid requests × 4 rounds, 4 malformed
+		`floodgate_requests_total{api="grpc",code="invalid"} 32`, // 7 invalid requests × 4 rounds, 4 malformed
 		`floodgate_requests_total{api="grpc",code="unauthorized"} 2`,
 	} {
 		if !strings.Contains(string(body), want) {

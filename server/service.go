@@ -116,9 +116,10 @@ type Options struct {
 	LocalCacheBytes int
 	// Tracing turns on OpenTelemetry spans (tracing.go); off when zero.
 	Tracing TracingOptions
-	// PerSecondBackend, when set, keeps the state of every limit whose unit
-	// is a second (envoyproxy/ratelimit's REDIS_PERSECOND); the other
-	// limits stay on the main backend. It has its own timeout and circuit
+	// PerSecondBackend, when set, keeps the state of every limit whose
+	// period is one second (unit second, no unit_multiplier:
+	// envoyproxy/ratelimit's REDIS_PERSECOND); the other limits stay on the
+	// main backend. It has its own timeout and circuit
 	// breakers; a request with limits on both is decided per store
 	// (stores.go). It must read time as the main backend does (the same
 	// injected clock, or none). nil keeps every limit on the main backend.
@@ -184,6 +185,7 @@ const maxOverrideLimiters = 4096
 type overrideKey struct {
 	rpu  uint32
 	unit config.Unit
+	mult uint32
 }
 
 // ruleset is a configuration with a Limiter for each of its limits.
@@ -415,7 +417,7 @@ func (s *Service) limiter(rs *ruleset, l *config.Limit) *ratelimit.Limiter {
 	if lim := rs.limiters[l]; lim != nil {
 		return lim
 	}
-	k := overrideKey{l.RequestsPerUnit, l.Unit}
+	k := overrideKey{l.RequestsPerUnit, l.Unit, l.UnitMultiplier}
 	if v, ok := s.overrides.Load(k); ok {
 		return v.(*ratelimit.Limiter)
 	}

@@ -15,7 +15,7 @@ import (
 
 // A Service keeps limit state on one store, or on two: the main one and,
 // with Options.PerSecondBackend, a per-second one for every limit whose
-// unit is a second (envoyproxy/ratelimit's REDIS_PERSECOND: the busiest,
+// period is one second (envoyproxy/ratelimit's REDIS_PERSECOND: the busiest,
 // shortest-lived keys on a Redis of their own). Each store has its own
 // timeout, circuit breakers (per slot range on a Cluster) and the store
 // label of floodgate_backend_errors_total and floodgate_breaker_open.
@@ -100,12 +100,15 @@ func (s *Service) stores() []*store {
 }
 
 // perSecond reports whether l's state is kept on the per-second store: its
-// unit is a second (as envoyproxy/ratelimit's cacheKey.PerSecond), whatever
-// its algorithm, and there is a per-second store. A reload that changes a
-// limit's unit to or from second moves it between stores; a new unit starts
-// its counts afresh anyway.
+// period is one second, a unit of second without a unit_multiplier (as
+// envoyproxy/ratelimit's cacheKey.PerSecond, whose units have none),
+// whatever its algorithm, and there is a per-second store. A period of
+// several seconds stays on the main store: its keys live as long as it
+// does, and the per-second store is for the shortest-lived. A reload that
+// changes a limit's period to or from one second moves it between stores;
+// a new period starts its counts afresh anyway.
 func (s *Service) perSecond(l *config.Limit) bool {
-	return s.ps != nil && l.Unit == config.UnitSecond
+	return s.ps != nil && l.Unit == config.UnitSecond && l.UnitMultiplier <= 1
 }
 
 // storeOf returns the store that keeps l's state.

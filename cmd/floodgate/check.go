@@ -162,6 +162,9 @@ func printDecision(w io.Writer, req *rls.RateLimitRequest, resp *rls.RateLimitRe
 		limit, remaining, reset := "-", "-", "-"
 		if l := st.GetCurrentLimit(); l != nil {
 			limit = fmt.Sprintf("%d/%s", l.GetRequestsPerUnit(), strings.ToLower(l.GetUnit().String()))
+			if m := l.GetUnitMultiplier().GetValue(); m > 1 {
+				limit = fmt.Sprintf("%d/%d %ss", l.GetRequestsPerUnit(), m, strings.ToLower(l.GetUnit().String()))
+			}
 			if l.GetName() != "" {
 				limit += " (" + l.GetName() + ")"
 			}

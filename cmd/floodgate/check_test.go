@@ -6,6 +6,10 @@ import (
 	"strings"
 	"testing"
 
+	rlscommon "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
+	rls "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"google.golang.org/protobuf/types/known/wrapperspb"
+
 	"github.com/floodgate-dev/floodgate/backend"
 	"github.com/floodgate-dev/floodgate/server"
 )
@@ -50,5 +54,25 @@ func TestCheckHints(t *testing.T) {
 		if code != tc.code || !strings.Contains(errOut, tc.want) || tc.mustNot != "" && strings.Contains(errOut, tc.mustNot) {
 			t.Errorf("floodgate check %v: exit %d, stdout %q, stderr %q; want exit %d and %q", tc.args, code, out, errOut, tc.code, tc.want)
 		}
+	}
+}
+
+// TestCheckPrintsPeriod: `floodgate check` shows a period of several units
+// (current_limit.unit_multiplier) as such, and one unit as before.
+func TestCheckPrintsPeriod(t *testing.T) {
+	req := &rls.RateLimitRequest{Domain: "api", Descriptors: []*rlscommon.RateLimitDescriptor{
+		{Entries: []*rlscommon.RateLimitDescriptor_Entry{{Key: "user", Value: "a"}}},
+		{Entries: []*rlscommon.RateLimitDescriptor_Entry{{Key: "ip", Value: "b"}}},
+	}}
+	resp := &rls.RateLimitResponse{OverallCode: rls.RateLimitResponse_OK, Statuses: []*rls.RateLimitResponse_DescriptorStatus{
+		{Code: rls.RateLimitResponse_OK, LimitRemaining: 999, CurrentLimit: &rls.RateLimitResponse_RateLimit{
+			RequestsPerUnit: 1000, Unit: rls.RateLimitResponse_RateLimit_SECOND, UnitMultiplier: wrapperspb.UInt32(10)}},
+		{Code: rls.RateLimitResponse_OK, LimitRemaining: 4, CurrentLimit: &rls.RateLimitResponse_RateLimit{
+			RequestsPerUnit: 5, Unit: rls.RateLimitResponse_RateLimit_MINUTE, UnitMultiplier: wrapperspb.UInt32(1)}},
+	}}
+	var b strings.Builder
+	printDecision(&b, req, resp)
+	if out := b.String(); !strings.Contains(out, "user=a      OK    1000/10 seconds  999") || !strings.Contains(out, "ip=b        OK    5/minute         4") {
+		t.Errorf("got\n%s", out)
 	}
 }

@@ -126,7 +126,7 @@ var envoyEnvVars = []envoyEnvVar{
 	{"REDIS_PIPELINE_WINDOW", envHonoured, "?max_flush_delay= on --redis: each write to Redis waits up to the window to gather more commands (at most 1ms; 0 or unset: none)"},
 	{"REDIS_PIPELINE_LIMIT", envIgnored, "floodgate's client pipelines by itself"},
 	{"REDIS_CLUSTER_PIPELINE_PARALLELISM", envIgnored, "floodgate's client pipelines by itself"},
-	{"REDIS_PERSECOND", envHonoured, "true: the limits whose unit is second go to a Redis of their own, --redis-persecond (REDIS_PERSECOND_*); a request with limits on both is decided per store"},
+	{"REDIS_PERSECOND", envHonoured, "true: the limits whose period is one second go to a Redis of their own, --redis-persecond (REDIS_PERSECOND_*); a request with limits on both is decided per store"},
 	{"REDIS_PERSECOND_SOCKET_TYPE", envHonoured, "tcp or unix: the form of --redis-persecond"},
 	{"REDIS_PERSECOND_TYPE", envHonoured, "SINGLE → redis://, SENTINEL → redis+sentinel://, CLUSTER → redis+cluster:// (--redis-persecond)"},
 	{"REDIS_PERSECOND_URL", envHonoured, "--redis-persecond (default /var/run/nutcracker/ratelimitpersecond.sock, as envoy)"},

@@ -46,7 +46,7 @@ func TestConfigCheckOK(t *testing.T) {
 
 	// The configurations of server/config's tests, envoyproxy/ratelimit's schema.
 	code, out, errOut = floodgate(t, "config", "check", "../../server/config/testdata", a)
-	if code != 0 || strings.Count(out, "\n") != 6 || !strings.Contains(out, `messaging.yaml: domain "messaging": 11 descriptors, 8 limits`) {
+	if code != 0 || strings.Count(out, "\n") != 7 || !strings.Contains(out, `messaging.yaml: domain "messaging": 11 descriptors, 8 limits`) {
 		t.Errorf("exit %d\nstdout %s\nstderr %s", code, out, errOut)
 	}
 }

@@ -49,7 +49,7 @@ Redis URLs:
   redis://host1:7000,host2:7001             Cluster seed nodes
   redis+sentinel://host1:26379,host2:26379/mymaster[/db]   Sentinel
   unix:///run/redis.sock
---redis-persecond takes the same forms, for the limits whose unit is a second
+--redis-persecond takes the same forms, for the limits whose period is one second
 (envoyproxy/ratelimit's REDIS_PERSECOND), with companions of the same names.
 A password is best given with --redis-password-file (or $FLOODGATE_REDIS_PASSWORD)
 rather than in the URL, where process listings show it; URLs are always shown
@@ -70,7 +70,7 @@ func runServe(args []string, stdout, stderr io.Writer) int {
 		httpAddr      = fs.String("http-addr", ":8080", "HTTP API `address` (host:port, or unix:PATH for a Unix socket); empty for none")
 		grpcAddr      = fs.String("grpc-addr", ":8081", "gRPC (Envoy RLS v3) `address` (host:port, or unix:PATH); empty for none")
 		mainStore     = addStoreFlags(fs, "redis", "the Redis", "Redis `URL`; empty for the embedded memory backend. Keep passwords out of it: see --redis-password-file", "FLOODGATE_REDIS_PASSWORD", "FLOODGATE_REDIS_SENTINEL_PASSWORD")
-		psStore       = addStoreFlags(fs, "redis-persecond", "the per-second Redis", "Redis `URL` (the forms of --redis) of a second store, for the limits whose unit is a second; empty to keep them with the others. Needs --redis. A request with limits on both stores is decided per store: see docs/server/stores.md", "FLOODGATE_REDIS_PERSECOND_PASSWORD", "FLOODGATE_REDIS_PERSECOND_SENTINEL_PASSWORD")
+		psStore       = addStoreFlags(fs, "redis-persecond", "the per-second Redis", "Redis `URL` (the forms of --redis) of a second store, for the limits whose period is one second; empty to keep them with the others. Needs --redis. A request with limits on both stores is decided per store: see docs/server/stores.md", "FLOODGATE_REDIS_PERSECOND_PASSWORD", "FLOODGATE_REDIS_PERSECOND_SENTINEL_PASSWORD")
 		psTimeout     = fs.Duration("redis-persecond-timeout", 0, "per-call `timeout` of the per-second store; 0 for --timeout's")
 		redisURL      = mainStore.url
 		memMax        = fs.Int64("memory-max-bytes", 0, "bound on the embedded memory backend's estimated state, in `bytes`: rate limit state beyond it is forgotten, expired first, then least recently used (those keys start afresh). 0 for the default (128 MiB, under 512 MB RSS), negative for no bound. Ignored with --redis")

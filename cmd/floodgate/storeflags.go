@@ -15,8 +15,8 @@ import (
 // companions --NAME-password-file, --NAME-sentinel-password-file,
 // --NAME-tls-ca, --NAME-tls-cert, --NAME-tls-key and
 // --NAME-tls-insecure-skip-verify. serve has two sets: --redis, the main
-// store, and --redis-persecond, the store of the limits whose unit is a
-// second. Both open through storeurl.Open.
+// store, and --redis-persecond, the store of the limits whose period is
+// one second. Both open through storeurl.Open.
 type storeFlags struct {
 	name        string // the URL flag's name: redis, redis-persecond
 	passEnv     string // the variable the password may come from instead of --NAME-password-file

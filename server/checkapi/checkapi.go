@@ -361,17 +361,21 @@ type Response struct {
 
 // Decision is one descriptor's part of a Response.
 type Decision struct {
-	Code         string `json:"code"`
-	Descriptor   string `json:"descriptor,omitempty"` // the limit's path in the configuration; "" when no limit applies
-	Name         string `json:"name,omitempty"`
-	Algorithm    string `json:"algorithm,omitempty"`
-	Limit        uint32 `json:"limit,omitempty"`
-	Unit         string `json:"unit,omitempty"`
-	Unlimited    bool   `json:"unlimited,omitempty"`
-	Remaining    int64  `json:"remaining"`
-	RetryAfterMS int64  `json:"retry_after_ms"`
-	ResetAfterMS int64  `json:"reset_after_ms"`
-	Shadow       bool   `json:"shadow,omitempty"`
+	Code       string `json:"code"`
+	Descriptor string `json:"descriptor,omitempty"` // the limit's path in the configuration; "" when no limit applies
+	Name       string `json:"name,omitempty"`
+	Algorithm  string `json:"algorithm,omitempty"`
+	Limit      uint32 `json:"limit,omitempty"`
+	Unit       string `json:"unit,omitempty"`
+	// UnitMultiplier is the number of units in the limit's period, given
+	// when above 1: limit 1000, unit SECOND, unit_multiplier 10 is 1000
+	// per 10 seconds.
+	UnitMultiplier uint32 `json:"unit_multiplier,omitempty"`
+	Unlimited      bool   `json:"unlimited,omitempty"`
+	Remaining      int64  `json:"remaining"`
+	RetryAfterMS   int64  `json:"retry_after_ms"`
+	ResetAfterMS   int64  `json:"reset_after_ms"`
+	Shadow         bool   `json:"shadow,omitempty"`
 }
 
 // FromDecision is the answer to a request decided as out.
@@ -392,6 +396,9 @@ func FromDecision(out *decision.Response) *Response {
 				d.Remaining = math.MaxUint32
 			} else {
 				d.Limit, d.Unit = l.RequestsPerUnit, l.Unit.String()
+				if l.UnitMultiplier > 1 {
+					d.UnitMultiplier = l.UnitMultiplier
+				}
 				d.Remaining = max(st.Remaining, 0)
 				d.RetryAfterMS = ceilMS(st.RetryAfter)
 				d.ResetAfterMS = ceilMS(st.ResetAfter)

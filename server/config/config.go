@@ -2,6 +2,7 @@ package config
 
 import (
 	"fmt"
+	"math"
 	"os"
 	"path/filepath"
 	"sort"
@@ -40,22 +41,31 @@ type Entry struct {
 
 // Limit is one rate_limit block of a configuration.
 //
-// Rule is built from RequestsPerUnit (rpu), the duration of Unit and the
-// algorithm's parameters:
+// Rule is built from RequestsPerUnit (rpu), the limit's period (Window: the
+// duration of Unit times UnitMultiplier) and the algorithm's parameters:
 //
-//	fixed_window    FixedWindow{Limit: rpu, Window: unit}
-//	sliding_window  SlidingWindow{Limit: rpu, Window: unit, Buckets: buckets (0: ratelimit.DefaultBuckets)}
-//	sliding_log     SlidingLog{Limit: rpu, Window: unit}
-//	token_bucket    TokenBucket{Capacity: burst (default rpu), Refill: rpu, Every: unit}
-//	leaky_bucket    LeakyBucket{Rate: rpu, Per: unit, Burst: burst (default 0), Delay: delay (default 0, as nginx; "nodelay": NoDelay)}
-//	gcra            GCRA{Rate: rpu, Per: unit, Burst: burst (default rpu)}
+//	fixed_window    FixedWindow{Limit: rpu, Window: period}
+//	sliding_window  SlidingWindow{Limit: rpu, Window: period, Buckets: buckets (0: ratelimit.DefaultBuckets)}
+//	sliding_log     SlidingLog{Limit: rpu, Window: period}
+//	token_bucket    TokenBucket{Capacity: burst (default rpu), Refill: rpu, Every: period}
+//	leaky_bucket    LeakyBucket{Rate: rpu, Per: period, Burst: burst (default 0), Delay: delay (default 0, as nginx; "nodelay": NoDelay)}
+//	gcra            GCRA{Rate: rpu, Per: period, Burst: burst (default rpu)}
+//
+// So "1000 per 10 s" is unit second, unit_multiplier 10 and
+// requests_per_unit 1000, whatever the algorithm: requests_per_unit is what
+// one whole period allows, as in Envoy's RateLimitOverride.
 //
 // An unlimited limit has no Rule and no Algorithm. The Rule is not Named; the
 // server chooses the name (and so the state) it decides under.
 type Limit struct {
-	Name            string // rate_limit.name; "" when unnamed
-	Unit            Unit   // UnitUnknown only when Unlimited
-	RequestsPerUnit uint32
+	Name string // rate_limit.name; "" when unnamed
+	Unit Unit   // UnitUnknown only when Unlimited
+	// UnitMultiplier is the number of Units in the limit's period
+	// (rate_limit's unit_multiplier, Envoy's RateLimitOverride and
+	// RateLimitResponse.RateLimit field of that name): 1 when the file does
+	// not give it, 0 when Unlimited. 0 in a Limit made by hand means 1.
+	UnitMultiplier  uint32
+	RequestsPerUnit uint32 // what one period allows
 	Unlimited       bool
 	ShadowMode      bool     // descriptor shadow_mode
 	DetailedMetric  bool     // descriptor detailed_metric
@@ -93,8 +103,26 @@ const (
 	LeaseOff                  // lease: false
 )
 
-// Window is the length of the limit's unit (0 when Unlimited).
-func (l *Limit) Window() time.Duration { return l.Unit.Duration() }
+// Window is the limit's period: the length of Unit times UnitMultiplier (0
+// when Unlimited). A fixed window's windows start at multiples of it since
+// the Unix epoch, on every backend. A Limit made by hand whose period
+// overflows a time.Duration gets the longest one; Parse never makes such a
+// Limit (its periods are at most ratelimit.MaxPeriod).
+func (l *Limit) Window() time.Duration { return period(l.Unit, l.UnitMultiplier) }
+
+// period is the length of m units u: u.Duration() × m, with m 0 taken as 1,
+// and math.MaxInt64 (292 years) when that overflows a time.Duration. It is
+// 0 for UnitUnknown and unknown values.
+func period(u Unit, m uint32) time.Duration {
+	d := u.Duration()
+	if m <= 1 || d == 0 {
+		return d
+	}
+	if d > math.MaxInt64/time.Duration(m) {
+		return math.MaxInt64
+	}
+	return d * time.Duration(m)
+}
 
 // StateKey returns the key under which a request matched to l is counted:
 // Path, plus the request's value at every level that does not fix it (a

@@ -39,13 +39,24 @@
 //
 // floodgate adds, per rate_limit:
 //
+//   - unit_multiplier: the number of units in the limit's period, a whole
+//     number from 1 (the default) up to what keeps the period within
+//     ratelimit.MaxPeriod (ten years), as Envoy's RLS API names it (its
+//     RateLimitOverride and current_limit): unit second, unit_multiplier 10
+//     and requests_per_unit 1000 is 1,000 requests per 10 seconds, for
+//     every algorithm. A fixed window's windows start at multiples of the
+//     period since the Unix epoch;
 //   - algorithm: fixed_window (the default, envoyproxy/ratelimit's only one),
 //     sliding_window, sliding_log, token_bucket, leaky_bucket or gcra;
 //   - burst (token_bucket, leaky_bucket, gcra), delay (leaky_bucket: a number
-//     of requests, or "nodelay") and buckets (sliding_window).
+//     of requests, or "nodelay") and buckets (sliding_window);
+//   - lease (true or false: decide the limit's hot keys from quota leases).
+//
+// envoyproxy/ratelimit reports these keys as unknown; they are read the
+// same way whether LoadOptions.Envoy is set or not.
 //
 // Limit.Rule is the ratelimit.Rule those keys describe; see Limit for how each
-// algorithm maps requests_per_unit, unit and the parameters onto it.
+// algorithm maps requests_per_unit, the period and the parameters onto it.
 //
 // Some keys are read, checked and exposed but not acted upon by this package:
 // shadow_mode, detailed_metric and quota_mode (Limit.ShadowMode,
@@ -74,7 +85,8 @@
 // Every problem is reported as "FILE:LINE: problem", and Parse and Load
 // report all of them (up to a cap per file), not only the first: unknown keys
 // (with the place they belong or the key meant, when there is one), values of
-// the wrong type, bad units, numbers out of range, duplicate descriptors at
+// the wrong type, bad units, numbers out of range (a unit_multiplier below 1
+// or making a period over ten years), duplicate descriptors at
 // one level, a missing domain, replaces naming no limit of the domain,
 // algorithm parameters that the algorithm does not take, and rules that
 // ratelimit.New would reject. The error is an ErrorList of *Error.

@@ -5,6 +5,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 )
 
 // writeFiles writes name → content into a new directory and returns it.
@@ -126,5 +127,30 @@ func TestEnvoyErrorTexts(t *testing.T) {
 				t.Errorf("floodgate's mode: %v, want %q without %q", err, c.own, c.envoy)
 			}
 		})
+	}
+}
+
+// TestEnvoyModeFloodgateKeys: envoy mode reads floodgate's own rate_limit
+// keys as floodgate's mode does, unit_multiplier as algorithm and lease:
+// envoyproxy/ratelimit would report each as an unknown key, so a file with
+// them is floodgate's own, and LoadOptions.Envoy changes only the texts of
+// the problems envoy reports. A misplaced one is an unknown key, in envoy's
+// words.
+func TestEnvoyModeFloodgateKeys(t *testing.T) {
+	const yaml = "domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: second, unit_multiplier: 10, requests_per_unit: 1000, algorithm: gcra, lease: false}\n"
+	for _, envoy := range []bool{false, true} {
+		cfg, err := LoadWith(writeFiles(t, map[string]string{"d.yaml": yaml}), LoadOptions{Envoy: envoy})
+		if err != nil {
+			t.Fatalf("envoy %v: %v", envoy, err)
+		}
+		l := cfg.Match("d", []Entry{{"k", "v"}})[0]
+		if l == nil || l.UnitMultiplier != 10 || l.Window() != 10*time.Second || l.Algorithm != "gcra" {
+			t.Errorf("envoy %v: %+v", envoy, l)
+		}
+	}
+	misplaced := "domain: d\ndescriptors:\n  - key: k\n    unit_multiplier: 10\n"
+	_, err := LoadWith(writeFiles(t, map[string]string{"d.yaml": misplaced}), LoadOptions{Envoy: true})
+	if err == nil || !strings.Contains(err.Error(), `d.yaml:4: config error, unknown key 'unit_multiplier' (unknown key "unit_multiplier" in descriptor (it belongs in rate_limit))`) {
+		t.Errorf("misplaced, envoy mode: %v", err)
 	}
 }

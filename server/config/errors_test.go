@@ -126,6 +126,39 @@ descriptors:
 		{"unlimited with algorithm", "domain: d\ndescriptors:\n  - key: a\n    rate_limit:\n      unlimited: true\n      algorithm: gcra\n      burst: 3\n",
 			"rules.yaml:6: algorithm does not apply to an unlimited rate_limit\nrules.yaml:7: burst does not apply to an unlimited rate_limit"},
 
+		// unit_multiplier.
+		{"unit_multiplier 0", "domain: d\ndescriptors:\n  - key: a\n    rate_limit:\n      unit: second\n      unit_multiplier: 0\n      requests_per_unit: 5\n",
+			"rules.yaml:6: unit_multiplier must be a whole number >= 1 (the units in the period), got 0"},
+		{"negative unit_multiplier", "domain: d\ndescriptors:\n  - key: a\n    rate_limit:\n      unit: second\n      unit_multiplier: -10\n      requests_per_unit: 5\n",
+			"rules.yaml:6: unit_multiplier must be a whole number >= 1 (the units in the period), got -10"},
+		{"unit_multiplier fraction", "domain: d\ndescriptors:\n  - key: a\n    rate_limit:\n      unit: second\n      unit_multiplier: 2.5\n      requests_per_unit: 5\n",
+			"rules.yaml:6: unit_multiplier must be a whole number, got a number"},
+		{"unit_multiplier quoted", "domain: d\ndescriptors:\n  - key: a\n    rate_limit:\n      unit: second\n      unit_multiplier: \"10\"\n      requests_per_unit: 5\n",
+			`rules.yaml:6: unit_multiplier must be a whole number, got "10"`},
+		{"unit_multiplier a duration", "domain: d\ndescriptors:\n  - key: a\n    rate_limit:\n      unit: second\n      unit_multiplier: 10s\n      requests_per_unit: 5\n",
+			`rules.yaml:6: unit_multiplier must be a whole number, got "10s"`},
+		{"unit_multiplier out of int64", "domain: d\ndescriptors:\n  - key: a\n    rate_limit:\n      unit: second\n      unit_multiplier: 99999999999999999999\n      requests_per_unit: 5\n",
+			"rules.yaml:6: unit_multiplier must be a whole number, got a number"},
+		{"period over ten years", "domain: d\ndescriptors:\n  - key: a\n    rate_limit:\n      unit: year\n      unit_multiplier: 11\n      requests_per_unit: 5\n",
+			"rules.yaml:6: unit_multiplier 11 makes a period of 11 years, longer than ratelimit.MaxPeriod (87600h0m0s, ten years); with unit year it must be at most 10"},
+		{"period over ten years in seconds", "domain: d\ndescriptors:\n  - key: a\n    rate_limit:\n      unit: second\n      unit_multiplier: 315360001\n      requests_per_unit: 5\n",
+			"rules.yaml:6: unit_multiplier 315360001 makes a period of 315360001 seconds, longer than ratelimit.MaxPeriod (87600h0m0s, ten years); with unit second it must be at most 315360000"},
+		{"period overflowing a duration", "domain: d\ndescriptors:\n  - key: a\n    rate_limit:\n      unit: month\n      unit_multiplier: 9223372036854775807\n      requests_per_unit: 5\n",
+			"rules.yaml:6: unit_multiplier 9223372036854775807 makes a period of 9223372036854775807 months, longer than ratelimit.MaxPeriod (87600h0m0s, ten years); with unit month it must be at most 121"},
+		{"unit_multiplier without a unit", "domain: d\ndescriptors:\n  - key: a\n    rate_limit:\n      unit_multiplier: 0\n      requests_per_unit: 5\n",
+			"rules.yaml:4: rate_limit has no unit (want second, minute, hour, day, week, month or year)\n" +
+				"rules.yaml:5: unit_multiplier must be a whole number >= 1 (the units in the period), got 0"},
+		{"unlimited with unit_multiplier", "domain: d\ndescriptors:\n  - key: a\n    rate_limit:\n      unlimited: true\n      unit_multiplier: 10\n",
+			"rules.yaml:6: unit_multiplier does not apply to an unlimited rate_limit"},
+		{"misplaced unit_multiplier", "domain: d\ndescriptors:\n  - key: a\n    unit_multiplier: 10\n",
+			`rules.yaml:4: unknown key "unit_multiplier" in descriptor (it belongs in rate_limit)`},
+		{"misspelt unit_multiplier", "domain: d\ndescriptors:\n  - key: a\n    rate_limit:\n      unit: second\n      unit_multiplyer: 10\n",
+			`rules.yaml:6: unknown key "unit_multiplyer" in rate_limit (did you mean "unit_multiplier"?)`},
+		{"sliding_window buckets not dividing the period", "domain: d\ndescriptors:\n  - key: a\n    rate_limit:\n      unit: second\n      unit_multiplier: 3\n      requests_per_unit: 5\n      algorithm: sliding_window\n      buckets: 7\n",
+			"rules.yaml:5: invalid rate_limit for algorithm sliding_window: ratelimit: SlidingWindow.Window must be a whole multiple of Buckets (7) microseconds, got 3s (Window is unit × unit_multiplier)"},
+		{"token_bucket too large for its period", "domain: d\ndescriptors:\n  - key: a\n    rate_limit:\n      unit: year\n      unit_multiplier: 10\n      requests_per_unit: 5\n      algorithm: token_bucket\n      burst: 400000000\n",
+			"rules.yaml:4: invalid rate_limit for algorithm token_bucket: ratelimit: TokenBucket: Capacity (400000000) × Every (315360000000000µs) and Refill (5) must each stay below 2^52"},
+
 		// replaces.
 		{"replaces unknown name", `domain: d
 descriptors:

@@ -53,3 +53,35 @@ descriptors:
 	// [{path /health}]: no limit
 	// ratelimit.yaml:6: unknown key "requests_per_unitt" in rate_limit (did you mean "requests_per_unit"?)
 }
+
+// A period of several units: 1,000 requests per 10 seconds, whatever the
+// algorithm. Its fixed windows start at multiples of 10 s since the Unix
+// epoch.
+func ExampleLimit_Window() {
+	d, err := config.Parse("ratelimit.yaml", []byte(`
+domain: api
+descriptors:
+  - key: user
+    rate_limit:
+      unit: second
+      unit_multiplier: 10
+      requests_per_unit: 1000
+  - key: tenant
+    rate_limit:
+      unit: minute
+      unit_multiplier: 5
+      requests_per_unit: 100000
+      algorithm: token_bucket
+      burst: 20000
+`))
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	for _, l := range d.Limits() {
+		fmt.Printf("%s: %d per %d %s = %v: %T%+v\n", l.Path, l.RequestsPerUnit, l.UnitMultiplier, l.Unit, l.Window(), l.Rule, l.Rule)
+	}
+	// Output:
+	// api|user: 1000 per 10 SECOND = 10s: ratelimit.FixedWindow{Limit:1000 Window:10s}
+	// api|tenant: 100000 per 5 MINUTE = 5m0s: ratelimit.TokenBucket{Capacity:20000 Refill:100000 Every:5m0s}
+}

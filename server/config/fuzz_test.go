@@ -6,6 +6,9 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
+
+	"github.com/floodgate-dev/floodgate/ratelimit"
 )
 
 // FuzzParse checks that Parse never panics, that every error it returns is an
@@ -26,6 +29,11 @@ func FuzzParse(f *testing.F) {
 		"domain: d\ndescriptors:\n  - key: a\n    rate_limit: {unit: week, requests_per_unit: 9, algorithm: sliding_window, buckets: 7}\n",
 		"domain: d\ndescriptors:\n  - {key: a, rate_limit: {name: n, unlimited: yes, replaces: [{name: m}]}}\n  - {key: b, rate_limit: {name: m, unit: day}}\n",
 		"domain: d\ndescriptors:\n  - key: a\n    metadata: {x: &y [1, *y]}\n",
+		"domain: d\ndescriptors:\n  - key: a\n    rate_limit: {unit: second, unit_multiplier: 10, requests_per_unit: 1000, algorithm: gcra}\n",
+		"domain: d\ndescriptors:\n  - key: a\n    rate_limit: {unit: year, unit_multiplier: 11, requests_per_unit: 1}\n",
+		"domain: d\ndescriptors:\n  - key: a\n    rate_limit: {unit: month, unit_multiplier: 0x7fffffffffffffff, requests_per_unit: 1}\n",
+		"domain: d\ndescriptors:\n  - key: a\n    rate_limit: {unit: minute, unit_multiplier: 0, algorithm: sliding_window, buckets: 7}\n",
+		"domain: d\ndescriptors:\n  - key: a\n    rate_limit: {unlimited: true, unit_multiplier: 3}\n",
 		"---\ndomain: d\n---\n", "domain: d\n\t", "{domain: d, descriptors: [{key: a, value: '*'}]}",
 	} {
 		f.Add([]byte(s))
@@ -55,6 +63,11 @@ func FuzzParse(f *testing.F) {
 		for _, l := range d.Limits() {
 			if l.Unlimited != (l.Rule == nil) || l.Unlimited != (l.Algorithm == "") || !strings.HasPrefix(l.Path, EscapePath(d.Name)+"|") {
 				t.Fatalf("limit %+v", l)
+			}
+			// A limited limit has a period of whole units, within MaxPeriod.
+			if !l.Unlimited && (l.UnitMultiplier < 1 || l.Window() <= 0 || l.Window() > ratelimit.MaxPeriod ||
+				l.Window() != l.Unit.Duration()*time.Duration(l.UnitMultiplier)) {
+				t.Fatalf("limit %+v: period %v", l, l.Window())
 			}
 		}
 		probes := [][]Entry{nil, e("a", ""), e("a", "b"), e("a", "b", "c", "d"), e("key", "value", "key", "value")}

@@ -24,7 +24,11 @@ func dump(d *Domain) string {
 		if l.Unlimited {
 			b.WriteString(" unlimited")
 		} else {
-			fmt.Fprintf(&b, " %d/%s (%v) %s %T%+v", l.RequestsPerUnit, l.Unit, l.Window(), l.Algorithm, l.Rule, l.Rule)
+			per := l.Unit.String()
+			if l.UnitMultiplier != 1 {
+				per = fmt.Sprintf("%d×%s", l.UnitMultiplier, l.Unit)
+			}
+			fmt.Fprintf(&b, " %d/%s (%v) %s %T%+v", l.RequestsPerUnit, per, l.Window(), l.Algorithm, l.Rule, l.Rule)
 		}
 		for _, f := range []struct {
 			on   bool
@@ -93,8 +97,8 @@ func TestLoadDirectory(t *testing.T) {
 			t.Errorf("domain %q: Name %q File %q", name, d.Name, d.File)
 		}
 	}
-	if len(names) != 5 {
-		t.Errorf("domains %v, want the 5 of testdata", names)
+	if len(names) != 6 {
+		t.Errorf("domains %v, want the 6 of testdata", names)
 	}
 	if got := cfg.Match("messaging", []Entry{{"to_number", "555"}}, []Entry{{"nope", "x"}}); got[0] == nil || got[0].RequestsPerUnit != 100 || got[1] != nil {
 		t.Errorf("Match = %v", got)

@@ -201,7 +201,7 @@ var (
 	secDescriptor = section{"in descriptor", []string{"key", "value", "rate_limit", "descriptors", "shadow_mode",
 		"detailed_metric", "quota_mode", "value_to_metric", "share_threshold", "metadata"}}
 	secRateLimit = section{"in rate_limit", []string{"unit", "requests_per_unit", "unlimited", "name", "replaces",
-		"algorithm", "burst", "delay", "buckets", "lease"}}
+		"unit_multiplier", "algorithm", "burst", "delay", "buckets", "lease"}}
 	secReplaces = section{"in replaces entry", []string{"name"}}
 
 	// home says where each key belongs, for the hint on a misplaced key.
@@ -630,6 +630,7 @@ func (p *parser) rateLimit(n *yaml.Node, line int, lim *Limit) *Limit {
 	var (
 		unit                       string
 		rpu, burst, delay, buckets int64
+		mult                       int64 = 1
 		hasBurst                   bool
 		nodes                      = map[string]*yaml.Node{} // key nodes
 		algo                       = "fixed_window"
@@ -646,6 +647,13 @@ func (p *parser) rateLimit(n *yaml.Node, line int, lim *Limit) *Limit {
 					p.errorf(k.Line, "requests_per_unit must be between 0 and %d, got %d", uint32(math.MaxUint32), x)
 				}
 				rpu = x
+			}
+		case "unit_multiplier":
+			if x, present, ok := p.integer(v, name); ok && present {
+				mult = x
+				if x < 1 {
+					p.errorf(k.Line, "unit_multiplier must be a whole number >= 1 (the units in the period), got %d", x)
+				}
 			}
 		case "unlimited":
 			lim.Unlimited = p.boolean(v, name)
@@ -704,7 +712,7 @@ func (p *parser) rateLimit(n *yaml.Node, line int, lim *Limit) *Limit {
 		if valid {
 			p.envoyErrorf(nodes["unit"].Line, "should not specify rate limit unit when unlimited", "unit must not be set when unlimited is true")
 		}
-		for _, k := range []string{"algorithm", "burst", "delay", "buckets", "lease"} {
+		for _, k := range []string{"unit_multiplier", "algorithm", "burst", "delay", "buckets", "lease"} {
 			if nodes[k] != nil {
 				p.errorf(nodes[k].Line, "%s does not apply to an unlimited rate_limit", k)
 			}
@@ -716,6 +724,17 @@ func (p *parser) rateLimit(n *yaml.Node, line int, lim *Limit) *Limit {
 		p.envoyErrorf(nodes["unit"].Line, fmt.Sprintf("invalid rate limit unit '%s'", unit), "invalid unit %q (want second, minute, hour, day, week, month or year)", unit)
 	}
 	lim.Unit = u
+	if valid && mult >= 1 {
+		// The period is checked here rather than by ratelimit.New: unit ×
+		// unit_multiplier must not overflow on the way, and the message
+		// names the key to change.
+		if maxMult := int64(ratelimit.MaxPeriod / u.Duration()); mult > maxMult {
+			p.errorf(nodes["unit_multiplier"].Line, "unit_multiplier %d makes a period of %d %ss, longer than ratelimit.MaxPeriod (%v, ten years); with unit %s it must be at most %d",
+				mult, mult, strings.ToLower(u.String()), ratelimit.MaxPeriod, strings.ToLower(u.String()), maxMult)
+		} else {
+			lim.UnitMultiplier = uint32(mult)
+		}
+	}
 	if params, known := algorithms[algo]; known {
 		for _, k := range []string{"burst", "delay", "buckets"} {
 			if nodes[k] != nil && !contains(params, k) {
@@ -731,7 +750,7 @@ func (p *parser) rateLimit(n *yaml.Node, line int, lim *Limit) *Limit {
 		return lim // the rule would only repeat the problems found
 	}
 	lim.Algorithm = algo
-	r, fields := rule(algo, int64(lim.RequestsPerUnit), u.Duration(), burst, hasBurst, delay, int(buckets))
+	r, fields := rule(algo, int64(lim.RequestsPerUnit), lim.Window(), nodes["unit_multiplier"] != nil, burst, hasBurst, delay, int(buckets))
 	if err := p.validate(r); err != nil {
 		msg := strings.TrimSuffix(err.Error(), " (rules[0])")
 		errLine := line
@@ -815,32 +834,37 @@ func (p *parser) replaces(n *yaml.Node, lim *Limit) {
 // field says which YAML key a field of a ratelimit rule comes from.
 type field struct{ name, key string }
 
-// rule builds the ratelimit.Rule of a limit (see Limit) and names the YAML
-// key behind each of its fields.
-func rule(algo string, rpu int64, w time.Duration, burst int64, hasBurst bool, delay int64, buckets int) (ratelimit.Rule, []field) {
+// rule builds the ratelimit.Rule of a limit (see Limit) whose period is w
+// and names the YAML key behind each of its fields; hasMult says the period
+// comes from unit and unit_multiplier, not unit alone.
+func rule(algo string, rpu int64, w time.Duration, hasMult bool, burst int64, hasBurst bool, delay int64, buckets int) (ratelimit.Rule, []field) {
 	capacity, capKey := rpu, "requests_per_unit (there is no burst)"
 	if hasBurst {
 		capacity, capKey = burst, "burst"
 	}
+	per := "unit"
+	if hasMult {
+		per = "unit × unit_multiplier"
+	}
 	switch algo {
 	case "sliding_window":
 		return ratelimit.SlidingWindow{Limit: rpu, Window: w, Buckets: buckets},
-			[]field{{"Limit", "requests_per_unit"}, {"Window", "unit"}, {"Buckets", "buckets"}}
+			[]field{{"Limit", "requests_per_unit"}, {"Window", per}, {"Buckets", "buckets"}}
 	case "sliding_log":
 		return ratelimit.SlidingLog{Limit: rpu, Window: w},
-			[]field{{"Limit", "requests_per_unit"}, {"Window", "unit"}}
+			[]field{{"Limit", "requests_per_unit"}, {"Window", per}}
 	case "token_bucket":
 		return ratelimit.TokenBucket{Capacity: capacity, Refill: rpu, Every: w},
-			[]field{{"Capacity", capKey}, {"Refill", "requests_per_unit"}, {"Every", "unit"}}
+			[]field{{"Capacity", capKey}, {"Refill", "requests_per_unit"}, {"Every", per}}
 	case "leaky_bucket":
 		return ratelimit.LeakyBucket{Rate: rpu, Per: w, Burst: burst, Delay: delay},
-			[]field{{"Rate", "requests_per_unit"}, {"Per", "unit"}, {"Burst", "burst"}, {"Delay", "delay"}}
+			[]field{{"Rate", "requests_per_unit"}, {"Per", per}, {"Burst", "burst"}, {"Delay", "delay"}}
 	case "gcra":
 		return ratelimit.GCRA{Rate: rpu, Per: w, Burst: capacity},
-			[]field{{"Rate", "requests_per_unit"}, {"Per", "unit"}, {"Burst", capKey}}
+			[]field{{"Rate", "requests_per_unit"}, {"Per", per}, {"Burst", capKey}}
 	}
 	return ratelimit.FixedWindow{Limit: rpu, Window: w},
-		[]field{{"Limit", "requests_per_unit"}, {"Window", "unit"}}
+		[]field{{"Limit", "requests_per_unit"}, {"Window", per}}
 }
 
 // validate checks r as ratelimit.New does, on a throwaway memory backend.

@@ -54,10 +54,23 @@ type Descriptor struct {
 	Override *Override
 }
 
-// Override is a limit carried by a request descriptor.
+// Override is a limit carried by a request descriptor: RequestsPerUnit per
+// period of UnitMultiplier Units (Envoy's RateLimitOverride), decided as a
+// fixed window whose windows start at multiples of the period since the
+// Unix epoch.
 type Override struct {
 	RequestsPerUnit uint32
 	Unit            config.Unit
+	// UnitMultiplier is the number of Units in the period; 0 means 1. The
+	// period must be at most ratelimit.MaxPeriod.
+	UnitMultiplier uint32
+}
+
+// Window is the override's period: the length of Unit times
+// UnitMultiplier, as config.Limit.Window.
+func (o *Override) Window() time.Duration {
+	l := config.Limit{Unit: o.Unit, UnitMultiplier: o.UnitMultiplier}
+	return l.Window()
 }
 
 // Response is the decision for a Request.

@@ -30,9 +30,10 @@ import (
 // other fields are ignored and floodgate's own behaviour applies.
 //
 // With Enabled, as envoyproxy/ratelimit (commit f2fb157) does:
-//   - duration_until_reset is in whole seconds: the unit's length less the
-//     Unix time modulo it (its utils.CalculateReset), for every descriptor
-//     with a limit, over it or not;
+//   - duration_until_reset is in whole seconds: the limit's period (its
+//     unit's length, times its unit_multiplier) less the Unix time modulo
+//     it (its utils.CalculateReset), for every descriptor with a limit,
+//     over it or not;
 //   - the descriptors of a request are decided each on its own: those within
 //     their limits are counted even when another is over its limit (unless
 //     StopIncrementWhenOverLimit), and a descriptor over its limit spends
@@ -102,11 +103,13 @@ type Error struct{ Msg string }
 
 func (e *Error) Error() string { return e.Msg }
 
-// Reset is envoyproxy/ratelimit's duration_until_reset for a limit of unit
-// u at now: the unit's length less now's Unix seconds modulo it, in whole
-// seconds (1 to the unit's length).
-func Reset(u config.Unit, now time.Time) time.Duration {
-	sec := int64(u.Duration() / time.Second)
+// Reset is envoyproxy/ratelimit's duration_until_reset for a limit whose
+// period is period (config.Limit.Window: its unit's length, times its
+// unit_multiplier) at now: the period less now's Unix seconds modulo it, in
+// whole seconds (1 to the period's length). It is 0 for a period under a
+// second.
+func Reset(period time.Duration, now time.Time) time.Duration {
+	sec := int64(period / time.Second)
 	if sec <= 0 {
 		return 0
 	}
@@ -129,7 +132,7 @@ func Finish(resp *decision.Response, now time.Time, o Options, es *envoystats.St
 		if l == nil || l.Unlimited {
 			continue
 		}
-		st.ResetAfter = Reset(l.Unit, now)
+		st.ResetAfter = Reset(l.Window(), now)
 		if st.Code == decision.CodeOverLimit || st.Shadow {
 			st.Remaining = 0
 		}
@@ -164,7 +167,7 @@ func Finish(resp *decision.Response, now time.Time, o Options, es *envoystats.St
 		resp.Headers = []decision.Header{
 			{Key: orString(e.LimitHeader, "RateLimit-Limit"), Value: strconv.FormatUint(uint64(closest.Limit.RequestsPerUnit), 10)},
 			{Key: orString(e.RemainingHeader, "RateLimit-Remaining"), Value: strconv.FormatInt(clampRemaining(closest.Remaining), 10)},
-			{Key: orString(e.ResetHeader, "RateLimit-Reset"), Value: strconv.FormatInt(int64(Reset(closest.Limit.Unit, now)/time.Second), 10)},
+			{Key: orString(e.ResetHeader, "RateLimit-Reset"), Value: strconv.FormatInt(int64(Reset(closest.Limit.Window(), now)/time.Second), 10)},
 		}
 	}
 }

@@ -8,22 +8,28 @@ import (
 	"github.com/floodgate-dev/floodgate/server/decision"
 )
 
-// TestReset: whole seconds to the end of the unit's current window on the
-// Unix clock, as envoyproxy/ratelimit's CalculateReset.
+// TestReset: whole seconds to the end of the period's current window on the
+// Unix clock, as envoyproxy/ratelimit's CalculateReset, for periods of one
+// unit and of several (unit_multiplier).
 func TestReset(t *testing.T) {
 	at := time.Date(2026, 12, 2, 12, 0, 15, 500_000_000, time.UTC)
 	for _, tc := range []struct {
 		u    config.Unit
+		m    uint32
 		now  time.Time
 		want time.Duration
 	}{
-		{config.UnitSecond, at, time.Second},
-		{config.UnitMinute, at, 45 * time.Second},
-		{config.UnitHour, at, 59*time.Minute + 45*time.Second},
-		{config.UnitHour, time.Date(2026, 12, 2, 12, 59, 59, 0, time.UTC), time.Second},
+		{config.UnitSecond, 0, at, time.Second},
+		{config.UnitMinute, 1, at, 45 * time.Second},
+		{config.UnitHour, 0, at, 59*time.Minute + 45*time.Second},
+		{config.UnitHour, 0, time.Date(2026, 12, 2, 12, 59, 59, 0, time.UTC), time.Second},
+		{config.UnitSecond, 10, at, 5 * time.Second},                           // windows [12:00:10, 12:00:20)
+		{config.UnitMinute, 5, at, 4*time.Minute + 45*time.Second},             // [12:00, 12:05)
+		{config.UnitSecond, 7, at, time.Duration(7-at.Unix()%7) * time.Second}, // multiples of 7 s since the epoch
 	} {
-		if got := Reset(tc.u, tc.now); got != tc.want {
-			t.Errorf("Reset(%v, %v) = %v, want %v", tc.u, tc.now, got, tc.want)
+		l := &config.Limit{Unit: tc.u, UnitMultiplier: tc.m}
+		if got := Reset(l.Window(), tc.now); got != tc.want {
+			t.Errorf("Reset(%v × %d, %v) = %v, want %v", tc.u, tc.m, tc.now, got, tc.want)
 		}
 	}
 }
@@ -57,6 +63,16 @@ func TestFinish(t *testing.T) {
 	want := []decision.Header{{Key: "RateLimit-Limit", Value: "10"}, {Key: "RateLimit-Remaining", Value: "0"}, {Key: "RateLimit-Reset", Value: "45"}}
 	if len(r.Headers) != 3 || r.Headers[0] != want[0] || r.Headers[1] != want[1] || r.Headers[2] != want[2] {
 		t.Errorf("headers %v, want %v", r.Headers, want)
+	}
+
+	// A period of several units (unit_multiplier) resets, and says so in
+	// the headers, at the end of the whole period: 10 s windows since the
+	// epoch, the current one [12:00:10, 12:00:20).
+	tenSeconds := &config.Limit{Unit: config.UnitSecond, UnitMultiplier: 10, RequestsPerUnit: 1000}
+	r = &decision.Response{Code: decision.CodeOK, Statuses: []decision.Status{{Code: decision.CodeOK, Limit: tenSeconds, Remaining: 7, ResetAfter: time.Second}}}
+	Finish(r, now, Options{Enabled: true, ResponseHeaders: true}, nil)
+	if r.Statuses[0].ResetAfter != 5*time.Second || len(r.Headers) != 3 || r.Headers[0].Value != "1000" || r.Headers[2].Value != "5" {
+		t.Errorf("1000 per 10 s: %+v, want a reset in 5 s", r)
 	}
 
 	r = resp(decision.CodeOverLimit)

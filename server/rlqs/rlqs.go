@@ -498,7 +498,7 @@ func (q *Service) strategy(ctx context.Context, member string, l *config.Limit, 
 	if l.RequestsPerUnit == 0 {
 		return blanket(typev3.RateLimitStrategy_DENY_ALL), nil
 	}
-	unit := l.Window()
+	unit := l.Window() // the limit's period: its unit times its unit_multiplier
 	// Demand in thousandths of a request per second. Envoy sends
 	// time_elapsed in whole seconds, truncated: a first report, sent as soon
 	// as traffic came, and every report of a sub-second interval say 0 s,
@@ -538,8 +538,10 @@ func (q *Service) strategy(ctx context.Context, member string, l *config.Limit, 
 // a time (max_tokens 1), so that it keeps two digits and a change of it
 // changes tokens_per_fill, which Envoy compares (it does not compare a fill
 // interval's seconds); a unit's window may see one request more than the
-// share. Under one request per 60 units, it is one token per as many whole
-// seconds as keep it within the share (none at all under one a century).
+// share. Under one request per 60 units, or when 60 units would be over a
+// century (a unit being a limit's whole period, up to ten years), it is one
+// token per as many whole seconds as keep it within the share (none at all
+// under one a century).
 func tokenBucket(grant int64, unit time.Duration) *typev3.RateLimitStrategy {
 	if grant <= 0 {
 		return blanket(typev3.RateLimitStrategy_DENY_ALL)
@@ -551,7 +553,7 @@ func tokenBucket(grant int64, unit time.Duration) *typev3.RateLimitStrategy {
 	case whole >= 2:
 		held = (whole + 99) / 100
 		fill, tokens = unit, whole-held
-	case grant*60/quotaScale > 0:
+	case grant*60/quotaScale > 0 && unit <= maxFillSeconds*time.Second/60:
 		fill, tokens, held = 60*unit, grant*60/quotaScale, 1
 	default:
 		// 1 token per fill ≤ grant/(quotaScale·unit) ⟺ fill ≥ quotaScale·unit/grant.

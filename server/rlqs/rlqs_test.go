@@ -165,6 +165,11 @@ func TestTokenBucket(t *testing.T) {
 		{1_000, 365 * 24 * time.Hour, 60, 1, 60 * 365 * 24 * time.Hour, false}, // one a year: 60 per 60 years
 		{500, 365 * 24 * time.Hour, 30, 1, 60 * 365 * 24 * time.Hour, false},   // half a year: 30 per 60 years
 		{1, 365 * 24 * time.Hour, 0, 0, 0, true},                               // one per 1000 years: nothing
+		// Periods of several units (unit_multiplier): 10 s, and ten years,
+		// whose 60 periods would overflow a time.Duration.
+		{50_000, 10 * time.Second, 49, 1, 10 * time.Second, false},               // 50 per 10 s
+		{1_500, 10 * 365 * 24 * time.Hour, 1, 1, 210240000 * time.Second, false}, // 1.5 per ten years: one per 6.67 years
+		{20, 10 * 365 * 24 * time.Hour, 0, 0, 0, true},                           // one per 500 years: nothing
 		{0, time.Second, 0, 0, 0, true},
 	} {
 		s := tokenBucket(c.grant, c.unit)

@@ -144,10 +144,11 @@ func (c *Cache) Key(buf []byte, gens map[*config.Limit]uint64, l *config.Limit, 
 	if g, ok := gens[l]; ok {
 		buf = binary.BigEndian.AppendUint64(buf, g)
 	} else {
-		// An override: generation 0, then its limit and unit.
+		// An override: generation 0, then its limit, unit and multiplier.
 		buf = binary.BigEndian.AppendUint64(buf, 0)
 		buf = binary.BigEndian.AppendUint32(buf, l.RequestsPerUnit)
 		buf = append(buf, byte(l.Unit))
+		buf = binary.BigEndian.AppendUint32(buf, l.UnitMultiplier)
 	}
 	return append(buf, stateKey...)
 }

@@ -23,6 +23,7 @@ import (
 	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/durationpb"
+	"google.golang.org/protobuf/types/known/wrapperspb"
 
 	"github.com/floodgate-dev/floodgate/server/config"
 	"github.com/floodgate-dev/floodgate/server/decision"
@@ -302,6 +303,7 @@ func (d *wireDecoder) override(pos, end int, f *rlsDescriptor) error {
 			if lo, hi, err = d.bytes(p, end); err == nil {
 				v := uint64(f.unitMultiplier)
 				err = d.wrapper(lo, hi, &v)
+				f.hasUnitMultiplier = true
 				f.unitMultiplier, pos = uint32(v), hi
 			}
 		default:
@@ -469,6 +471,9 @@ const (
 	limitRequestsPerUnit = 1 // RateLimitResponse.RateLimit
 	limitUnit            = 2
 	limitName            = 3
+	limitUnitMultiplier  = 4 // a google.protobuf.UInt32Value
+
+	wrapperValue = 1 // google.protobuf.UInt32Value
 
 	durationSeconds = 1 // google.protobuf.Duration
 	durationNanos   = 2
@@ -568,6 +573,11 @@ func appendStatus(b []byte, st *decision.Status) []byte {
 			b = protowire.AppendTag(b, limitName, protowire.BytesType)
 			b = protowire.AppendString(b, l.Name)
 		}
+		if m := l.UnitMultiplier; m > 1 {
+			b = protowire.AppendTag(b, limitUnitMultiplier, protowire.BytesType)
+			b = protowire.AppendVarint(b, uint64(sizeVarintField(wrapperValue, uint64(m))))
+			b = appendVarintField(b, wrapperValue, uint64(m))
+		}
 	}
 	b = appendVarintField(b, statusLimitRemaining, uint64(remaining))
 	if reset > 0 {
@@ -580,12 +590,16 @@ func appendStatus(b []byte, st *decision.Status) []byte {
 	return b
 }
 
-// limitSize is the length of the RateLimitResponse.RateLimit of l.
+// limitSize is the length of the RateLimitResponse.RateLimit of l. Its
+// unit_multiplier is written when above 1: 0 and 1 both mean one unit.
 func limitSize(l *config.Limit) int {
 	n := sizeVarintField(limitRequestsPerUnit, uint64(l.RequestsPerUnit))
 	n += sizeVarintField(limitUnit, enumValue(int32(l.Unit)))
 	if l.Name != "" {
 		n += protowire.SizeTag(limitName) + protowire.SizeBytes(len(l.Name))
+	}
+	if m := l.UnitMultiplier; m > 1 {
+		n += sizeMessageField(limitUnitMultiplier, sizeVarintField(wrapperValue, uint64(m)))
 	}
 	return n
 }
@@ -631,7 +645,9 @@ func sizeMessageField(num protowire.Number, n int) int {
 // FromProto converts an Envoy request. The request's hits_addend applies to
 // every descriptor without its own; 0 means 1, as in envoyproxy/ratelimit. A
 // descriptor's own hits_addend is taken as given, so 0 peeks. Negative hits
-// (is_negative_hits) are not supported: such a descriptor peeks.
+// (is_negative_hits) are not supported: such a descriptor peeks. A limit
+// override's unit_multiplier makes its period that many units (absent: one);
+// 0, which Envoy's API forbids, is an InputError.
 func FromProto(req *rls.RateLimitRequest) (*decision.Request, error) {
 	if req == nil {
 		return nil, inputErrorf("request is empty")
@@ -653,7 +669,9 @@ func FromProto(req *rls.RateLimitRequest) (*decision.Request, error) {
 		}
 		if o := d.GetLimit(); o != nil {
 			f.hasLimit, f.requestsPerUnit, f.unit = true, o.GetRequestsPerUnit(), int32(o.GetUnit())
-			f.unitMultiplier = o.GetUnitMultiplier().GetValue()
+			if m := o.GetUnitMultiplier(); m != nil {
+				f.hasUnitMultiplier, f.unitMultiplier = true, m.GetValue()
+			}
 		}
 		if err := f.apply(i, cost, dd); err != nil {
 			return nil, err
@@ -675,13 +693,14 @@ func requestCost(h uint32) int64 {
 // entries, as FromProto and the hand-written decoder read it; its zero value
 // is a descriptor that sets none of these fields.
 type rlsDescriptor struct {
-	hitsAddend      uint64 // its own hits_addend, when hasHitsAddend
-	hasHitsAddend   bool
-	negativeHits    bool
-	hasLimit        bool // the fields below are its limit override's
-	requestsPerUnit uint32
-	unit            int32  // envoy.type.v3.RateLimitUnit
-	unitMultiplier  uint32 // 0 when unset
+	hitsAddend        uint64 // its own hits_addend, when hasHitsAddend
+	hasHitsAddend     bool
+	negativeHits      bool
+	hasLimit          bool // the fields below are its limit override's
+	requestsPerUnit   uint32
+	unit              int32 // envoy.type.v3.RateLimitUnit
+	hasUnitMultiplier bool  // the unit_multiplier wrapper is present
+	unitMultiplier    uint32
 }
 
 // apply sets the Cost and decision.Override of d, the i-th descriptor of a request
@@ -699,10 +718,12 @@ func (f *rlsDescriptor) apply(i int, cost int64, d *decision.Descriptor) error {
 		d.Cost = 0
 	}
 	if f.hasLimit {
-		if f.unitMultiplier > 1 {
-			return inputErrorf("descriptors[%d].limit.unit_multiplier is not supported", i)
+		// Envoy's API requires unit_multiplier > 0 when it is given; absent
+		// is 1.
+		if f.hasUnitMultiplier && f.unitMultiplier == 0 {
+			return inputErrorf("descriptors[%d].limit.unit_multiplier must be at least 1, got 0", i)
 		}
-		d.Override = &decision.Override{RequestsPerUnit: f.requestsPerUnit, Unit: overrideUnit(f.unit)}
+		d.Override = &decision.Override{RequestsPerUnit: f.requestsPerUnit, Unit: overrideUnit(f.unit), UnitMultiplier: max(f.unitMultiplier, 1)}
 	}
 	return nil
 }
@@ -726,6 +747,9 @@ func ToProto(r *decision.Response) *rls.RateLimitResponse {
 				Name:            l.Name,
 				RequestsPerUnit: l.RequestsPerUnit,
 				Unit:            rls.RateLimitResponse_RateLimit_Unit(l.Unit),
+			}
+			if l.UnitMultiplier > 1 {
+				ps.CurrentLimit.UnitMultiplier = wrapperspb.UInt32(l.UnitMultiplier)
 			}
 		}
 		ps.LimitRemaining = remaining
