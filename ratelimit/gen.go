@@ -63,7 +63,8 @@ func (c *genCache) get(specs []spec) *redisstore.Script {
 // short form for one rule (allowed {remaining, reset_us, delay_us}; denied
 // {status, remaining, retry_us, reset_us}), else {allowed (1/0), then per
 // rule in field order: status, remaining, retry_us, reset_us, delay_us}.
-// Each rule's code mirrors drain_check or fixed_check of limits.lua, which
+// Each rule's code mirrors drain_check or fixed_check of limits.lua (a
+// level in codec.lua's debt form included, which Limiter.Charge leaves), which
 // the conformance suite holds to the memory backend's.
 func genSource(specs []spec) string {
 	var b strings.Builder
@@ -111,9 +112,11 @@ local life = 0
   local level = 0
   if v%[1]d then
     local t
-%[6]s    local d = now - t
+%[6]s    local debt = level < 0
+    if debt then level = -level end
+    local d = now - t
     if d > 0 then level = level - d * %[3]d end
-    if level < 0 then level = 0 elseif level > %[2]d then level = %[2]d end
+    if level < 0 then level = 0 elseif level > %[2]d and not debt then level = %[2]d end
   end
   local nl = level + n * %[4]d
   if n > %[5]d then

@@ -77,6 +77,12 @@ type Result struct {
 	// ratelimit/fallback while the store could not decide (its Mode says
 	// how). A Limiter's own decisions never set it.
 	Fallback bool
+	// Debt is how many units past its limit the binding rule is after the
+	// call, 0 when it is not: usage that Charge recorded beyond the limit
+	// (or a limit lowered below what was already spent). While a key is in
+	// debt every AllowN is denied, AllowN(ctx, key, 0) included, with the
+	// RetryAfter until the debt is paid back (see Charge).
+	Debt int64
 }
 
 // Errors returned for invalid calls.
@@ -435,6 +441,7 @@ func (l *Limiter) result(vs []verdict) Result {
 		Limit:      l.specs[best].limit,
 		Remaining:  max(v.remaining, 0), // < 0 after a limit was lowered below the count
 		ResetAfter: time.Duration(v.reset) * time.Microsecond,
+		Debt:       max(-v.remaining, 0),
 		Rule:       best,
 		RuleName:   l.specs[best].name,
 	}

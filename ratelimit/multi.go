@@ -306,6 +306,7 @@ func allowAllMemory(t *memstore.Table, reqs []Request, results []Result) bool {
 const (
 	modeDecide = "0" // check all, commit when all admit
 	modeCheck  = "c" // check all, commit nothing, reply as for a denial
+	modeCharge = "f" // decide as modeDecide, then commit even when denied (Limiter.Charge)
 	modeReset  = "r" // forget every request's state
 )
 
@@ -382,7 +383,7 @@ func runAllowAll(ctx context.Context, r *redisstore.Store, reqs []Request, resul
 			o += 5
 		}
 		results[i] = l.result(vs)
-		results[i].Allowed = allowed && mode == modeDecide
+		results[i].Allowed = allowed && (mode == modeDecide || mode == modeCharge)
 	}
 	return allowed, nil
 }

@@ -104,10 +104,15 @@ const (
 	lifeUnknown = math.MaxInt64
 )
 
-// drainLevel is the level at now, at most full. A state from the future
+// drainLevel is the level at now, at most full unless the state is a debt
+// (level < 0: -level is a level past full that a charge left, codec.lua's
+// debt form, which is drained but not capped). A state from the future
 // has not drained yet: on Redis given an injected clock set back; on Memory
 // a key's time never runs backwards (memstore.Shard.Time).
 func drainLevel(s *spec, t, level, now int64) int64 {
+	if level < 0 {
+		return debtLevel(s, t, -level, now)
+	}
 	if d := now - t; d > 0 {
 		if d >= ceilDiv(level, s.rate) {
 			return 0
@@ -116,6 +121,25 @@ func drainLevel(s *spec, t, level, now int64) int64 {
 	}
 	return min(level, s.full)
 }
+
+// debtLevel is drainLevel of a debt: level at t, drained, not capped.
+func debtLevel(s *spec, t, level, now int64) int64 {
+	if d := now - t; d > 0 {
+		if d >= ceilDiv(level, s.rate) {
+			return 0
+		}
+		level -= d * s.rate
+	}
+	return level
+}
+
+// Bounds of what a charge leaves, as limits.lua's MAX_LEVEL and MAX_COUNT:
+// a drain rule's level (a level plus a full bucket stays below 2^53) and a
+// window's count.
+const (
+	maxChargeLevel = maxExact / 2
+	maxChargeCount = maxExact
+)
 
 // drainCheck returns the verdict and, when allowed, the new level for
 // drainCommit.
@@ -130,6 +154,9 @@ func (s *spec) drainCheck(e *memstore.Entry, now, n int64) (verdict, int64) {
 // drainCheckAt is drainCheck of a bucket at level.
 func (s *spec) drainCheckAt(level, n int64) (verdict, int64) {
 	remaining := (s.full - level) / s.per
+	if level > s.full { // in debt: floored, as limits.lua's math.floor
+		remaining = -ceilDiv(level-s.full, s.per)
+	}
 	if n > s.capacity {
 		return verdict{statusNever, remaining, -1, ceilDiv(level, s.rate), 0}, 0
 	}
@@ -144,6 +171,36 @@ func (s *spec) drainCheckAt(level, n int64) (verdict, int64) {
 		}
 	}
 	return verdict{statusAllowed, (s.full - nl) / s.per, 0, ceilDiv(nl, s.rate), dl}, nl
+}
+
+// drainCharge is drainCheck for a charge (limits.lua's mode "f"): when n
+// does not fit, it returns a denial and the level past full that
+// drainCommit stores anyway (at most maxChargeLevel); debt reports that.
+func (s *spec) drainCharge(e *memstore.Entry, now, n int64) (v verdict, nl int64, debt bool) {
+	var level int64
+	if a, b := cellOf(e, s.tag); a != nil {
+		level = drainLevel(s, *a, *b, now)
+	}
+	if n > s.capacity || level+n*s.per > s.full {
+		nl = maxChargeLevel
+		if n <= (maxChargeLevel-level)/s.per {
+			nl = level + n*s.per
+		}
+		return verdict{status: statusDenied}, nl, true
+	}
+	v, nl = s.drainCheckAt(level, n)
+	return v, nl, false
+}
+
+// drainDebt stores a level nl past full at now (codec.lua's debt form) and
+// returns the time the state is worthless.
+func (s *spec) drainDebt(e *memstore.Entry, now, nl int64) int64 {
+	a, b := cellOf(e, s.tag)
+	if a == nil {
+		a, b = newCell(e, s.tag)
+	}
+	*a, *b = now, -nl
+	return now + ceilDiv(nl, s.rate)
 }
 
 // drainCommit stores the level nl computed by drainCheck in a key that lives
@@ -199,6 +256,21 @@ func (s *spec) fixedCheck(e *memstore.Entry, now, n int64) (verdict, int64) {
 		reset = left
 	}
 	return verdict{statusAllowed, s.limit - c - n, 0, reset, 0}, c + n
+}
+
+// fixedCharge is fixedCheck for a charge: when n does not fit, a denial
+// and the count past the limit (at most maxChargeCount) that fixedCommit
+// stores anyway.
+func (s *spec) fixedCharge(e *memstore.Entry, now, n int64) (verdict, int64) {
+	_, c := s.fixedWindow(e, now)
+	if n > s.limit || c+n > s.limit {
+		nc := int64(maxChargeCount)
+		if n <= maxChargeCount-c {
+			nc = c + n
+		}
+		return verdict{status: statusDenied}, nc
+	}
+	return s.fixedCheck(e, now, n)
 }
 
 func (s *spec) fixedCommit(e *memstore.Entry, now, count int64) int64 {
@@ -292,6 +364,17 @@ func (s *spec) slidingCheck(e *memstore.Entry, now, n int64) verdict {
 		reset = (hi+s.buckets+1)*s.bucket - now
 	}
 	return verdict{statusAllowed, s.limit - total - n, 0, reset, 0}
+}
+
+// slidingCharge is slidingCheck for a charge: the verdict and the units
+// slidingCommit adds, n, or when n does not fit, a denial and n anyway, at
+// most what takes the total to maxChargeCount.
+func (s *spec) slidingCharge(e *memstore.Entry, now, n int64) (verdict, int64) {
+	total, _, _, _, _ := s.slidingView(s.slidingOf(e), now)
+	if n > s.limit || total+n > s.limit {
+		return verdict{status: statusDenied}, min(n, maxChargeCount-total)
+	}
+	return s.slidingCheck(e, now, n), n
 }
 
 func (s *spec) slidingCommit(e *memstore.Entry, now, n int64) int64 {

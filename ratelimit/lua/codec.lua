@@ -22,6 +22,11 @@ local EPOCH = 1577836800 -- 2020-01-01T00:00:00Z: integer drain states count sec
 --          was written, which the key's life (under 20 hours) guarantees:
 --          Redis expires it first.
 --   text:  "t:L", for everything else.
+--   debt:  "t:-L", a level past full (L > the capacity's level) that a
+--          charge (limits.lua's mode "f") left: drain_decode returns -L, and
+--          its readers take the level as L, drained but not capped at full
+--          (a level above full of any other form is capped: the capacity
+--          was lowered). Written by drain_debt, at now exactly.
 -- With an injected clock (ARGV[1] is now) Redis still expires keys on its own
 -- time, so a fake clock moved a day ahead could read a short value written a
 -- day "ago" as recent: then the value that would be short is written as text
@@ -80,4 +85,9 @@ end
 local function fixed_encode(wid, c)
   if c < 9000000000 then return string.format('%d', c * 1000000 + wid % 1000000) end
   return string.format('%d:%d', wid, c)
+end
+
+-- drain_debt returns the value of a level nl past full at now (the debt form).
+local function drain_debt(now, nl)
+  return string.format('%d:-%d', now, nl)
 end

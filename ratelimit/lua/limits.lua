@@ -21,8 +21,9 @@
 --
 -- KEYS: per request its state key, then its log key when it has SlidingLog rules.
 -- ARGV[1] now in µs, or "" to use TIME; ARGV[2] mode: "0" decide and commit
--- when all admit, "c" check (commit nothing, reply as for a denial), "r"
--- reset (delete every request's state), and for quota leases (leased.go; one
+-- when all admit, "c" check (commit nothing, reply as for a denial), "f"
+-- charge (see below), "r" reset (delete every request's state), and for
+-- quota leases (leased.go; one
 -- request, no SlidingLog rule) "g<min>:<hold>" grant and "u<t>:<info>..."
 -- return:
 --   "g<min>:<hold>": take g units, the request's n or less: g = min(n,
@@ -48,11 +49,25 @@
 -- request, in order: status (1 allowed, 0 denied, -1 never), remaining,
 -- retry_us, reset_us, delay_us}. When not allowed, and always in mode "c", the
 -- rules of a request that no rule denies report a peek (n = 0).
+-- Mode "f" (Limiter.Charge) decides as "0"; when every rule admits, it is
+-- mode "0". Otherwise it commits anyway, each rule taking the units past its
+-- limit (debt): a drain rule's level goes past full (at most MAX_LEVEL, in
+-- the debt form of codec.lua), a window's count past its limit (at most
+-- MAX_COUNT), and the log gets at most 2 × its largest limit + 1 entries
+-- (more could change no decision, only the debt reported). The reply is
+-- then {0, then per rule what a peek (n = 0) after the commit reports}: a
+-- rule in debt reports status 0, remaining < 0 (minus the debt in units),
+-- and retry_us until it is out of debt.
 -- Integers are Lua doubles below 2^53 (New checks the rule parameters), so
 -- math.floor and math.ceil of a quotient are exact.
 -- Needs Redis >= 5 (effects replication, so that TIME may precede writes).
 local floor, ceil, tonumber, istr = math.floor, math.ceil, tonumber, function(x) return string.format('%d', x) end
 local mode = ARGV[2]
+-- A charge (mode "f") makes a check that denies compute its commit anyway.
+local force = mode == 'f'
+-- What a charge may leave at most: a drain rule's level (so that a level
+-- plus a full bucket stays below 2^53) and a window's count.
+local MAX_LEVEL, MAX_COUNT = 4503599627370496, 9007199254740992 -- 2^52, 2^53
 
 -- Parse the requests. Rule k: P[6k-5 .. 6k] its arguments; RQ[k] its request.
 -- Request q: its rules first[q] .. last[q], state key SK[q], log key LK[q],
@@ -139,11 +154,19 @@ local function drain_check(r, f, capacity, per, rate, delay, n)
   if v then
     local t
     t, level = drain_decode(v, now)
+    local debt = level < 0 -- codec.lua's debt form: not capped at full
+    if debt then level = -level end
     local d = now - t
     if d > 0 then level = level - d * rate end
-    if level < 0 then level = 0 elseif level > full then level = full end
+    if level < 0 then level = 0 elseif level > full and not debt then level = full end
   end
   local remaining = floor((full - level) / per)
+  if force and (n > capacity or level + n * per > full) then
+    local nl = MAX_LEVEL
+    if n <= floor((MAX_LEVEL - level) / per) then nl = level + n * per end
+    local wait = ceil(nl / rate)
+    return 0, remaining, 0, wait, 0, {rate, now + wait, nl, true} -- a debt: the commit writes drain_debt
+  end
   if n > capacity then return -1, remaining, -1, ceil(level / rate), 0 end
   local nl = level + n * per
   if nl > full then return 0, remaining, ceil((nl - full) / rate), ceil(level / rate), 0 end
@@ -164,6 +187,11 @@ local function fixed_check(r, f, limit, window, n)
   local left = (wid + 1) * window - now
   local reset = 0
   if c > 0 then reset = left end
+  if force and (n > limit or c + n > limit) then
+    local nc = MAX_COUNT
+    if n <= MAX_COUNT - c then nc = c + n end
+    return 0, limit - c, 0, left, 0, {fixed_encode(wid, nc), now + left, wid}
+  end
   if n > limit then return -1, limit - c, -1, reset, 0 end
   if c + n > limit then return 0, limit - c, left, reset, 0 end
   if c + n > 0 then reset = left end
@@ -202,16 +230,22 @@ local function sliding_check(r, f, limit, buckets, w, n)
   end
   local reset = 0
   if total > 0 then reset = (hi + buckets + 1) * w - now end
-  if n > limit then return -1, limit - total, -1, reset, 0 end
-  if total + n > limit then
-    local need, acc = total + n - limit, 0
-    for id = lo, hi do
-      acc = acc + tonumber(s[bucket(f, id, buckets + 1)] or '0')
-      if acc >= need then return 0, limit - total, (id + buckets + 1) * w - now, reset, 0 end
+  local st = 1
+  if force and (n > limit or total + n > limit) then
+    st = 0 -- a charge past the limit: commit n (at most up to MAX_COUNT) anyway
+    if n > MAX_COUNT - total then n = MAX_COUNT - total end
+  else
+    if n > limit then return -1, limit - total, -1, reset, 0 end
+    if total + n > limit then
+      local need, acc = total + n - limit, 0
+      for id = lo, hi do
+        acc = acc + tonumber(s[bucket(f, id, buckets + 1)] or '0')
+        if acc >= need then return 0, limit - total, (id + buckets + 1) * w - now, reset, 0 end
+      end
+      return 0, limit - total, -1, reset, 0 -- unreachable: need <= total
     end
-    return 0, limit - total, -1, reset, 0 -- unreachable: need <= total
   end
-  if n > 0 then
+  if n > 0 or st == 0 then -- a charge commits even 0 units (at MAX_COUNT)
     if cur > hi then hi = cur end
     reset = (hi + buckets + 1) * w - now
   end
@@ -222,7 +256,7 @@ local function sliding_check(r, f, limit, buckets, w, n)
   for _, g in ipairs(gone) do
     if g == b then had = 0 end
   end
-  return 1, limit - total - n, 0, reset, 0,
+  return st, limit - total - n, 0, reset, 0,
     {gone, f .. 't', istr(total + n), f .. 'l', istr(lo), f .. 'h', istr(hi), b, istr(had + n), now + reset, cur}
 end
 
@@ -243,6 +277,7 @@ local function log_check(r, limit, window, n)
   local c = redis.call('ZCOUNT', key, '(' .. istr(now - window), '+inf')
   local reset = 0
   if c > 0 then reset = nw + window - now end
+  if force and (n > limit or c + n > limit) then return 0, limit - c, 0, reset, 0, true end
   if n > limit then return -1, limit - c, -1, reset, 0 end
   if c + n > limit then
     local e = redis.call('ZRANGEBYSCORE', key, '(' .. istr(now - window), '+inf', 'WITHSCORES', 'LIMIT', c + n - limit - 1, 1)
@@ -292,9 +327,11 @@ local function refund(tg, M, u)
     local mark = M[k - first[1] + 1]
     if kind == 4 and s[f] then -- capacity a, per b, rate c
       local t, level = drain_decode(s[f], now)
+      local debt = level < 0
+      if debt then level = -level end
       local d = now - t
       if d > 0 then level = level - d * c end
-      if level < 0 then level = 0 elseif level > a * b then level = a * b end
+      if level < 0 then level = 0 elseif level > a * b and not debt then level = a * b end
       local want = mark
       if now > tg then want = mark - (now - tg) * c end
       if want > 0 and level == want then
@@ -371,9 +408,11 @@ if op == 'g' then
       if s[f] then
         local t
         t, level = drain_decode(s[f], now)
+        local debt = level < 0
+        if debt then level = -level end
         local d = now - t
         if d > 0 then level = level - d * rate end
-        if level < 0 then level = 0 elseif level > full then level = full end
+        if level < 0 then level = 0 elseif level > full and not debt then level = full end
       end
       local room = full - N[SK[1]] * per -- the most units asked for still fit
       local pad = rate * hold -- may pass 2^53, and then room, which is exact
@@ -424,7 +463,7 @@ for k = 1, #P / 6 do
   reply[j + 1], reply[j + 2], reply[j + 3], reply[j + 4], reply[j + 5] = s, rem, retry, reset, dl
 end
 
-if reply[1] == 0 or mode == 'c' then
+if (reply[1] == 0 and not force) or mode == 'c' then
   for r = 1, q do
     if not denied[r] then
       for k = first[r], last[r] do
@@ -460,6 +499,13 @@ for r = 1, q do
         if not logged then
           logged = true
           local lk, n, maxw = LK[r], N[LK[r]], P[o + 5]
+          if force then
+            local most = 0 -- the largest SlidingLog limit of the request
+            for j = first[r], last[r] do
+              if P[(j - 1) * 6 + 1] == 3 and P[(j - 1) * 6 + 3] > most then most = P[(j - 1) * 6 + 3] end
+            end
+            if n > 2 * most + 1 then n = 2 * most + 1 end
+          end
           redis.call('ZREMRANGEBYSCORE', lk, '-inf', istr(now - maxw))
           local seq = redis.call('ZCARD', lk)
           local args, score = {}, istr(now)
@@ -477,7 +523,13 @@ for r = 1, q do
         for j = 2, 9 do set[#set + 1] = x[j] end
       else
         set[#set + 1] = P[o + 2]
-        if kind == 4 then set[#set + 1] = drain_encode(now, x[3], x[1], until_ - now) else set[#set + 1] = x[1] end
+        if kind ~= 4 then
+          set[#set + 1] = x[1]
+        elseif x[4] then
+          set[#set + 1] = drain_debt(now, x[3])
+        else
+          set[#set + 1] = drain_encode(now, x[3], x[1], until_ - now)
+        end
       end
     end
     if LY[r] == 's' then
@@ -489,6 +541,15 @@ for r = 1, q do
       redis.call('HSET', key, unpack(set))
       redis.call('PEXPIRE', key, ceil((until_ - now) / 1000))
     end
+  end
+end
+if force and reply[1] == 0 then
+  -- A charge past a limit reports the state after it, as a peek would.
+  force, S, newest = false, {}, {}
+  for k = 1, #P / 6 do
+    local s, rem, retry, reset, dl = check(k, 0)
+    local j = 1 + (k - 1) * 5
+    reply[j + 1], reply[j + 2], reply[j + 3], reply[j + 4], reply[j + 5] = s, rem, retry, reset, dl
   end
 end
 return finish(reply)
