@@ -291,3 +291,31 @@ func TestChargeDifferential(t *testing.T) {
 		})
 	}
 }
+
+// TestChargeLongLog charges a SlidingLog far past a large limit: the log
+// takes its 2 × Limit + 1 entries (more than one ZADD's arguments can
+// carry on Redis), and every backend reports the same debt.
+func TestChargeLongLog(t *testing.T) {
+	for _, bk := range allBackends() {
+		t.Run(bk.name, func(t *testing.T) {
+			t.Parallel()
+			clk := clock.NewFake(t0)
+			lim, err := ratelimit.New(bk.make(t, clk), ratelimit.SlidingLog{Limit: 6000, Window: time.Minute})
+			if err != nil {
+				t.Fatal(err)
+			}
+			ctx := context.Background()
+			if r, err := lim.AllowN(ctx, "k", 5000); err != nil || !r.Allowed || r.Remaining != 1000 {
+				t.Fatalf("AllowN(5000) = %+v, %v; want allowed, 1000 left", r, err)
+			}
+			r, err := lim.Charge(ctx, "k", 1_000_000)
+			if err != nil {
+				t.Fatal(err)
+			}
+			want := debt(denied(6000, 0, time.Minute, time.Minute), 5000+12001-6000)
+			if r != want {
+				t.Errorf("Charge(1e6) = %+v, want %+v", r, want)
+			}
+		})
+	}
+}

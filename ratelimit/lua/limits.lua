@@ -512,8 +512,12 @@ for r = 1, q do
           for j = 0, n - 1 do
             args[#args + 1] = score
             args[#args + 1] = score .. ':' .. istr(seq + j)
+            if #args == 2000 then -- unpack takes at most about 8000 values
+              redis.call('ZADD', lk, unpack(args))
+              args = {}
+            end
           end
-          redis.call('ZADD', lk, unpack(args))
+          if #args > 0 then redis.call('ZADD', lk, unpack(args)) end
           local nw = log_newest(lk)
           if not nw or nw < now then nw = now end
           redis.call('PEXPIRE', lk, ceil((nw + maxw - now) / 1000))
