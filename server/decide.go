@@ -100,6 +100,11 @@ func (s *Service) decideValid(ctx context.Context, req *Request) (*Response, err
 			d.settle(s, i, j, &gate, false)
 		}
 	}
+	for _, i := range d.charge {
+		if err := s.decideCharge(ctx, &d, i); err != nil {
+			return s.fail(ctx, req.Domain, resp, err)
+		}
+	}
 	for _, i := range d.shadow {
 		s.decideShadow(ctx, &d, i)
 	}
@@ -114,6 +119,7 @@ type deciding struct {
 	resp   *Response
 	limits []*config.Limit // of each descriptor; nil where none applies
 	shadow []int           // the shadow-mode descriptors, decided one by one
+	charge []int           // the descriptors whose usage is charged (charge.go), one by one
 	tally  decision.Tally  // the observer's, or nil
 }
 
@@ -131,7 +137,7 @@ type batch struct {
 
 // match sets d up for its request: the limit of each descriptor
 // (overrides first, then the configuration, then replaces), the statuses
-// of those with a limit, and which are decided alone (d.shadow) or
+// of those with a limit, and which are decided alone (d.shadow, d.charge) or
 // together: those it appends to reqs (their store requests) and idx
 // (their indexes), and returns.
 func (s *Service) match(d *deciding, reqs []ratelimit.Request, idx []int) ([]ratelimit.Request, []int) {
@@ -160,6 +166,8 @@ func (s *Service) match(d *deciding, reqs []ratelimit.Request, idx []int) ([]rat
 		switch {
 		case l.Unlimited:
 			st.Remaining = math.MaxUint32
+		case s.charges(l, &req.Descriptors[i]):
+			d.charge = append(d.charge, i)
 		case l.ShadowMode:
 			d.shadow = append(d.shadow, i)
 		default:

@@ -45,7 +45,7 @@ func (s *Service) leases(cfg *config.Config, limiters map[*config.Limit]*ratelim
 	}
 	var out map[*config.Limit]*ratelimit.Leased
 	for l, lim := range limiters {
-		if !s.storeOf(l).remote || l.Lease == config.LeaseOff || l.Lease == config.LeaseDefault && !s.opts.Leases {
+		if !s.storeOf(l).remote || l.Charge || l.Lease == config.LeaseOff || l.Lease == config.LeaseDefault && !s.opts.Leases {
 			continue
 		}
 		lz, err := ratelimit.NewLeased(lim)

@@ -68,6 +68,8 @@ type Metrics struct {
 	localCacheHits    prometheus.Counter
 	rlqsStreams       prometheus.Gauge
 	rlqsActions       *prometheus.CounterVec
+	charged           *prometheus.CounterVec // charge.go
+	chargedOver       *prometheus.CounterVec
 }
 
 // NewMetrics returns the metrics in a registry of their own, with the Go
@@ -118,11 +120,17 @@ func NewMetrics() *Metrics {
 		rlqsActions: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "floodgate_rlqs_actions_total", Help: "RLQS bucket actions by domain and action: assign, abandon, or unsized (the store could not size the share; no action sent).",
 		}, []string{"domain", "action"}),
+		charged: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "floodgate_charged_units_total", Help: "Usage recorded by limits with charge: always (the cost of requests, whatever the answer), by domain and descriptor path.",
+		}, []string{"domain", "descriptor"}),
+		chargedOver: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "floodgate_charged_over_units_total", Help: "Of floodgate_charged_units_total, the units recorded past the limit (debt), by domain and descriptor path.",
+		}, []string{"domain", "descriptor"}),
 	}
 	for _, reg := range []*prometheus.Registry{r, m.own} {
 		reg.MustRegister(m.decisions, m.hits, m.requests, m.requestDuration, m.backendDuration,
 			m.backendErrors, m.backendNodeErrors, m.failureMode, m.reloads, m.configInfo, m.configLoaded,
-			m.rlqsStreams, m.rlqsActions)
+			m.rlqsStreams, m.rlqsActions, m.charged, m.chargedOver)
 	}
 	for _, reason := range []string{"error", "timeout", "breaker_open"} {
 		m.backendErrors.WithLabelValues(reason, storeMain)

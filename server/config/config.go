@@ -75,6 +75,11 @@ type Limit struct {
 	Algorithm       string   // fixed_window, sliding_window, sliding_log, token_bucket, leaky_bucket or gcra
 	Rule            ratelimit.Rule
 	Lease           Lease // rate_limit's lease
+	// Charge is the descriptor's charge: always — the usage a request
+	// reports for this limit (its cost) is recorded whatever the answer,
+	// past the limit as debt (ratelimit.Limiter.Charge), for usage known
+	// after the fact: the tokens of an LLM completion.
+	Charge bool
 
 	// Path identifies the descriptor this limit belongs to, stably across
 	// reloads as long as the descriptor keeps its place in the tree:

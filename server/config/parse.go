@@ -199,7 +199,7 @@ type section struct {
 var (
 	secTop        = section{"at the top level", []string{"domain", "descriptors"}}
 	secDescriptor = section{"in descriptor", []string{"key", "value", "rate_limit", "descriptors", "shadow_mode",
-		"detailed_metric", "quota_mode", "value_to_metric", "share_threshold", "metadata"}}
+		"detailed_metric", "quota_mode", "value_to_metric", "share_threshold", "metadata", "charge"}}
 	secRateLimit = section{"in rate_limit", []string{"unit", "requests_per_unit", "unlimited", "name", "replaces",
 		"unit_multiplier", "algorithm", "burst", "delay", "buckets", "lease"}}
 	secReplaces = section{"in replaces entry", []string{"name"}}
@@ -495,7 +495,8 @@ func (p *parser) descriptor(m *yaml.Node, lvl *level, parentPath string, vary []
 		rl, rlKey, children, meta      *yaml.Node
 		shareLine                      int
 		shadow, detailed, quota, share bool
-		toMetric                       bool
+		toMetric, charge               bool
+		chargeLine                     int
 	)
 	p.fields(m, secDescriptor, func(name string, k, v *yaml.Node) {
 		switch name {
@@ -519,6 +520,13 @@ func (p *parser) descriptor(m *yaml.Node, lvl *level, parentPath string, vary []
 			share, shareLine = p.boolean(v, name), k.Line
 		case "metadata":
 			meta = v
+		case "charge":
+			chargeLine = k.Line
+			if c, ok := p.str(v, name); ok && c != "always" {
+				p.errorf(v.Line, "charge must be always (usage reported for this limit is recorded whatever the answer), got %q", c)
+			} else {
+				charge = ok
+			}
 		}
 	})
 	p.d.descriptors++
@@ -553,14 +561,26 @@ func (p *parser) descriptor(m *yaml.Node, lvl *level, parentPath string, vary []
 			metadata = p.metadata(meta)
 		}
 		nd.limit = p.rateLimit(rl, rlKey.Line, &Limit{
-			ShadowMode: shadow, DetailedMetric: detailed, QuotaMode: quota, Metadata: metadata,
+			ShadowMode: shadow, DetailedMetric: detailed, QuotaMode: quota, Metadata: metadata, Charge: charge,
 			Path: path, File: p.file, Line: rlKey.Line, vary: vary, stat: slices.Clone(p.stat),
 		})
+		switch {
+		case !charge || nd.limit == nil:
+		case nd.limit.Unlimited:
+			p.errorf(chargeLine, "charge: always on an unlimited limit: there is nothing to charge")
+		case nd.limit.Lease == LeaseOn:
+			p.errorf(chargeLine, "charge: always and lease: true: a limit that charges usage is not leased (a lease would go on admitting while the key is in debt)")
+		}
 		if nd.limit != nil {
 			p.d.limits = append(p.d.limits, nd.limit)
 		}
-	} else if meta != nil {
-		p.metadata(meta)
+	} else {
+		if meta != nil {
+			p.metadata(meta)
+		}
+		if charge {
+			p.errorf(chargeLine, "charge: always needs a rate_limit in the same descriptor")
+		}
 	}
 	if children != nil {
 		nd.children = newLevel()
