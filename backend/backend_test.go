@@ -206,25 +206,28 @@ func TestSubscribePublish(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	b, _ := rs.Subscribe(ctx, "ch1")
-	other, _ := rs.Subscribe(ctx, "ch2")
-	// Subscribe returns before Redis confirms; publish until both receive.
-	got := map[*redisstore.Subscription]string{}
-	deadline := time.Now().Add(5 * time.Second)
-	for len(got) < 2 && time.Now().Before(deadline) {
-		if err := rs.Publish(ctx, "ch1", "hello"); err != nil {
-			t.Fatal(err)
-		}
-		for _, s := range []*redisstore.Subscription{a, b} {
-			select {
-			case m := <-s.C:
-				got[s] = m
-			case <-time.After(50 * time.Millisecond):
-			}
-		}
+	b, err := rs.Subscribe(ctx, "ch1")
+	if err != nil {
+		t.Fatal(err)
 	}
-	if got[a] != "hello" || got[b] != "hello" {
-		t.Fatalf("both subscriptions of ch1 must receive: %v", got)
+	other, err := rs.Subscribe(ctx, "ch2")
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Subscribe returns once Redis has the subscription: one PUBLISH
+	// reaches both subscriptions of ch1.
+	if err := rs.Publish(ctx, "ch1", "hello"); err != nil {
+		t.Fatal(err)
+	}
+	for i, s := range []*redisstore.Subscription{a, b} {
+		select {
+		case m := <-s.C:
+			if m != "hello" {
+				t.Fatalf("subscription %d of ch1 got %q, want hello", i, m)
+			}
+		case <-time.After(5 * time.Second):
+			t.Fatalf("subscription %d of ch1 got nothing 5s after the one PUBLISH", i)
+		}
 	}
 	select {
 	case m := <-other.C:

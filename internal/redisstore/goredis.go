@@ -356,27 +356,3 @@ func normal(v any, err error) (any, error) {
 	}
 	return v, err
 }
-
-// OpenPubSub implements PubSubber with a go-redis PubSub, which reconnects
-// and resubscribes by itself.
-func (g goRedis) OpenPubSub(ctx context.Context, deliver func(channel, payload string)) (PubSubConn, error) {
-	ps := g.c.Subscribe(ctx)
-	go func() {
-		for m := range ps.Channel() {
-			deliver(m.Channel, m.Payload)
-		}
-	}()
-	return goRedisPubSub{ps}, nil
-}
-
-type goRedisPubSub struct{ ps *redis.PubSub }
-
-func (p goRedisPubSub) Subscribe(ctx context.Context, channels ...string) error {
-	return p.ps.Subscribe(ctx, channels...)
-}
-
-func (p goRedisPubSub) Unsubscribe(ctx context.Context, channels ...string) error {
-	return p.ps.Unsubscribe(ctx, channels...)
-}
-
-func (p goRedisPubSub) Close() error { return p.ps.Close() }
