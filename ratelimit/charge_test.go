@@ -6,11 +6,17 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"strconv"
+	"strings"
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+
 	"github.com/floodgate-dev/floodgate/backend"
 	"github.com/floodgate-dev/floodgate/clock"
+	"github.com/floodgate-dev/floodgate/internal/testenv"
+	"github.com/floodgate-dev/floodgate/internal/unwrap"
 	"github.com/floodgate-dev/floodgate/ratelimit"
 )
 
@@ -317,5 +323,62 @@ func TestChargeLongLog(t *testing.T) {
 				t.Errorf("Charge(1e6) = %+v, want %+v", r, want)
 			}
 		})
+	}
+}
+
+// TestChargeDebtForm: on Redis a bucket in debt is kept in codec.lua's debt
+// form, "t:-L" at the charge's time exactly, on TIME and on an injected
+// clock; once the debt is paid back an admission writes an ordinary form
+// again.
+func TestChargeDebtForm(t *testing.T) {
+	ctx := context.Background()
+	c := redis.NewClient(&redis.Options{Addr: testenv.SharedRedis(t).Addr})
+	t.Cleanup(func() { c.Close() })
+	for _, fake := range []bool{false, true} {
+		var clk *clock.Fake
+		var b *backend.Redis
+		if fake {
+			clk = clock.NewFake(t0.Add(123 * us))
+			b = newRedisOn(t, c, clk)
+		} else {
+			b = newRedisOn(t, c, nil)
+		}
+		lim, err := ratelimit.New(b, ratelimit.TokenBucket{Capacity: 10, Refill: 10, Every: time.Second})
+		if err != nil {
+			t.Fatal(err)
+		}
+		value := func() string {
+			t.Helper()
+			keys, err := c.Keys(ctx, unwrap.Redis(b).Prefix()+":*").Result()
+			if err != nil || len(keys) != 1 {
+				t.Fatalf("keys %v, %v: want one key", keys, err)
+			}
+			v, err := c.Get(ctx, keys[0]).Result()
+			if err != nil {
+				t.Fatal(err)
+			}
+			return v
+		}
+		if r, err := lim.Charge(ctx, "k", 30); err != nil || r.Debt != 20 {
+			t.Fatalf("fake clock %v: Charge(30) = %+v, %v; want a debt of 20", fake, r, err)
+		}
+		v := value()
+		at, l, ok := strings.Cut(v, ":-")
+		if !ok || strings.Contains(l, ":") || strings.HasPrefix(l, "-") {
+			t.Fatalf("fake clock %v: state %q, want the debt form t:-L", fake, v)
+		}
+		if fake && at != strconv.FormatInt(clk.Now().UnixMicro(), 10) {
+			t.Errorf("state %q, want the time %d", v, clk.Now().UnixMicro())
+		}
+		if !fake {
+			continue // the rest needs a clock to move
+		}
+		clk.Advance(2500 * ms)
+		if r := allowN(t, lim, "k", 1); !r.Allowed || r.Remaining != 4 {
+			t.Fatalf("after the debt: %+v, want allowed with 4 left", r)
+		}
+		if v := value(); strings.Contains(v, ":-") {
+			t.Errorf("state %q after an admission out of debt, want an ordinary form", v)
+		}
 	}
 }

@@ -7,6 +7,9 @@
 // request, or nothing is consumed from any. On Redis a decision is one script
 // call whose clock is the Redis server's, so clients with skewed clocks agree.
 // AllowAll does the same for several keys, each with its own Limiter.
+// Charge is the one exception to "nothing is consumed": it records usage
+// known only after the fact (LLM tokens, bytes) in full, past the limit as
+// debt that the key pays back before it is admitted again.
 //
 //	lim, err := ratelimit.New(backend.NewMemory(), ratelimit.GCRA{Rate: 10, Per: time.Second, Burst: 20})
 //	res, err := lim.Allow(ctx, "user:42")
