@@ -62,7 +62,9 @@ func (c *genCache) get(specs []spec) *redisstore.Script {
 // ARGV[1] now in µs or "" for TIME; ARGV[2] n. The reply is one_rule's
 // short form for one rule (allowed {remaining, reset_us, delay_us}; denied
 // {status, remaining, retry_us, reset_us}), else {allowed (1/0), then per
-// rule in field order: status, remaining, retry_us, reset_us, delay_us}.
+// rule in field order: status, remaining, retry_us, reset_us, delay_us},
+// where a rule that admits reports a peek (n = 0) when the call is denied,
+// as limits.lua does.
 // Each rule's code mirrors drain_check or fixed_check of limits.lua (a
 // level in codec.lua's debt form included, which Limiter.Charge leaves), which
 // the conformance suite holds to the memory backend's.
@@ -171,7 +173,23 @@ end
 	}
 	fmt.Fprintf(&b, "local ok = %s\n", strings.Join(ok, " and "))
 	fmt.Fprintf(&b, "if ok and n > 0 then\nlocal %s\n%s", strings.Join(vals, ", "), strings.Join(enc, ""))
-	fmt.Fprintf(&b, "  redis.call('SET', KEYS[1], %s, 'PX', ceil(life / 1000))\nend\n", strings.Join(vals, " .. ' ' .. "))
+	fmt.Fprintf(&b, "  redis.call('SET', KEYS[1], %s, 'PX', ceil(life / 1000))\n", strings.Join(vals, " .. ' ' .. "))
+	if r > 1 {
+		// Nothing is consumed: a rule that admits reports the state as it
+		// stands, as a peek (n = 0) does; its check left the state after n
+		// in l<k>.
+		b.WriteString("elseif not ok then\n")
+		for k, s := range specs {
+			k := k + 1
+			if s.kind == kindDrain {
+				fmt.Fprintf(&b, "  if s%[1]d == 1 then\n    local level = l%[1]d - n * %[2]d\n    r%[1]d, z%[1]d, d%[1]d = floor((%[3]d - level) / %[2]d), ceil(level / %[4]d), 0\n  end\n",
+					k, s.per, s.full, s.rate)
+			} else {
+				fmt.Fprintf(&b, "  if s%[1]d == 1 then\n    local fc = l%[1]d - n\n    r%[1]d = %[2]d - fc\n    if fc == 0 then z%[1]d = 0 end\n  end\n", k, s.limit)
+			}
+		}
+	}
+	b.WriteString("end\n")
 	if r == 1 {
 		b.WriteString("if ok then return {r1, z1, d1} end\nreturn {s1, r1, y1, z1}\n")
 	} else {

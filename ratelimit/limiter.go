@@ -401,11 +401,75 @@ func (l *Limiter) AllowN(ctx context.Context, key string, n int64) (Result, erro
 	var vs [8]verdict
 	verdicts := l.verdictsIn(&vs)
 	if l.mem != nil {
-		l.allowMemory(key, n, verdicts)
+		l.allowMemory(key, n, verdicts, false)
 	} else if err := l.allowRedis(ctx, key, n, verdicts); err != nil {
 		return Result{}, err
 	}
 	return l.result(verdicts), nil
+}
+
+// AllowNEach is AllowN that also reports each rule's own answer to the same
+// decision: it returns what AllowN returns, and sets each[i] to rule i's
+// Result for i < Rules(). It fails, deciding nothing, when len(each) <
+// Rules().
+//
+// each[i] is what a Limiter of rule i alone would report of the key's state
+// after this call: Limit, Remaining, RetryAfter, ResetAfter and Delay of
+// rule i, Rule i and RuleName(i), and Allowed when rule i admits n units.
+// When the call is admitted, every rule admits, and each[i] counts the n
+// units. When it is denied, nothing was consumed from any rule: a rule that
+// denies reports its RetryAfter (< 0 when it can never admit n), and a rule
+// that would admit reports Allowed with the state as it stands, as a peek
+// (n == 0) sees it. So the returned Result is each[Result.Rule], but for
+// its Delay when admitted (the longest of the rules'), and the rules that
+// deny are the each[i] with Allowed false.
+//
+// This is how to report several policies at once, such as the IETF
+// RateLimit fields of every rule, or to remember the state of every rule of
+// a key rather than of the binding one.
+//
+// Errors: those of AllowN.
+func (l *Limiter) AllowNEach(ctx context.Context, key string, n int64, each []Result) (Result, error) {
+	if len(each) < len(l.specs) {
+		return Result{}, fmt.Errorf("ratelimit: AllowNEach: len(each) is %d, want at least Rules() = %d", len(each), len(l.specs))
+	}
+	key, err := checkCall(ctx, key, n)
+	if err != nil {
+		return Result{}, err
+	}
+	var vs [8]verdict
+	verdicts := l.verdictsIn(&vs)
+	if l.mem != nil {
+		l.allowMemory(key, n, verdicts, true)
+	} else if err := l.allowRedis(ctx, key, n, verdicts); err != nil {
+		return Result{}, err
+	}
+	for i, v := range verdicts {
+		each[i] = l.ruleResult(i, v)
+	}
+	return l.result(verdicts), nil
+}
+
+// ruleResult is rule i's own Result of its verdict v.
+func (l *Limiter) ruleResult(i int, v verdict) Result {
+	r := Result{
+		Allowed:    v.status == statusAllowed,
+		Limit:      l.specs[i].limit,
+		Remaining:  max(v.remaining, 0), // < 0 after a limit was lowered below the count
+		ResetAfter: time.Duration(v.reset) * time.Microsecond,
+		Debt:       max(-v.remaining, 0),
+		Rule:       i,
+		RuleName:   l.specs[i].name,
+	}
+	switch v.status {
+	case statusAllowed:
+		r.Delay = time.Duration(v.delay) * time.Microsecond
+	case statusNever:
+		r.RetryAfter = -1
+	default:
+		r.RetryAfter = time.Duration(v.retry) * time.Microsecond
+	}
+	return r
 }
 
 // result picks the binding rule: when denied, the rule that can never admit
@@ -438,28 +502,20 @@ func (l *Limiter) result(vs []verdict) Result {
 			}
 		}
 	}
-	v := vs[best]
-	r := Result{
-		Allowed:    allowed,
-		Limit:      l.specs[best].limit,
-		Remaining:  max(v.remaining, 0), // < 0 after a limit was lowered below the count
-		ResetAfter: time.Duration(v.reset) * time.Microsecond,
-		Debt:       max(-v.remaining, 0),
-		Rule:       best,
-		RuleName:   l.specs[best].name,
-	}
-	switch {
-	case allowed:
+	r := l.ruleResult(best, vs[best])
+	if allowed {
 		r.Delay = time.Duration(delay) * time.Microsecond
-	case v.status == statusNever:
-		r.RetryAfter = -1
-	default:
-		r.RetryAfter = time.Duration(v.retry) * time.Microsecond
 	}
 	return r
 }
 
-func (l *Limiter) allowMemory(key string, n int64, vs []verdict) {
+// allowMemory decides n units for key on Memory into vs, a verdict per
+// rule. When the decision is denied, a rule that admits has the verdict of
+// its state after n, which were not consumed; with each, it has a peek's
+// (n == 0), the state as it stands, as limits.lua and the fast path always
+// report it. Only AllowNEach reads the verdicts of rules that do not bind,
+// so AllowN does not pay for the peeks.
+func (l *Limiter) allowMemory(key string, n int64, vs []verdict, each bool) {
 	var pend [8]int64 // what each drain or fixed rule's check computed for its commit
 	var pending []int64
 	if len(l.specs) <= len(pend) {
@@ -502,6 +558,12 @@ func (l *Limiter) allowMemory(key string, n int64, vs []verdict) {
 			sh.Put(key, e)
 		}
 		l.commitMemory(e, now, n, pending)
+	} else if each && !ok && n > 0 {
+		for i := range l.specs {
+			if vs[i].status == statusAllowed {
+				vs[i], _ = l.checkRule(i, e, lg, now, 0)
+			}
+		}
 	}
 	sh.Unlock()
 }

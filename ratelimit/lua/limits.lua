@@ -47,8 +47,8 @@
 -- against it with the sum of their n, and it is committed once.
 -- reply: {allowed (1/0: every request admitted), then per rule of every
 -- request, in order: status (1 allowed, 0 denied, -1 never), remaining,
--- retry_us, reset_us, delay_us}. When not allowed, and always in mode "c", the
--- rules of a request that no rule denies report a peek (n = 0).
+-- retry_us, reset_us, delay_us}. When not allowed, and always in mode "c", every
+-- rule that admits reports a peek (n = 0): nothing was consumed.
 -- Mode "f" (Limiter.Charge) decides as "0"; when every rule admits, it is
 -- mode "0". Otherwise it commits anyway, each rule taking the units past its
 -- limit (debt): a drain rule's level goes past full (at most MAX_LEVEL, in
@@ -450,27 +450,23 @@ local function finish(reply)
 end
 
 local reply = {1}
-local denied = {} -- per request: true when one of its rules denies it
 for k = 1, #P / 6 do
   local r = RQ[k]
   local s, rem, retry, reset, dl, x = check(k, N[SK[r]])
-  if s ~= 1 then
-    reply[1] = 0
-    denied[r] = true
-  end
+  if s ~= 1 then reply[1] = 0 end
   X[k] = x
   local j = 1 + (k - 1) * 5
   reply[j + 1], reply[j + 2], reply[j + 3], reply[j + 4], reply[j + 5] = s, rem, retry, reset, dl
 end
 
 if (reply[1] == 0 and not force) or mode == 'c' then
-  for r = 1, q do
-    if not denied[r] then
-      for k = first[r], last[r] do
-        local s, rem, retry, reset, dl = check(k, 0)
-        local j = 1 + (k - 1) * 5
-        reply[j + 1], reply[j + 2], reply[j + 3], reply[j + 4], reply[j + 5] = s, rem, retry, reset, dl
-      end
+  -- Nothing is consumed: every rule that admits reports the state as it
+  -- stands, as a peek (n = 0).
+  for k = 1, #P / 6 do
+    local j = 1 + (k - 1) * 5
+    if reply[j + 1] == 1 then
+      local s, rem, retry, reset, dl = check(k, 0)
+      reply[j + 1], reply[j + 2], reply[j + 3], reply[j + 4], reply[j + 5] = s, rem, retry, reset, dl
     end
   end
   return finish(reply)
