@@ -23,7 +23,7 @@ func (s *Service) storeCall(ctx context.Context, d *deciding, b *batch, call fun
 	if s.degraded == nil || slices.Contains(b.fromCache, true) {
 		return call()
 	}
-	return s.degraded.Call(ctx, b.reqs, b.results, func() ([][]ratelimit.Rule, []time.Duration) { return d.rulesOf(b) }, call,
+	return s.degraded.Call(ctx, b.reqs, b.results, nil, func() ([][]ratelimit.Rule, []time.Duration) { return d.rulesOf(b) }, call,
 		func(j int, n int64) bool {
 			q := b.reqs[j]
 			q.N = n

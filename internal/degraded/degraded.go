@@ -5,12 +5,13 @@
 //
 // While the store answers, the caller shows every result it gave (Seen):
 // for each state key the last thing the store said about it — how much was
-// remaining and until when — is remembered, within a bounded memory. While
-// the store cannot decide, the caller decides on Limits: each limit's rule,
-// cut to this server's share of it (the limit divided by the live servers,
-// rounded down), on an in-process memory backend. A key decided here for
-// the first time in an outage starts from the state the store last gave
-// for it: its share of what was remaining, when that is still current.
+// remaining and until when, for each rule of its limit — is remembered,
+// within a bounded memory. While the store cannot decide, the caller
+// decides on Limits: each limit's rules, each cut to this server's share
+// of it (the limit divided by the live servers, rounded down), on an
+// in-process memory backend. A key decided here for the first time in an
+// outage starts each rule from the state the store last gave for it: its
+// share of what was remaining of that rule, while that is still current.
 // Every admission made here is owed to the store (a debt, per key): when
 // the store answers again, the next request for the key carries its debt
 // (Charge adds it to the request's cost), so that the store counts what
@@ -96,8 +97,8 @@ type Limits struct {
 	mem      *backend.Memory  // made at the first Decide, under mu
 
 	mu       sync.Mutex
-	limiters map[limiterKey]*ratelimit.Limiter // the local limiter of each store limiter, by share
-	debts    map[string]debt                   // by state key
+	limiters map[limiterKey][]*ratelimit.Limiter // the local limiters of each store limiter, by share: one per rule
+	debts    map[string]debt                     // by state key
 	// seeded holds, for each key decided here, when the store gave the
 	// result it was seeded from (0: none). A key is seeded again only
 	// when the store has answered for it since.
@@ -144,7 +145,7 @@ func New(o Options) *Limits {
 		memoBytes: o.MemoBytes,
 		servers:   o.Servers,
 		now:       o.Clock.Now,
-		limiters:  map[limiterKey]*ratelimit.Limiter{},
+		limiters:  map[limiterKey][]*ratelimit.Limiter{},
 		debts:     map[string]debt{},
 		seeded:    map[string]int64{},
 	}
@@ -166,41 +167,96 @@ func (l *Limits) memoCache() *freecache.Cache {
 	return l.memo
 }
 
-// memo values: remaining, then when the result was given (Unix ns), then
-// when the limit resets from it (Unix ns).
-const memoSize = 24
+// memo values: when the result was given (Unix ns), then for each rule of
+// the request's limit, in its order, what was remaining and when the rule
+// resets from it (Unix ns): memoHead + memoRule bytes per rule.
+const (
+	memoHead = 8
+	memoRule = 16
+)
+
+// memoBuf holds a memo value of up to 8 rules without allocating.
+type memoBuf [memoHead + 8*memoRule]byte
+
+// memoRules returns the number of rules of memo value v, or 0 when v is not
+// one.
+func memoRules(v []byte) int {
+	if len(v) < memoHead+memoRule || (len(v)-memoHead)%memoRule != 0 {
+		return 0
+	}
+	return (len(v) - memoHead) / memoRule
+}
+
+// memoEntry returns what memo value v says of rule j: remaining, and when
+// the rule resets from it (Unix ns).
+func memoEntry(v []byte, j int) (remaining, resets int64) {
+	o := memoHead + j*memoRule
+	return int64(binary.BigEndian.Uint64(v[o:])), int64(binary.BigEndian.Uint64(v[o+8:]))
+}
 
 // sameReset is how close two answers' reset times are when they are about
 // the same window: concurrent calls see the same end, give or take their
 // latencies.
 const sameReset = 100 * time.Millisecond
 
-// Seen remembers what the store answered for reqs (results[i] for
-// reqs[i]), asked at start.
-func (l *Limits) Seen(reqs []ratelimit.Request, results []ratelimit.Result, start time.Time) {
-	var v [memoSize]byte
+// Seen remembers what the store answered for reqs, asked at start: results
+// for reqs[i] and, when reqs[i].Limiter has several rules, each[i] (of
+// ratelimit.Limiter.AllowNEach), its rules' own results, in their order.
+// each, or each[i], is nil for requests of one rule, whose result is their
+// rule's. A request of several rules remembered without its rules' results
+// is remembered by its binding rule's, which then bounds every rule (less
+// exact: an outage that outlasts that rule starts every rule afresh).
+func (l *Limits) Seen(reqs []ratelimit.Request, results []ratelimit.Result, each [][]ratelimit.Result, start time.Time) {
+	var buf, oldBuf memoBuf
 	for i, q := range reqs {
-		r := results[i]
-		if r.ResetAfter <= 0 {
-			continue // full: nothing to remember, the key starts afresh
+		rs := results[i : i+1]
+		if i < len(each) && each[i] != nil {
+			rs = each[i]
 		}
-		remaining, resets := max(r.Remaining, 0), start.Add(r.ResetAfter).UnixNano()
+		var life time.Duration // until the last rule resets
+		for _, r := range rs {
+			life = max(life, r.ResetAfter)
+		}
+		if life <= 0 {
+			continue // every rule full: nothing to remember, the key starts afresh
+		}
+		var v []byte
+		if size := memoHead + len(rs)*memoRule; size <= len(buf) {
+			v = buf[:size]
+		} else {
+			v = make([]byte, size)
+		}
 		key := []byte(q.Key)
-		// Answers of concurrent calls arrive in any order: an older one,
-		// which says more was remaining in the same window (its reset
-		// within sameReset of the one kept), does not replace a newer.
-		if old, err := l.memoCache().GetWithBuf(key, v[:]); err == nil && len(old) == memoSize {
-			oldRemaining := int64(binary.BigEndian.Uint64(old[0:]))
-			oldResets := int64(binary.BigEndian.Uint64(old[16:]))
-			if d := resets - oldResets; d < int64(sameReset) && d > -int64(sameReset) && oldRemaining < remaining {
-				continue
-			}
+		old, err := l.memoCache().GetWithBuf(key, oldBuf[:])
+		if err != nil || memoRules(old) != len(rs) {
+			old = nil
 		}
-		binary.BigEndian.PutUint64(v[0:], uint64(remaining))
-		binary.BigEndian.PutUint64(v[8:], uint64(start.UnixNano()))
-		binary.BigEndian.PutUint64(v[16:], uint64(resets))
-		ttl := int(r.ResetAfter/time.Second) + 2
-		_ = l.memoCache().Set(key, v[:], ttl) // too large: forgotten
+		kept := 0
+		for j, r := range rs {
+			// A rule that is full resets at start: the key starts it
+			// afresh.
+			remaining, resets := max(r.Remaining, 0), start.Add(max(r.ResetAfter, 0)).UnixNano()
+			// Answers of concurrent calls arrive in any order: an older
+			// one, which says more was remaining in the same window (its
+			// reset within sameReset of the one kept), does not replace a
+			// newer.
+			if old != nil {
+				oldRemaining, oldResets := memoEntry(old, j)
+				if d := resets - oldResets; d < int64(sameReset) && d > -int64(sameReset) && oldRemaining < remaining {
+					remaining, resets = oldRemaining, oldResets
+					kept++
+				}
+			}
+			o := memoHead + j*memoRule
+			binary.BigEndian.PutUint64(v[o:], uint64(remaining))
+			binary.BigEndian.PutUint64(v[o+8:], uint64(resets))
+		}
+		if kept == len(rs) {
+			continue // nothing newer
+		}
+		binary.BigEndian.PutUint64(v[0:], uint64(start.UnixNano()))
+		ttl := int(life/time.Second) + 2
+		_ = l.memoCache().Set(key, v, ttl) // too large: forgotten
 	}
 }
 
@@ -295,16 +351,18 @@ func (l *Limits) Spent(key string, n int64) {
 	l.owed.Store(int64(len(l.debts)))
 }
 
-// Call runs decide, the store's decision of reqs into results, with each
-// key's debt added to its cost, and settles it, as every store call of a
-// caller of Limits must go: the debts of admitted requests are paid (the
-// others stay owed), the store's answers are remembered (Seen), a request
-// refused with its debt spends what its limit has left through spend(j, n)
-// (Spent), and in the grace period after an outage what the store admitted
-// must also pass this server's share (Check; rules gives the requests'
-// rules and windows, as Decide takes them). It returns decide's error: the
-// debts then stay owed and nothing is remembered.
-func (l *Limits) Call(ctx context.Context, reqs []ratelimit.Request, results []ratelimit.Result,
+// Call runs decide, the store's decision of reqs into results (and into
+// each, the rules' own results, as Seen takes them: nil for requests of
+// one rule), with each key's debt added to its cost, and settles it, as
+// every store call of a caller of Limits must go: the debts of admitted
+// requests are paid (the others stay owed), the store's answers are
+// remembered (Seen), a request refused with its debt spends what its limit
+// has left through spend(j, n) (Spent), and in the grace period after an
+// outage what the store admitted must also pass this server's share
+// (Check; rules gives the requests' rules and windows, as Decide takes
+// them). It returns decide's error: the debts then stay owed and nothing
+// is remembered.
+func (l *Limits) Call(ctx context.Context, reqs []ratelimit.Request, results []ratelimit.Result, each [][]ratelimit.Result,
 	rules func() ([][]ratelimit.Rule, []time.Duration), decide func() error, spend func(j int, n int64) bool) error {
 	start := l.now()
 	added := l.Charge(reqs)
@@ -313,7 +371,7 @@ func (l *Limits) Call(ctx context.Context, reqs []ratelimit.Request, results []r
 	if err != nil {
 		return err
 	}
-	l.Seen(reqs, results, start)
+	l.Seen(reqs, results, each, start)
 	l.Recovered()
 	if l.InGrace() && allAdmitted(results) {
 		rs, ws := rules()
@@ -386,7 +444,15 @@ func (l *Limits) Check(ctx context.Context, reqs []ratelimit.Request, rules [][]
 func (l *Limits) decide(ctx context.Context, reqs []ratelimit.Request, rules [][]ratelimit.Rule, windows []time.Duration, results []ratelimit.Result, owe bool) (bool, error) {
 	now := l.now()
 	shares := max(l.servers(), 1)
-	local := make([]ratelimit.Request, len(reqs))
+	total := 0 // local requests: one per rule
+	for i := range reqs {
+		total += len(rules[i])
+	}
+	var lb [8]ratelimit.Request
+	local := lb[:0]
+	if total > len(lb) {
+		local = make([]ratelimit.Request, 0, total)
+	}
 	l.mu.Lock()
 	if l.mem == nil {
 		l.mem = backend.NewMemory(l.memOpts...)
@@ -401,21 +467,41 @@ func (l *Limits) decide(ctx context.Context, reqs []ratelimit.Request, rules [][
 		}
 	}
 	for i, q := range reqs {
-		lim, err := l.limiter(q.Limiter, rules[i], shares)
+		lims, err := l.limiter(q.Limiter, rules[i], shares)
 		if err != nil {
 			l.mu.Unlock()
 			return false, err
 		}
-		local[i] = ratelimit.Request{Limiter: lim, Key: q.Key, N: q.N}
+		for _, lim := range lims {
+			local = append(local, ratelimit.Request{Limiter: lim, Key: q.Key, N: q.N})
+		}
 		if _, known := l.seeded[q.Key]; owe || !known {
-			if err := l.seed(ctx, lim, q.Key, shares, now); err != nil {
+			if err := l.seed(ctx, lims, q.Key, shares, now); err != nil {
 				l.mu.Unlock()
 				return false, err
 			}
 		}
 	}
 	l.mu.Unlock()
-	ok, err := ratelimit.AllowAll(ctx, local, results)
+	var ok bool
+	var err error
+	if len(local) == len(reqs) {
+		// One rule each: the rules' results are the requests'.
+		ok, err = ratelimit.AllowAll(ctx, local, results)
+	} else {
+		var buf [8]ratelimit.Result
+		var each []ratelimit.Result
+		if len(local) <= len(buf) {
+			each = buf[:len(local)]
+		} else {
+			each = make([]ratelimit.Result, len(local))
+		}
+		if ok, err = ratelimit.AllowAll(ctx, local, each); err == nil {
+			for i := range reqs {
+				results[i], each = combine(each[:len(rules[i])], ok), each[len(rules[i]):]
+			}
+		}
+	}
 	if err != nil || !ok || !owe {
 		return ok, err
 	}
@@ -498,12 +584,14 @@ func until(r ratelimit.Rule, window time.Duration, now time.Time) time.Time {
 	return now.Add(window)
 }
 
-// limiter returns the local limiter of store limiter s with rules rs, each
-// cut to one of shares, in their order; l.mu is held.
-func (l *Limits) limiter(s *ratelimit.Limiter, rs []ratelimit.Rule, shares int) (*ratelimit.Limiter, error) {
+// limiter returns the local limiters of store limiter s with rules rs: one
+// per rule, cut to one of shares, in their order; l.mu is held. Each rule
+// has a limiter of its own so that each starts from what the store said of
+// it (seed), and AllowAll decides them at once.
+func (l *Limits) limiter(s *ratelimit.Limiter, rs []ratelimit.Rule, shares int) ([]*ratelimit.Limiter, error) {
 	k := limiterKey{s, shares}
-	if lim := l.limiters[k]; lim != nil {
-		return lim, nil
+	if lims := l.limiters[k]; lims != nil {
+		return lims, nil
 	}
 	if len(l.limiters) > 4096 {
 		clear(l.limiters) // limits and overrides come and go; their state restarts
@@ -514,53 +602,101 @@ func (l *Limits) limiter(s *ratelimit.Limiter, rs []ratelimit.Rule, shares int) 
 	// Each share is named apart: two rules cut to nothing are the same
 	// rule otherwise, and the local state of one store limiter is never
 	// another's.
-	cut := make([]ratelimit.Rule, len(rs))
+	lims := make([]*ratelimit.Limiter, len(rs))
 	for j, r := range rs {
-		cut[j] = ratelimit.Named(fmt.Sprintf("degraded/%p/%d/%d", s, shares, j), Share(r, shares))
+		lim, err := ratelimit.New(l.mem, ratelimit.Named(fmt.Sprintf("degraded/%p/%d/%d", s, shares, j), Share(r, shares)))
+		if err != nil {
+			return nil, fmt.Errorf("degraded: the share of %T: %w", r, err)
+		}
+		lims[j] = lim
 	}
-	lim, err := ratelimit.New(l.mem, cut...)
-	if err != nil {
-		return nil, fmt.Errorf("degraded: the share of %T: %w", rs[0], err)
-	}
-	l.limiters[k] = lim
-	return lim, nil
+	l.limiters[k] = lims
+	return lims, nil
 }
 
-// seed starts key on lim, the first time it is decided here and whenever
-// the store has answered for it since: from what the store last said of
-// it, when that is still current, lim keeps its share of what was
-// remaining; else its share afresh. l.mu is held.
-func (l *Limits) seed(ctx context.Context, lim *ratelimit.Limiter, key string, shares int, now time.Time) error {
-	var v [memoSize]byte
-	val, err := l.memoCache().GetWithBuf([]byte(key), v[:])
-	seen := int64(0)
-	if err == nil && len(val) == memoSize {
-		seen = int64(binary.BigEndian.Uint64(val[8:]))
+// combine returns the result of a request of several rules from rs, its
+// rules' own results of one AllowAll call (a single-rule limiter each)
+// that allowed or not: the binding rule's, as ratelimit.Limiter picks it
+// (see Result.Rule), with Rule its index. A rule that denies has a
+// RetryAfter (< 0 when it never admits); the others report 0.
+func combine(rs []ratelimit.Result, allowed bool) ratelimit.Result {
+	best, denied := 0, false
+	var delay time.Duration
+	for j, r := range rs {
+		b := rs[best]
+		switch {
+		case r.RetryAfter == 0:
+			delay = max(delay, r.Delay)
+			if !denied && r.Remaining < b.Remaining {
+				best = j
+			}
+		case !denied:
+			best, denied = j, true
+		case r.RetryAfter < 0:
+			if b.RetryAfter > 0 {
+				best = j
+			}
+		case b.RetryAfter > 0 && r.RetryAfter > b.RetryAfter:
+			best = j
+		}
+	}
+	res := rs[best]
+	res.Allowed, res.Rule = allowed, best
+	if allowed {
+		res.Delay = delay
+	}
+	return res
+}
+
+// seed starts key on lims, the local limiters of its rules, the first time
+// it is decided here and whenever the store has answered for it since:
+// each rule from what the store last said of it, when that is still
+// current, keeps its share of what was remaining; else its share afresh.
+// l.mu is held.
+func (l *Limits) seed(ctx context.Context, lims []*ratelimit.Limiter, key string, shares int, now time.Time) error {
+	var buf memoBuf
+	val, err := l.memoCache().GetWithBuf([]byte(key), buf[:])
+	seen, known := int64(0), 0
+	if err == nil {
+		if known = memoRules(val); known > 0 {
+			seen = int64(binary.BigEndian.Uint64(val[0:]))
+		}
 	}
 	if last, ok := l.seeded[key]; ok && last == seen {
 		return nil // decided here since the store last answered for it
 	}
 	l.seeded[key] = seen
-	if err := lim.Reset(ctx, key); err != nil {
-		return err
+	for j, lim := range lims {
+		if err := lim.Reset(ctx, key); err != nil {
+			return err
+		}
+		full, err := lim.AllowN(ctx, key, 0)
+		if err != nil {
+			return err
+		}
+		// This server's share of what the store had left of the rule,
+		// when the store's answer is still current, else its share
+		// afresh; less, either way, what this server admitted here that
+		// the store has not counted (a debt lasts as long as the
+		// admission matters). A memo of one result for several rules
+		// (see Seen) bounds each.
+		left := full.Remaining
+		if e := j; known == len(lims) || known == 1 {
+			if known == 1 {
+				e = 0
+			}
+			if remaining, resets := memoEntry(val, e); now.UnixNano() < resets {
+				left = min(left, remaining/int64(shares))
+			}
+		}
+		left -= l.debts[key].n
+		if spent := full.Remaining - max(left, 0); spent > 0 {
+			if _, err := lim.AllowN(ctx, key, spent); err != nil {
+				return err
+			}
+		}
 	}
-	full, err := lim.AllowN(ctx, key, 0)
-	if err != nil {
-		return err
-	}
-	// This server's share of what the store had left, when the store's
-	// answer is still current, else its share afresh; less, either way,
-	// what this server admitted here that the store has not counted (a
-	// debt lasts as long as the admission matters).
-	left := full.Remaining
-	if seen != 0 && now.UnixNano() < int64(binary.BigEndian.Uint64(val[16:])) {
-		left = min(left, int64(binary.BigEndian.Uint64(val[0:]))/int64(shares))
-	}
-	left -= l.debts[key].n
-	if spent := full.Remaining - max(left, 0); spent > 0 {
-		_, err = lim.AllowN(ctx, key, spent)
-	}
-	return err
+	return nil
 }
 
 // Share is r cut to one of shares equal parts, rounded down: its limit,

@@ -2,6 +2,7 @@ package degraded
 
 import (
 	"context"
+	"fmt"
 	"testing"
 	"time"
 
@@ -49,7 +50,7 @@ func (f *fixture) storeAllow(t *testing.T, key string, n int64) bool {
 	if err != nil {
 		t.Fatal(err)
 	}
-	f.l.Seen(reqs, res, f.clk.Now())
+	f.l.Seen(reqs, res, nil, f.clk.Now())
 	return ok
 }
 
@@ -151,7 +152,7 @@ func TestSecondOutage(t *testing.T) {
 	if reqs[0].N != 20 || !f.l.Owed() {
 		t.Fatalf("after a refusal: cost %d (want 20 again), owed %v (want true)", reqs[0].N, f.l.Owed())
 	}
-	f.l.Seen(reqs, res, f.clk.Now())
+	f.l.Seen(reqs, res, nil, f.clk.Now())
 	if got := count(t, f.localAllow, "k", 50); got != 10 {
 		t.Fatalf("second outage: %d admitted, want 10 (40 left by the store, 30 owed)", got)
 	}
@@ -224,15 +225,125 @@ func TestSeenOutOfOrder(t *testing.T) {
 	req := []ratelimit.Request{{Limiter: f.store, Key: key, N: 1}}
 	now := f.clk.Now()
 	// The newer answer: 10 left; then an older one of the same window: 50.
-	f.l.Seen(req, []ratelimit.Result{{Allowed: true, Remaining: 10, ResetAfter: time.Minute}}, now)
-	f.l.Seen(req, []ratelimit.Result{{Allowed: true, Remaining: 50, ResetAfter: time.Minute - time.Millisecond}}, now)
+	f.l.Seen(req, []ratelimit.Result{{Allowed: true, Remaining: 10, ResetAfter: time.Minute}}, nil, now)
+	f.l.Seen(req, []ratelimit.Result{{Allowed: true, Remaining: 50, ResetAfter: time.Minute - time.Millisecond}}, nil, now)
 	if got := count(t, f.localAllow, key, 100); got != 10 {
 		t.Fatalf("in process: %d admitted, want the 10 the newer answer left", got)
 	}
 	// An answer about a later reset replaces it, whatever it says; the
 	// key starts again from it, less the 10 it still owes.
-	f.l.Seen(req, []ratelimit.Result{{Allowed: true, Remaining: 70, ResetAfter: 2 * time.Minute}}, now.Add(time.Second))
+	f.l.Seen(req, []ratelimit.Result{{Allowed: true, Remaining: 70, ResetAfter: 2 * time.Minute}}, nil, now.Add(time.Second))
 	if got := count(t, f.localAllow, key, 100); got != 60 {
 		t.Fatalf("a later reset: %d admitted, want 60 (70 less the 10 owed)", got)
+	}
+}
+
+// TestEachRuleRemembered: a limit of two rules, 5 a second and 20 in 10
+// seconds; the store counts 18 of the 20, the last second's 5 leaving the
+// short rule binding. An outage past that second starts each rule from
+// what the store said of it: the long rule has 2 left (its share of them),
+// not its whole share again. Remembered by the binding rule's result
+// alone, the key starts afresh once the short rule's second has passed.
+func TestEachRuleRemembered(t *testing.T) {
+	for _, servers := range []int{1, 2} {
+		t.Run(fmt.Sprint("servers=", servers), func(t *testing.T) {
+			clk := clock.NewFake(t0)
+			mem := backend.NewMemory(backend.WithClock(clk))
+			t.Cleanup(func() { mem.Close() })
+			rules := []ratelimit.Rule{
+				ratelimit.FixedWindow{Limit: 5, Window: time.Second},
+				ratelimit.FixedWindow{Limit: 20, Window: 10 * time.Second},
+			}
+			store, err := ratelimit.New(mem, rules...)
+			if err != nil {
+				t.Fatal(err)
+			}
+			l := New(Options{Servers: func() int { return servers }, Clock: clk})
+			t.Cleanup(func() { l.Close() })
+			ctx := context.Background()
+			storeAllow := func(key string, eachRule bool) bool {
+				reqs := []ratelimit.Request{{Limiter: store, Key: key, N: 1}}
+				res := make([]ratelimit.Result, 1)
+				var each [][]ratelimit.Result
+				if eachRule {
+					each = [][]ratelimit.Result{make([]ratelimit.Result, len(rules))}
+				}
+				err := l.Call(ctx, reqs, res, each, func() ([][]ratelimit.Rule, []time.Duration) {
+					return [][]ratelimit.Rule{rules}, []time.Duration{10 * time.Second}
+				}, func() (err error) {
+					if each == nil {
+						res[0], err = store.AllowN(ctx, key, reqs[0].N)
+					} else {
+						res[0], err = store.AllowNEach(ctx, key, reqs[0].N, each[0])
+					}
+					return err
+				}, func(int, int64) bool { return false })
+				if err != nil {
+					t.Fatal(err)
+				}
+				return res[0].Allowed
+			}
+			localAllow := func(key string) ratelimit.Result {
+				res := make([]ratelimit.Result, 1)
+				if _, err := l.Decide(ctx, []ratelimit.Request{{Limiter: store, Key: key, N: 1}},
+					[][]ratelimit.Rule{rules}, []time.Duration{10 * time.Second}, res); err != nil {
+					t.Fatal(err)
+				}
+				return res[0]
+			}
+			for _, key := range []string{"each", "binding"} {
+				for s, n := range []int{5, 5, 3, 5} {
+					clk.Set(t0.Add(time.Duration(s) * time.Second))
+					for range n {
+						if !storeAllow(key, key == "each") {
+							t.Fatalf("%s: the store refused in second %d", key, s)
+						}
+					}
+				}
+			}
+			// The outage, in the last second the store answered: its short
+			// rule is spent.
+			if r := localAllow("each"); r.Allowed || r.Rule != 0 || r.RetryAfter <= 0 {
+				t.Fatalf("second 3 in process: %+v, want refused by rule 0", r)
+			}
+			want := 2 / servers
+			admitted := 0
+			for s := 4; s < 10; s++ {
+				clk.Set(t0.Add(time.Duration(s) * time.Second))
+				for range 10 {
+					r := localAllow("each")
+					if r.Allowed {
+						admitted++
+					} else if r.Rule != 1 || r.RetryAfter <= 0 {
+						t.Fatalf("second %d in process: %+v, want refused by rule 1 (its 20 in 10 s)", s, r)
+					}
+				}
+			}
+			if admitted != want {
+				t.Fatalf("seconds 4 to 9 in process: %d admitted, want %d (the store's 2 left of 20, shared by %d)", admitted, want, servers)
+			}
+			// The binding rule's result alone bounds nothing past its second.
+			clk.Set(t0.Add(4 * time.Second))
+			binding := 0
+			for range 10 {
+				if localAllow("binding").Allowed {
+					binding++
+				}
+			}
+			if binding != 5/servers {
+				t.Fatalf("remembered by the binding rule alone: %d admitted in second 4, want %d (the short rule's share afresh)", binding, 5/servers)
+			}
+			// The next 10 s are the store's afresh: the short rule's share.
+			clk.Set(t0.Add(10 * time.Second))
+			admitted = 0
+			for range 10 {
+				if localAllow("each").Allowed {
+					admitted++
+				}
+			}
+			if admitted != 5/servers {
+				t.Fatalf("second 10 in process: %d admitted, want %d", admitted, 5/servers)
+			}
+		})
 	}
 }

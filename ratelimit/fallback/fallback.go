@@ -284,7 +284,7 @@ func (f *Limiter) fixed() ratelimit.Result {
 func (f *Limiter) degraded(ctx context.Context, key string, n int64) (ratelimit.Result, error) {
 	reqs := []ratelimit.Request{{Limiter: f.lim, Key: key, N: n}}
 	results := make([]ratelimit.Result, 1)
-	err := f.limits.Call(ctx, reqs, results,
+	err := f.limits.Call(ctx, reqs, results, nil,
 		func() ([][]ratelimit.Rule, []time.Duration) {
 			return [][]ratelimit.Rule{f.rules}, []time.Duration{f.window}
 		},
