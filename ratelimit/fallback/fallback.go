@@ -52,12 +52,15 @@
 // used first), or whose result is no longer current, starts afresh with
 // its share.
 //
-// For a Limiter of several rules, each rule is cut to its share, and the
-// key starts from what remained of the rule that bound the store's last
-// answer (the store reports no other): every rule then starts from at most
-// that. An outage that outlasts that rule's window lets the longer rules
-// have their whole share again, which can pass the bound for them when the
-// store had counted more of them than of the binding rule.
+// For a Limiter of several rules the bound holds for each rule: each is
+// cut to its share, the store is asked for every rule's answer, not only
+// the binding one's (ratelimit.Limiter.AllowNEach), and each rule of a key
+// starts from its share of what the store last said remained of it while
+// that answer is current (until that rule's reset), else from its share
+// afresh. So an outage that outlasts a short rule's window does not give
+// a longer rule back what the store had counted of it: 10 a second and 100
+// a minute, of which the store had counted 95 this minute, leave this
+// process at most its share of the 5 for the rest of the minute.
 package fallback
 
 import (
@@ -123,7 +126,8 @@ type Options struct {
 	Timeout time.Duration
 	// MemoBytes bounds the memory of the store answers Degraded remembers
 	// (each key's last one); 0 means 8 MiB, about 80,000 keys of 50
-	// bytes. Other modes remember nothing.
+	// bytes for a Limiter of one rule (each rule more takes 16 bytes a
+	// key). Other modes remember nothing.
 	MemoBytes int
 	// OnFallback, when set, is called with the store's error for each
 	// request the fallback answered (not in mode Error, whose caller gets
@@ -240,7 +244,7 @@ func (f *Limiter) AllowN(ctx context.Context, key string, n int64) (ratelimit.Re
 		return ratelimit.Result{}, err
 	}
 	if f.limits == nil {
-		res, err := f.call(ctx, key, n)
+		res, err := f.call(ctx, key, n, nil)
 		if err == nil || f.o.Mode == Error || ctx.Err() != nil {
 			return res, err
 		}
@@ -250,12 +254,16 @@ func (f *Limiter) AllowN(ctx context.Context, key string, n int64) (ratelimit.Re
 	return f.degraded(ctx, key, n)
 }
 
-// call is the store's decision of n units for key, under Options.Timeout.
-func (f *Limiter) call(ctx context.Context, key string, n int64) (ratelimit.Result, error) {
+// call is the store's decision of n units for key, under Options.Timeout,
+// with its rules' own results in each unless each is nil.
+func (f *Limiter) call(ctx context.Context, key string, n int64, each []ratelimit.Result) (ratelimit.Result, error) {
 	if f.o.Timeout > 0 {
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithTimeout(ctx, f.o.Timeout)
 		defer cancel()
+	}
+	if each != nil {
+		return f.lim.AllowNEach(ctx, key, n, each)
 	}
 	return f.lim.AllowN(ctx, key, n)
 }
@@ -279,21 +287,29 @@ func (f *Limiter) fixed() ratelimit.Result {
 }
 
 // degraded is AllowN in mode Degraded: the store's decision with the key's
-// debt added (and its answer remembered), or the in-process one when the
-// store fails.
+// debt added (and its answer remembered, every rule's), or the in-process
+// one when the store fails.
 func (f *Limiter) degraded(ctx context.Context, key string, n int64) (ratelimit.Result, error) {
 	reqs := []ratelimit.Request{{Limiter: f.lim, Key: key, N: n}}
 	results := make([]ratelimit.Result, 1)
-	err := f.limits.Call(ctx, reqs, results, nil,
+	// Every rule's own result, for the memo; a Result of one rule is its
+	// rule's.
+	var each []ratelimit.Result
+	var eachReq [][]ratelimit.Result
+	if len(f.rules) > 1 {
+		each = make([]ratelimit.Result, len(f.rules))
+		eachReq = [][]ratelimit.Result{each}
+	}
+	err := f.limits.Call(ctx, reqs, results, eachReq,
 		func() ([][]ratelimit.Rule, []time.Duration) {
 			return [][]ratelimit.Rule{f.rules}, []time.Duration{f.window}
 		},
 		func() (err error) {
-			results[0], err = f.call(ctx, key, reqs[0].N)
+			results[0], err = f.call(ctx, key, reqs[0].N, each)
 			return err
 		},
 		func(_ int, part int64) bool {
-			r, err := f.call(ctx, key, part)
+			r, err := f.call(ctx, key, part, nil)
 			return err == nil && r.Allowed
 		})
 	if err == nil {

@@ -139,6 +139,52 @@ func TestDegradedMultiRule(t *testing.T) {
 	}
 }
 
+// TestDegradedLongRuleRemembered reproduces the over-admission of a
+// fallback that remembered only the binding rule of the store's answers:
+// rules of 5 a second and 20 in 10 seconds on Redis (a fake clock), 18 of
+// the 20 admitted by the store, the last second's 5 leaving the short rule
+// binding. Redis killed and the short rule's second past, the process may
+// admit the 2 the store had left of the long rule until its 10 seconds
+// end, not the short rule's whole share each second.
+func TestDegradedLongRuleRemembered(t *testing.T) {
+	// rueidis: its calls to a killed Redis fail at once (see
+	// TestDegradedMultiRule).
+	r := testenv.NewRedis(t)
+	clk := clock.NewFake(t0)
+	lim, err := ratelimit.New(clients[1].make(t, r, clk),
+		ratelimit.Named("short", ratelimit.FixedWindow{Limit: 5, Window: time.Second}),
+		ratelimit.Named("long", ratelimit.FixedWindow{Limit: 20, Window: 10 * time.Second}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	f, err := fallback.New(lim, fallback.Options{Mode: fallback.Degraded, Timeout: 5 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	for s, n := range []int{5, 5, 3, 5} {
+		clk.Set(t0.Add(time.Duration(s) * time.Second))
+		if got := count(t, f, "k", n, false); got != n {
+			t.Fatalf("second %d: the store admitted %d of %d", s, got, n)
+		}
+	}
+	if err := r.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	admitted := 0
+	for s := 4; s < 10; s++ {
+		clk.Set(t0.Add(time.Duration(s) * time.Second))
+		admitted += count(t, f, "k", 10, true)
+	}
+	if admitted != 2 {
+		t.Fatalf("seconds 4 to 9 in process: %d admitted, want 2 (the store had counted 18 of the long rule's 20)", admitted)
+	}
+	res, err := f.Allow(context.Background(), "k")
+	if err != nil || res.Allowed || !res.Fallback || res.RuleName != "long" || res.RetryAfter <= 0 {
+		t.Fatalf("past the long rule: %+v, %v; want the fallback's refusal on it", res, err)
+	}
+}
+
 // TestModes: a killed store, and every mode's answer; the caller's own
 // cancellation and invalid calls are errors in every mode.
 func TestModes(t *testing.T) {
