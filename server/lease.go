@@ -101,7 +101,7 @@ func (s *Service) countLeased(ctx context.Context, d *deciding, b *batch, lz *ra
 		// what the store had left less two leases of each other server.
 		r := b.results[0]
 		r.Remaining = max(0, r.Remaining-2*(n-1)*(held+b.reqs[0].N))
-		s.degraded.Seen(b.reqs, []ratelimit.Result{r}, start)
+		s.degraded.Seen(b.reqs, []ratelimit.Result{r}, nil, start)
 	}
 	// allowLeased gave the store's Remaining; the answer says what this
 	// server can still admit.
