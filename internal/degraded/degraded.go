@@ -37,8 +37,15 @@
 // outage (answered here too: counted twice, so under-admitted). A server
 // that overestimates N under-admits; one that underestimates it (it sees
 // fewer servers than there are) over-admits by the shares it takes too
-// many. Memory: the remembered results are bounded (Options.MemoBytes, an
-// LRU ring); a key whose result was forgotten starts afresh with its share.
+// many. "What remained" is what the store last told each server: the bound
+// assumes every server sees its part of a key's traffic, so that each has
+// heard from the store shortly before the outage. A server that decided a
+// key rarely (one key's traffic routed mostly to another server) starts
+// the outage from an older count, and the window in progress can admit up
+// to its share of what was spent since; windows that begin during the
+// outage are exact. Memory: the remembered results are bounded
+// (Options.MemoBytes, an LRU ring); a key whose result was forgotten starts
+// afresh with its share.
 package degraded
 
 import (

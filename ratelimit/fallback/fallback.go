@@ -50,7 +50,11 @@
 // over-admits by the shares it takes too many. A key whose remembered
 // result was forgotten (Options.MemoBytes bounds them, least recently
 // used first), or whose result is no longer current, starts afresh with
-// its share.
+// its share. What the store "had left" is what it last told each process,
+// so the bound assumes every process sees its part of a key's traffic: a
+// process that calls for a key rarely starts an outage from an older
+// count, and the window in progress can then admit up to its share of
+// what the others spent since (windows that begin in the outage are exact).
 //
 // For a Limiter of several rules the bound holds for each rule: each is
 // cut to its share, the store is asked for every rule's answer, not only
