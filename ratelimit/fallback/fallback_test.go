@@ -92,15 +92,15 @@ func TestDegradedMultiRule(t *testing.T) {
 			if got := count(t, f, "k", 10, true); got != 4 {
 				t.Fatalf("second 1 in process: %d more admitted, want 4", got)
 			}
-			// Seconds 2 to 4: 5 each, until permin's share (20, less the 3
-			// the seed took for persec's state) is spent: 2+5+5+5 = 17.
+			// Seconds 2 to 4: 5 each, until permin's share of what the store
+			// had left of it (34 / 2) is spent: 2+5+5+5 = 17.
 			admitted := 2 + 5
 			for s := 2; s <= 4; s++ {
 				clk.Advance(time.Second)
 				admitted += count(t, f, "k", 10, true)
 			}
 			if admitted != 17 {
-				t.Fatalf("in process over 5 s: %d admitted, want 17 (of permin's share of 20, 3 spent by the seed)", admitted)
+				t.Fatalf("in process over 5 s: %d admitted, want 17 (permin's share of the 34 the store had left)", admitted)
 			}
 			clk.Advance(time.Second)
 			if got := count(t, f, "k", 10, true); got != 0 {
