@@ -32,39 +32,35 @@ var errClosed = errors.New("rueidisadapter: pub/sub connection closed")
 // opened after a short pause and subscribes every channel again, until Close.
 func (s scripter) OpenPubSub(_ context.Context, deliver func(channel, payload string)) (redisstore.PubSubConn, error) {
 	p := &pubsub{
-		c:       s.c,
-		deliver: deliver,
-		chans:   map[string]chan struct{}{},
-		conn:    newConn(),
-		wake:    make(chan struct{}, 1),
-		done:    make(chan struct{}),
+		c:     s.c,
+		out:   redisstore.NewDeliveries(deliver),
+		chans: map[string]chan struct{}{},
+		conn:  newConn(),
+		done:  make(chan struct{}),
 	}
 	p.wg.Add(1)
 	go p.run()
-	go p.deliverAll() // not in wg: see Close
 	return p, nil
 }
 
 // pubsub is a redisstore.PubSubConn over dedicated rueidis connections, one
-// at a time. Three goroutines work for it: run opens each connection and
-// waits for its end, write sends the commands of the open one, and
-// deliverAll calls deliver, so that a slow deliver never holds up rueidis's
-// reader of the connection (which also reads the confirmations Subscribe
-// waits for).
+// at a time. Goroutines work for it: run opens each connection and waits
+// for its end, write sends the commands of the open one, and
+// redisstore.Deliveries' calls deliver, so that a slow deliver never holds
+// up rueidis's reader of the connection (which also reads the
+// confirmations Subscribe waits for).
 type pubsub struct {
-	c       rueidis.Client
-	deliver func(channel, payload string)
+	c   rueidis.Client
+	out *redisstore.Deliveries // calls deliver
 
 	mu sync.Mutex
 	// chans holds the subscribed channels, each with the confirmation of its
 	// latest SUBSCRIBE on conn (closed once Redis confirmed it). A new conn
 	// gets fresh ones, as it subscribes again.
 	chans  map[string]chan struct{}
-	conn   *conn                   // the connection in use, or the next one; never nil
-	msgs   []rueidis.PubSubMessage // received, waiting for deliverAll
+	conn   *conn // the connection in use, or the next one; never nil
 	closed bool
 
-	wake chan struct{} // one token: msgs has messages
 	done chan struct{} // closed by Close
 	wg   sync.WaitGroup
 }
@@ -199,6 +195,7 @@ func (p *pubsub) Close() error {
 		close(p.done)
 	}
 	p.mu.Unlock()
+	p.out.Close()
 	p.wg.Wait()
 	return nil
 }
@@ -341,37 +338,5 @@ func (p *pubsub) confirmed(c *conn, channel string) {
 	}
 }
 
-// received queues a message for deliverAll.
-func (p *pubsub) received(m rueidis.PubSubMessage) {
-	p.mu.Lock()
-	p.msgs = append(p.msgs, m)
-	p.mu.Unlock()
-	select {
-	case p.wake <- struct{}{}:
-	default:
-	}
-}
-
-// deliverAll calls deliver for every message received, in order, until
-// Close.
-func (p *pubsub) deliverAll() {
-	for {
-		select {
-		case <-p.wake:
-		case <-p.done:
-			return
-		}
-		p.mu.Lock()
-		msgs := p.msgs
-		p.msgs = nil
-		p.mu.Unlock()
-		for _, m := range msgs {
-			select {
-			case <-p.done:
-				return
-			default:
-			}
-			p.deliver(m.Channel, m.Message)
-		}
-	}
-}
+// received queues a message for deliver.
+func (p *pubsub) received(m rueidis.PubSubMessage) { p.out.Add(m.Channel, m.Message) }

@@ -285,7 +285,7 @@ func TestCloseStops(t *testing.T) {
 	}
 	deadline := time.Now().Add(5 * time.Second)
 	for {
-		n := goroutinesIn("rueidisadapter.(*pubsub).")
+		n := goroutinesIn("rueidisadapter.(*pubsub).") + goroutinesIn("redisstore.(*Deliveries).")
 		if n == 0 {
 			break
 		}

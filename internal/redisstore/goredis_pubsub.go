@@ -44,17 +44,15 @@ func (g goRedis) OpenPubSub(ctx context.Context, deliver func(channel, payload s
 	}
 	p := &goRedisPubSub{
 		ps:       g.c.Subscribe(ctx),
-		deliver:  deliver,
+		out:      NewDeliveries(deliver),
 		wait:     confirmWait(g.c),
 		barrier:  fmt.Sprintf("floodgate:barrier:%016x:", rand.Uint64()),
 		chans:    map[string]struct{}{},
 		barriers: map[string]*barrierWait{},
-		wake:     make(chan struct{}, 1),
 		done:     make(chan struct{}),
 	}
 	p.wg.Add(1)
 	go p.read(p.ps.ChannelWithSubscriptions())
-	go p.deliverAll() // not in wg: see Close
 	return p, nil
 }
 
@@ -77,7 +75,7 @@ func confirmWait(c redis.UniversalClient) time.Duration {
 // answers to SUBSCRIBE and UNSUBSCRIBE) and never waits for deliver, so that
 // the answers Subscribe waits for are read while a deliver call is slow (the
 // hub holds its lock while it subscribes, and its deliver takes that lock);
-// deliverAll calls deliver.
+// Deliveries' calls deliver.
 //
 // Subscribe learns that Redis has run its SUBSCRIBE from a barrier: after
 // the SUBSCRIBE it sends UNSUBSCRIBE of a channel of its own, never
@@ -88,7 +86,7 @@ func confirmWait(c redis.UniversalClient) time.Duration {
 // answers lost with the old connection never come.
 type goRedisPubSub struct {
 	ps      *redis.PubSub
-	deliver func(channel, payload string)
+	out     *Deliveries   // calls deliver
 	wait    time.Duration // Subscribe's bound on waiting for Redis (confirmWait); 0: ctx's alone
 	barrier string        // prefix of this connection's barrier channels, unique to it
 
@@ -101,10 +99,8 @@ type goRedisPubSub struct {
 	chans    map[string]struct{}     // the channels subscribed (as asked; go-redis's set)
 	barriers map[string]*barrierWait // barriers sent and not answered, by channel name
 	sent     uint64                  // barriers sent so far, which names them
-	msgs     []*redis.Message        // received, waiting for deliverAll
 	closed   bool
 
-	wake chan struct{}  // one token: msgs has messages
 	done chan struct{}  // closed by Close
 	wg   sync.WaitGroup // read
 }
@@ -289,8 +285,7 @@ func (p *goRedisPubSub) Unsubscribe(ctx context.Context, channels ...string) err
 // Close closes the PubSub and stops the goroutines; a Subscribe still
 // waiting returns an error. It waits for read, which ends when go-redis
 // closes its channel, but not for a deliver call under way, which may end
-// after Close returns: the hub's deliver takes the lock that Store.Close
-// holds while it calls Close. deliverAll ends after that call. Close is
+// after Close returns (Deliveries.Close). Close is
 // idempotent; it returns go-redis's error of closing the first time, nil
 // after.
 func (p *goRedisPubSub) Close() error {
@@ -300,16 +295,16 @@ func (p *goRedisPubSub) Close() error {
 		return nil
 	}
 	p.closed = true
-	p.msgs = nil
 	close(p.done)
 	p.mu.Unlock()
+	p.out.Close()
 	err := p.ps.Close()
 	p.wg.Wait()
 	return err
 }
 
 // read takes what the PubSub receives until go-redis closes its channel,
-// which it does after Close: it queues the messages for deliverAll and
+// which it does after Close: it queues the messages for deliver and
 // wakes the Subscribe whose barrier Redis answered. Redis's answers to
 // SUBSCRIBE and to the UNSUBSCRIBE of real channels tell nothing more.
 func (p *goRedisPubSub) read(in <-chan any) {
@@ -317,15 +312,7 @@ func (p *goRedisPubSub) read(in <-chan any) {
 	for m := range in {
 		switch m := m.(type) {
 		case *redis.Message:
-			p.mu.Lock()
-			if !p.closed {
-				p.msgs = append(p.msgs, m)
-			}
-			p.mu.Unlock()
-			select {
-			case p.wake <- struct{}{}:
-			default:
-			}
+			p.out.Add(m.Channel, m.Payload)
 		case *redis.Subscription:
 			if m.Kind == "unsubscribe" {
 				p.answered(m.Channel)
@@ -348,28 +335,4 @@ func (p *goRedisPubSub) answered(name string) {
 	}
 	w.ok = true
 	close(w.answered)
-}
-
-// deliverAll calls deliver for every message received, in order, until
-// Close.
-func (p *goRedisPubSub) deliverAll() {
-	for {
-		select {
-		case <-p.wake:
-		case <-p.done:
-			return
-		}
-		p.mu.Lock()
-		msgs := p.msgs
-		p.msgs = nil
-		p.mu.Unlock()
-		for _, m := range msgs {
-			select {
-			case <-p.done:
-				return
-			default:
-			}
-			p.deliver(m.Channel, m.Payload)
-		}
-	}
 }

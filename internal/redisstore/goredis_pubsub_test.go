@@ -419,7 +419,7 @@ func TestGoRedisCloseStops(t *testing.T) {
 	}
 	deadline := time.Now().Add(5 * time.Second)
 	for {
-		n := goroutinesIn("redisstore.(*goRedisPubSub).", "go-redis/v9.(*channel).")
+		n := goroutinesIn("redisstore.(*goRedisPubSub).", "go-redis/v9.(*channel).", "redisstore.(*Deliveries).")
 		if n == 0 {
 			break
 		}
