@@ -8,7 +8,6 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/floodgate-dev/floodgate/backend"
 	"github.com/floodgate-dev/floodgate/ratelimit"
 	"github.com/floodgate-dev/floodgate/server/config"
 )
@@ -83,7 +82,7 @@ func (s *Service) countLeased(ctx context.Context, d *deciding, b *batch, lz *ra
 		}
 	}
 	st := s.storeOf(d.limits[b.idx[0]])
-	start := now(st.b)
+	start := s.now()
 	err := s.storeCall(ctx, d, b, func() error {
 		_, err := s.allowOn(ctx, st, b.reqs, b.results, lz)
 		return err
@@ -107,14 +106,6 @@ func (s *Service) countLeased(ctx context.Context, d *deciding, b *batch, lz *ra
 	// server can still admit.
 	b.results[0].Remaining += held
 	return nil
-}
-
-// now is the time on b's clock.
-func now(b backend.Backend) time.Time {
-	if c := b.Clock(); c != nil {
-		return c.Now()
-	}
-	return time.Now()
 }
 
 // allowLeased decides q through its lease lz into results[0], for
