@@ -30,7 +30,9 @@ func (s *Service) charges(l *config.Limit, desc *Descriptor) bool {
 // decideCharge records the usage of descriptor i, whose limit charges,
 // through the store call path (its timeout, breakers and failure mode: in
 // the degraded mode, what this server's share admits is recorded in
-// process and owed to the store), and settles its answer.
+// process and owed to the store, and the next call pays it), and settles
+// its answer. The degraded mode remembers the store's answer, and a debt
+// the charge carried is paid whether the charge fit or not.
 func (s *Service) decideCharge(ctx context.Context, d *deciding, i int) error {
 	var b batch
 	var req [1]ratelimit.Request
@@ -39,10 +41,27 @@ func (s *Service) decideCharge(ctx context.Context, d *deciding, i int) error {
 	b.reqs, b.idx, b.results = req[:], []int{i}, res[:]
 	l := d.limits[i]
 	st := s.storeOf(l)
+	start := s.now()
+	var owed []int64
+	if s.degraded != nil {
+		owed = s.degraded.Charge(b.reqs) // what the degraded mode admitted of the key
+	}
 	err := s.callStore(ctx, st, []int{st.breakers.Of(req[0].Key)}, func(ctx context.Context) (err error) {
 		res[0], err = req[0].Limiter.Charge(ctx, req[0].Key, req[0].N)
 		return err
 	})
+	if s.degraded != nil {
+		// A charge is recorded whether it fits or not: the debt it
+		// carried is paid once the store answered, and the answer is
+		// remembered, as every store call's is (degraded.Limits.Call).
+		paid := res
+		paid[0].Allowed = true
+		s.degraded.Paid(b.reqs, paid[:], owed, err == nil)
+		if err == nil {
+			s.degraded.Seen(b.reqs, res[:], nil, start)
+			s.degraded.Recovered()
+		}
+	}
 	if err != nil {
 		if err = s.degrade(ctx, d, &b, err); err != nil {
 			return err

@@ -9,6 +9,8 @@ import (
 
 	"github.com/floodgate-dev/floodgate/clock"
 	"github.com/floodgate-dev/floodgate/internal/backendtest"
+	"github.com/floodgate-dev/floodgate/internal/testenv"
+	"github.com/floodgate-dev/floodgate/server/storeurl"
 )
 
 const chargeYAML = `domain: ai
@@ -135,4 +137,69 @@ func decideAI(t *testing.T, s *Service, ds ...Descriptor) *Response {
 		t.Fatal(err)
 	}
 	return r
+}
+
+// TestChargeThroughPause: a charge that comes while Redis is paused is
+// answered by the degraded mode (this server's share of what the store
+// had left) and owed to the store; when Redis is back, the next call
+// carries it, so the hour counts it once and never admits past its limit.
+func TestChargeThroughPause(t *testing.T) {
+	awayFromHourEnd()
+	r := testenv.NewRedis(t)
+	b, c, err := storeurl.Open("redis://"+r.Addr, backendtest.UniquePrefix(), time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	s := newService(t, b, Options{
+		FailureMode: FailDegraded,
+		Servers:     1,
+		Timeout:     100 * time.Millisecond,
+		Breaker:     BreakerOptions{Failures: 1, Cooldown: 200 * time.Millisecond},
+	})
+	if err := s.SetConfig(mustConfig(t, "domain: ai\ndescriptors:\n  - key: user\n    charge: always\n    rate_limit: {unit: hour, requests_per_unit: 1000}\n"), "v1"); err != nil {
+		t.Fatal(err)
+	}
+	if got := decideAI(t, s, desc(600, "user", "bob")); got.Code != CodeOK {
+		t.Fatalf("healthy charge: %+v", got)
+	}
+	if err := r.Pause(); err != nil {
+		t.Fatal(err)
+	}
+	resumed := false
+	defer func() {
+		if !resumed {
+			r.Resume()
+		}
+	}()
+	got := decideAI(t, s, desc(300, "user", "bob"))
+	if !got.Degraded || got.Code != CodeOK || got.Statuses[0].Remaining != 100 {
+		t.Fatalf("a charge while Redis is paused: %+v; want the degraded mode to admit it with 100 left", got)
+	}
+	if err := r.Resume(); err != nil {
+		t.Fatal(err)
+	}
+	resumed = true
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		chk := decideAI(t, s, desc(0, "user", "bob"))
+		if !chk.Failed {
+			// 600 and the 300 owed: 100 left. The charge sent while Redis
+			// was paused may also have reached it when it resumed (its
+			// answer lost to the timeout): then the store counted it too,
+			// the debt did not fit and spent what was left — counted
+			// twice, under-admitted, never over.
+			if st := chk.Statuses[0]; chk.Code == CodeOK && st.Remaining != 100 || chk.Code != CodeOK && st.RetryAfter <= 0 {
+				t.Fatalf("after the pause, the check: %v %+v; want OK with 100 left, or over the limit", chk.Code, st)
+			}
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the store did not decide again within 10 s of Redis resuming")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if got := decideAI(t, s, desc(200, "user", "bob")); got.Code != CodeOverLimit || got.Failed {
+		t.Errorf("200 more past the 100 left: %+v; want OVER_LIMIT from the store (recorded as debt)", got)
+	}
 }
