@@ -100,7 +100,11 @@ type Redis struct {
 // limiters are the exception by design: a resent decision is decided again,
 // so it may spend a second time; that can only deny more, never admit more
 // than the rule allows (package ratelimit). With ContextTimeoutEnabled, the
-// caller's deadline also ends the retries of a plain call.
+// caller's deadline also ends the retries of a plain call. A call that still
+// fails because its connection was closed under it (EOF, reset: a Redis that
+// restarted under a pool, or under a batch in flight) is sent once more,
+// while the caller's context lives, as a plain call on a connection the pool
+// checks first; rueidisadapter does the same.
 //
 // Failover: on a *redis.ClusterClient, a call that fails with a network
 // error, CLUSTERDOWN or TRYAGAIN makes the client reload its slot map

@@ -109,3 +109,56 @@ func TestAddLostReplyResent(t *testing.T) {
 		})
 	}
 }
+
+// TestAddConnectionsClosedResent: more connections are closed under an Add
+// than go-redis has retries for (MaxRetries 2: three sends, each reply
+// lost), as when Redis restarts under a pool or a batch in flight. The
+// backend sends the Add once more on a checked connection: it succeeds, and
+// the replay record counts it once. When the resend's own three sends are
+// lost as well, the error is the caller's.
+func TestAddConnectionsClosedResent(t *testing.T) {
+	r := testenv.SharedRedis(t)
+	for _, tc := range []struct {
+		name    string
+		lost    int
+		wantErr bool
+	}{
+		{"three lost", 3, false},
+		{"six lost", 6, true}, // the resend's own retries lost too
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			p := testenv.NewProxy(t, r.Addr)
+			rdb := redis.NewClient(&redis.Options{Addr: p.Addr(), MaxRetries: 2, ContextTimeoutEnabled: true})
+			t.Cleanup(func() { rdb.Close() })
+			c, err := counter.New(backendtest.NewRedis(t, rdb, backend.WithPrefix(backendtest.UniquePrefix())), "closed")
+			if err != nil {
+				t.Fatal(err)
+			}
+			ctx := context.Background()
+			if _, err := c.Add(ctx, "k", 1); err != nil {
+				t.Fatal(err)
+			}
+			p.LoseNextReplies(tc.lost)
+			v, err := c.Add(ctx, "k", 1)
+			if tc.wantErr {
+				if err == nil {
+					t.Fatalf("Add with %d replies lost: no error, value %d", tc.lost, v)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatalf("Add with %d replies lost: %v; want it resent once more and answered", tc.lost, err)
+			}
+			if p.Lost() != tc.lost {
+				t.Fatalf("the proxy lost %d replies, want %d", p.Lost(), tc.lost)
+			}
+			got, err := c.Get(ctx, "k")
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got != 2 || v != 2 {
+				t.Fatalf("two Adds, the second sent %d times: value %d, Add returned %d; want 2", tc.lost+1, got, v)
+			}
+		})
+	}
+}

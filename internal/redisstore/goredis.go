@@ -189,8 +189,8 @@ func (g goRedis) evalCmd(ctx context.Context, name, payload string, keys []strin
 
 // run sends a command built by evalArgs, with a reply of any shape.
 func (g goRedis) run(ctx context.Context, cmdArgs []any, keyed bool) (any, error) {
-	cmd := redis.NewCmd(ctx, cmdArgs...)
-	if err := g.process(ctx, cmd, keyed); err != nil {
+	cmd, err := process(ctx, g, func() *redis.Cmd { return redis.NewCmd(ctx, cmdArgs...) }, keyed)
+	if err != nil {
 		return nil, err
 	}
 	return normal(cmd.Result())
@@ -210,8 +210,9 @@ func (g goRedisInts) evalInts(ctx context.Context, src string, keys []string, ar
 }
 
 func (g goRedis) evalIntsCmd(ctx context.Context, name, payload string, keys []string, args []any) ([]int64, error) {
-	cmd := redis.NewIntSliceCmd(ctx, evalArgs(name, payload, keys, args, 0)...)
-	if err := g.process(ctx, cmd, len(keys) > 0); err != nil {
+	cmdArgs := evalArgs(name, payload, keys, args, 0)
+	cmd, err := process(ctx, g, func() *redis.IntSliceCmd { return redis.NewIntSliceCmd(ctx, cmdArgs...) }, len(keys) > 0)
+	if err != nil {
 		return nil, err
 	}
 	return cmd.Val(), nil
@@ -232,24 +233,47 @@ func evalArgs(name, payload string, keys []string, args []any, more int) []any {
 }
 
 // process is the one way a command built by evalArgs is sent on a client
-// of a go-redis type: through the deferred autopipeliner when there is one
-// and other calls are under way, else plain (waiting on ctx in a helper
-// goroutine when the client ignores deadlines). It returns the command's
-// error, nil for a Redis nil reply; when it returns an error the command's
-// value must not be read (after ctx ends, the command may still run and
-// races the read).
-func (g goRedis) process(ctx context.Context, cmd redis.Cmder, keyed bool) error {
+// of a go-redis type: build's command goes through the deferred
+// autopipeliner when there is one and other calls are under way, else plain
+// (waiting on ctx in a helper goroutine when the client ignores deadlines).
+// It returns the command that answered and its error, nil for a Redis nil
+// reply; when the error is not nil the command's value must not be read
+// (after ctx ends, the command may still run and races the read).
+//
+// A call whose connection turned out to be closed under it (ConnClosed: the
+// EOF of a Redis that restarted) is sent once more, while ctx lives, as a
+// plain call: a command built anew, on a connection the pool checks before
+// use. go-redis resends such a call on its own only while it has retries
+// left, and a batch of the autopipeliner in flight when Redis went away, or
+// a pool full of connections to the old process, can spend them all. The
+// resend is what the Retries section of backend.NewRedis allows: a script
+// that already ran answers its own call again, or only denies more.
+func process[C redis.Cmder](ctx context.Context, g goRedis, build func() C, keyed bool) (C, error) {
+	cmd := build()
+	err := g.send(ctx, cmd, keyed, true)
+	if ConnClosed(err) && ctx.Err() == nil {
+		cmd = build()
+		err = g.send(ctx, cmd, keyed, false)
+	}
+	return cmd, err
+}
+
+// send sends cmd once for process; pipelined says that it may go through
+// the autopipeliner.
+func (g goRedis) send(ctx context.Context, cmd redis.Cmder, keyed, pipelined bool) error {
 	if keyed {
 		cmd.SetFirstKeyPos(3)
 	}
-	ap, done := g.pipeliner()
-	defer done()
-	if ap != nil {
-		if err := ctx.Err(); err != nil {
-			return err // not sent: once queued, a command runs
+	if pipelined {
+		ap, done := g.pipeliner()
+		defer done()
+		if ap != nil {
+			if err := ctx.Err(); err != nil {
+				return err // not sent: once queued, a command runs
+			}
+			_, err := g.followPipelined(normal(nil, ap.Submit(ctx, cmd).WaitContext(ctx)))
+			return err
 		}
-		_, err := g.followPipelined(normal(nil, ap.Submit(ctx, cmd).WaitContext(ctx)))
-		return err
 	}
 	if !g.guard || ctx.Done() == nil {
 		_, err := g.followTopology(normal(nil, g.c.Process(ctx, cmd)))
