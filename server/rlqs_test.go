@@ -184,16 +184,19 @@ func TestRLQSAssignments(t *testing.T) {
 		id   *rlqs.BucketId
 		want want
 	}{
-		// Alone: the whole budget, 97% of 1000/s (the rest is the newcomers'
-		// reserve): 1% of it held, the rest filled per second.
-		{bucket("tenant", "x"), want{rate: 960, fill: time.Second, tokens: 960, held: 10}},
-		// Two levels, the bucket's keys in either order; a minute's limit fills per minute.
-		{bucket("path", "/a", "tenant", "acme"), want{rate: 57.0 / 60, fill: time.Minute, tokens: 57, held: 1}},
+		// Alone: the whole budget, 99.7% of 1000/s (the rest is the reserve):
+		// ⌈997/11⌉ = 91 held, 906 a second filled, counted per 10 s.
+		{bucket("tenant", "x"), want{rate: 906, fill: 10 * time.Second, tokens: 9060, held: 91}},
+		// Two levels, the bucket's keys in either order; a minute's limit
+		// fills per 10 minutes. Its reserve is two requests (the least):
+		// 58 a minute, 6 held.
+		{bucket("path", "/a", "tenant", "acme"), want{rate: 52.0 / 60, fill: 10 * time.Minute, tokens: 520, held: 6}},
 		{bucket("tenant", "free"), want{rate: -1}},
 		{bucket("tenant", "trial"), want{rate: -1}}, // shadow mode
 		{bucket("tenant", "blocked"), want{rate: 0}},
 		// A share under one request per unit: counted per 60 units, one token at a time.
-		{bucket("tenant", "tiny"), want{rate: 58.0 / 60, fill: time.Minute, tokens: 58, held: 1}},
+		// Its reserve is a quarter of the limit (two requests would be all).
+		{bucket("tenant", "tiny"), want{rate: 45.0 / 60, fill: time.Minute, tokens: 45, held: 1}},
 		{bucket("tenant", "acme"), want{abandon: true}}, // the first level has no limit
 		{bucket("user", "bob"), want{abandon: true}},
 		{bucket("tenant", "x", "user", "bob"), want{abandon: true}}, // deeper than the configuration
@@ -253,8 +256,8 @@ func TestRLQSAssignments(t *testing.T) {
 		t.Fatal(err)
 	}
 	qa := resp.GetBucketAction()[0].GetQuotaAssignmentAction()
-	if got := rate(qa.GetRateLimitStrategy()); got != 960 {
-		t.Errorf("second report: %v/s, want 960/s", got)
+	if got := rate(qa.GetRateLimitStrategy()); got != 906 {
+		t.Errorf("second report: %v/s, want 906/s", got)
 	}
 	if got := qa.GetAssignmentTimeToLive().AsDuration(); got != 5*time.Second {
 		t.Errorf("second report, 3 s after the first: time to live %v, want 5s (1.5 intervals, whole seconds)", got)
@@ -404,8 +407,8 @@ func TestRLQSStoreDown(t *testing.T) {
 				t.Fatal(err)
 			}
 			qa := resp.GetBucketAction()[0].GetQuotaAssignmentAction()
-			if got := rate(qa.GetRateLimitStrategy()); got != 960 {
-				t.Fatalf("with Redis up: %v/s, want 960/s", got)
+			if got := rate(qa.GetRateLimitStrategy()); got != 906 {
+				t.Fatalf("with Redis up: %v/s, want 906/s", got)
 			}
 			ttl := qa.GetAssignmentTimeToLive().AsDuration()
 
@@ -493,11 +496,11 @@ func TestRLQSStoreDown(t *testing.T) {
 				if err != nil {
 					t.Fatal(err)
 				}
-				if got := rate(actions(resp)[bucketKey(x)].GetQuotaAssignmentAction().GetRateLimitStrategy()); got == 960 {
+				if got := rate(actions(resp)[bucketKey(x)].GetQuotaAssignmentAction().GetRateLimitStrategy()); got == 906 {
 					break
 				}
 				if time.Now().After(deadline) {
-					t.Fatalf("Redis restarted 20 s ago: %v, want x's share, 960/s", resp)
+					t.Fatalf("Redis restarted 20 s ago: %v, want x's share, 906/s", resp)
 				}
 				time.Sleep(100 * time.Millisecond)
 			}
@@ -547,8 +550,8 @@ func TestRLQSServer(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got := rate(resp.GetBucketAction()[0].GetQuotaAssignmentAction().GetRateLimitStrategy()); got != 960 {
-		t.Fatalf("with the token: %v/s, want 960/s (%v)", got, resp)
+	if got := rate(resp.GetBucketAction()[0].GetQuotaAssignmentAction().GetRateLimitStrategy()); got != 906 {
+		t.Fatalf("with the token: %v/s, want 906/s (%v)", got, resp)
 	}
 	if _, err := exchange(t, st, "", usage(bucket("user", "bob"), 1, 0, time.Second)); err != nil {
 		t.Fatal(err)
@@ -596,8 +599,8 @@ func TestRLQSReload(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got := rate(resp.GetBucketAction()[0].GetQuotaAssignmentAction().GetRateLimitStrategy()); got != 960 {
-		t.Fatalf("%v/s, want 960/s", got)
+	if got := rate(resp.GetBucketAction()[0].GetQuotaAssignmentAction().GetRateLimitStrategy()); got != 906 {
+		t.Fatalf("%v/s, want 906/s", got)
 	}
 	if err := s.SetConfig(mustConfig(t, strings.Replace(quotaYAML, "requests_per_unit: 1000", "requests_per_unit: 2000", 1)), "v2"); err != nil {
 		t.Fatal(err)
@@ -606,8 +609,11 @@ func TestRLQSReload(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got := rate(resp.GetBucketAction()[0].GetQuotaAssignmentAction().GetRateLimitStrategy()); got != 1920 {
-		t.Fatalf("after the limit doubled: %v/s, want 1920/s (1940/s less the 20 held)", got)
+	if got := rate(resp.GetBucketAction()[0].GetQuotaAssignmentAction().GetRateLimitStrategy()); got != 1730 {
+		// The share grows at once by what its old bucket's burst leaves
+		// (a new bucket starts full): 2000 − 6 (reserve) − 91 = 1903, of which
+		// ⌈1903/11⌉ = 173 held.
+		t.Fatalf("after the limit doubled: %v/s, want 1730/s (1903/s less the 173 held)", got)
 	}
 	if err := s.SetConfig(mustConfig(t, "domain: other\ndescriptors:\n  - key: k\n    rate_limit: {unit: second, requests_per_unit: 1}\n"), "v3"); err != nil {
 		t.Fatal(err)
@@ -647,8 +653,8 @@ func TestRLQSManyBuckets(t *testing.T) {
 			}
 			continue
 		}
-		if got := rate(a.GetQuotaAssignmentAction().GetRateLimitStrategy()); got != 960 {
-			t.Errorf("bucket %d: %v/s, want 960/s", i, got)
+		if got := rate(a.GetQuotaAssignmentAction().GetRateLimitStrategy()); got != 906 {
+			t.Errorf("bucket %d: %v/s, want 906/s", i, got)
 		}
 	}
 }

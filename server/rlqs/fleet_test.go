@@ -16,52 +16,47 @@ import (
 func quotaBackends() []backendtest.Kind { return backendtest.All() }
 
 // TestQuotaShareSteps: shares at fixed fake times, the same on every
-// backend. A limit of 1000/s (10^6 thousandths), grants lasting 2 s.
+// backend. A limit of 1000/s (10^6 thousandths): the reserve is 3000 (0.3%),
+// the budget 997,000 and its even part 49,850; grants last 2 s; the unit is
+// a second.
 func TestQuotaShareSteps(t *testing.T) {
-	const limit, ttl = 1_000_000, 2_000_000
+	const limit, ttl, unit = 1_000_000, 2_000_000, 1_000_000
 	type step struct {
 		at     time.Duration
 		member string
 		demand int64
 		want   quotaGrant
-		limit  int64 // 0: limit
 		first  bool
 	}
 	steps := []step{
-		// Alone: the whole budget (the limit less the 3% reserve).
-		{0, "a", 500_000, quotaGrant{970_000, 1, 500_000}, 0, false},
-		// A newcomer: its share would be half, but a's grant leaves only the
-		// reserve, of which it takes half (leaving half to the next newcomer).
-		{0, "b", 500_000, quotaGrant{15_000, 2, 1_000_000}, 0, false},
-		// a shrinks to its half, then b grows to it.
-		{time.Second, "a", 500_000, quotaGrant{485_000, 2, 1_000_000}, 0, false},
-		{time.Second, "b", 500_000, quotaGrant{485_000, 2, 1_000_000}, 0, false},
-		// Demand 3:1: a's share (the even floor, 5% of the budget halved, plus
-		// three quarters of the rest) is capped by what b still holds, and a
-		// keeps what it has ...
-		{2 * time.Second, "a", 1_500_000, quotaGrant{485_000, 2, 2_000_000}, 0, false},
-		{2 * time.Second, "b", 500_000, quotaGrant{24_250 + 230_375, 2, 2_000_000}, 0, false},
-		// ... until b has shrunk.
-		{3 * time.Second, "a", 1_500_000, quotaGrant{24_250 + 691_125, 2, 2_000_000}, 0, false},
-		// A member that reports no demand still gets the floor.
-		{3500 * time.Millisecond, "c", 0, quotaGrant{16_166, 3, 2_000_000}, 0, false},
-		// b's grant expired at 4 s, a's at 5 s: b comes back beside c alone ...
-		{5100 * time.Millisecond, "b", 500_000, quotaGrant{24_250 + 921_500, 2, 500_000}, 0, false},
-		// ... and once c's expired too (5.5 s), takes the whole budget.
-		{5600 * time.Millisecond, "b", 500_000, quotaGrant{970_000, 1, 500_000}, 0, false},
-		// A crowd of newcomers: each takes half of what is free, so each gets something.
-		{5600 * time.Millisecond, "d", 500_000, quotaGrant{15_000, 2, 1_000_000}, 0, false},
-		{5600 * time.Millisecond, "e", 500_000, quotaGrant{7_500, 3, 1_500_000}, 0, false},
-		{5600 * time.Millisecond, "f", 500_000, quotaGrant{3_750, 4, 2_000_000}, 0, false},
+		// Alone: the whole budget, a burst of ⌈997/11⌉ = 91 and a fill of 906.
+		{0, "a", 500_000, quotaGrant{997_000, 1, 500_000, 91_000}, false},
+		// A newcomer: a's new bucket holds all but the reserve for a second;
+		// b takes half of what is free but half the reserve: (3 − 1.5)/2, a
+		// share under two a second, with no burst of its own.
+		{0, "b", 500_000, quotaGrant{750, 2, 1_000_000, 0}, false},
+		// a shrinks to its target, 498,500. Its new bucket, full, costs its
+		// burst for a second on top of the old one (91 + 906): only 2.25 is
+		// free, so it takes a burst of two tokens for now.
+		{time.Second, "a", 500_000, quotaGrant{498_500, 2, 1_000_000, 2_000}, false},
+		// b cannot grow: a's change holds the room, and a still misses 44 of
+		// its burst. It keeps what it has.
+		{time.Second, "b", 500_000, quotaGrant{750, 2, 1_000_000, 0}, false},
+		// A second later a's change is past: a restores its burst (46) ...
+		{2 * time.Second, "a", 500_000, quotaGrant{498_500, 2, 1_000_000, 46_000}, false},
+		// ... which holds 2 + 46 + 496.5 for a second, and b grows into what
+		// is left but the reserve: 1000 − 544.5 − 3 = 452.5, a burst of
+		// ⌈452.5/11⌉ = 42.
+		{2 * time.Second, "b", 500_000, quotaGrant{452_500, 2, 1_000_000, 42_000}, false},
+		// a is at its target and keeps it; b grows again by what its old
+		// burst leaves: 1000 − 498.5 − 3 − 42.
+		{3 * time.Second, "a", 500_000, quotaGrant{498_500, 2, 1_000_000, 46_000}, false},
+		{4 * time.Second, "b", 500_000, quotaGrant{456_500, 2, 1_000_000, 42_000}, false},
 		// A first report (Envoy's, at the bucket's first request: one request
-		// in no time) is taken to want the others' average.
-		{5600 * time.Millisecond, "h", 1_000, quotaGrant{1_875, 5, 2_500_000}, 0, true},
-		// A reload halves the limit: the live grants already exceed it, so a
-		// capped member gets nothing until they shrink, even the one that had some.
-		{5600 * time.Millisecond, "g", 500_000, quotaGrant{0, 6, 3_000_000}, 500_000, false},
-		{5600 * time.Millisecond, "f", 500_000, quotaGrant{0, 6, 3_000_000}, 500_000, false},
-		// b, reporting under the new limit, shrinks to its sixth of its budget.
-		{5600 * time.Millisecond, "b", 500_000, quotaGrant{4_041 + 76_791, 6, 3_000_000}, 500_000, false},
+		// in no time) is taken to want the others' average. a and b commit
+		// all but the reserve (b's change holds both its bursts): the
+		// newcomer takes (3 − 1.5)/2.
+		{4 * time.Second, "c", 1_000, quotaGrant{750, 3, 1_500_000, 0}, true},
 	}
 	for _, k := range quotaBackends() {
 		t.Run(k.Name, func(t *testing.T) {
@@ -70,11 +65,7 @@ func TestQuotaShareSteps(t *testing.T) {
 			b := k.Make(t, clk)
 			for i, s := range steps {
 				clk.Set(start.Add(s.at))
-				lim := int64(limit)
-				if s.limit != 0 {
-					lim = s.limit
-				}
-				got, err := quotaShare(context.Background(), b, "d|k_v", s.member, s.demand, lim, ttl, s.first, defaultQuotaPolicy)
+				got, err := quotaShare(context.Background(), b, "d|k_v", s.member, s.demand, limit, ttl, unit, s.first, defaultQuotaPolicy)
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -114,7 +105,7 @@ func TestQuotaShareNeverOverLimit(t *testing.T) {
 			var grants []int64
 			for i, r := range reps {
 				clk.Set(start.Add(r.at))
-				g, err := quotaShare(context.Background(), b, "d|k_v", r.member, r.demand, limit, ttl, r.demand%3 == 0, defaultQuotaPolicy)
+				g, err := quotaShare(context.Background(), b, "d|k_v", r.member, r.demand, limit, ttl, 1_000_000, r.demand%3 == 0, defaultQuotaPolicy)
 				if err != nil {
 					t.Fatal(err)
 				}

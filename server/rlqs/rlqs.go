@@ -509,40 +509,44 @@ func (q *Service) strategy(ctx context.Context, member string, l *config.Limit, 
 	limit := int64(l.RequestsPerUnit) * quotaScale
 	var g quotaGrant
 	err := q.core.Store(ctx, l, entries, func(ctx context.Context, b backend.Backend, key string) (err error) {
-		g, err = quotaShare(ctx, b, key, member, demand, limit, ttl.Microseconds(), first, q.policy)
+		g, err = quotaShare(ctx, b, key, member, demand, limit, ttl.Microseconds(), unit.Microseconds(), first, q.policy)
 		return err
 	})
 	if err != nil {
 		return nil, err
 	}
-	return tokenBucket(g.grant, unit), nil
+	return tokenBucket(g.grant, g.burst, unit), nil
 }
 
-// tokenBucket is the strategy that admits grant thousandths of a request per
-// unit at most, in any window of one unit, with whole-second fill intervals.
+// tokenBucket is the strategy of a share of grant thousandths of a request
+// per unit with a bucket of burst thousandths (whole tokens; see burstOf), in
+// whole-second fill intervals.
 //
 // Envoy's filter refills its token bucket continuously, at tokens_per_fill
 // per fill_interval, up to max_tokens, and starts a new bucket full. So in
 // any window of one unit, a data plane admits at most max_tokens plus one
 // unit's fill: that sum, not the fill alone, is what must fit in the share,
 // or a fleet of full buckets admits up to twice the limit in a unit. A share
-// of W ≥ 2 whole requests per unit is max_tokens B = ⌈W/100⌉ (1% of it,
-// at least one) and tokens_per_fill W − B per unit: B + (W − B) = W. The
-// burst a data plane absorbs is B, and its steady rate is 99% of its share.
-// (A new strategy starts a new bucket, full: a data plane that had not
-// drained its old one may admit up to B more in the unit the change falls
-// in.)
+// W of two or more requests per unit is max_tokens B (the burst the fleet's
+// sizing chose: a tenth of the fill, ⌈W/11⌉, or less while the fleet has no
+// room for more) and a fill of W − B per unit, counted per ten units where
+// that fits in a uint32, so that a tenth of a request per unit is not lost
+// to rounding: B + (W − B) ≤ W. A data plane whose requests come in bursts
+// up to a tenth of a unit apart is served the whole fill, 10/11 of its
+// share; bursts P apart (P over a tenth of a unit) find B each, B/P a unit.
+// (A new strategy starts a new bucket, full: the fleet's sizing counts that
+// burst against the limit for a unit after the change.)
 //
 // A share under two requests per unit cannot keep that bound: a bucket
 // holds a token at least. It is counted in tokens per 60 units, held one at
 // a time (max_tokens 1), so that it keeps two digits and a change of it
 // changes tokens_per_fill, which Envoy compares (it does not compare a fill
 // interval's seconds); a unit's window may see one request more than the
-// share. Under one request per 60 units, or when 60 units would be over a
-// century (a unit being a limit's whole period, up to ten years), it is one
-// token per as many whole seconds as keep it within the share (none at all
-// under one a century).
-func tokenBucket(grant int64, unit time.Duration) *typev3.RateLimitStrategy {
+// share, which the fleet's sizing counts. Under one request per 60 units, or
+// when 60 units would be over a century (a unit being a limit's whole
+// period, up to ten years), it is one token per as many whole seconds as
+// keep it within the share (none at all under one a century).
+func tokenBucket(grant, burst int64, unit time.Duration) *typev3.RateLimitStrategy {
 	if grant <= 0 {
 		return blanket(typev3.RateLimitStrategy_DENY_ALL)
 	}
@@ -551,8 +555,12 @@ func tokenBucket(grant int64, unit time.Duration) *typev3.RateLimitStrategy {
 	var tokens, held int64
 	switch {
 	case whole >= 2:
-		held = (whole + 99) / 100
-		fill, tokens = unit, whole-held
+		held = max(burst/quotaScale, 1)
+		perUnit := grant - held*quotaScale // thousandths
+		fill, tokens = unit, perUnit/quotaScale
+		if t := perUnit * 10 / quotaScale; t <= math.MaxUint32 && unit <= maxFillSeconds*time.Second/10 {
+			fill, tokens = 10*unit, t
+		}
 	case grant*60/quotaScale > 0 && unit <= maxFillSeconds*time.Second/60:
 		fill, tokens, held = 60*unit, grant*60/quotaScale, 1
 	default:
@@ -562,6 +570,9 @@ func tokenBucket(grant int64, unit time.Duration) *typev3.RateLimitStrategy {
 			return blanket(typev3.RateLimitStrategy_DENY_ALL) // under a request a century
 		}
 		fill, tokens, held = time.Duration(secs)*time.Second, 1, 1
+	}
+	if tokens <= 0 {
+		return blanket(typev3.RateLimitStrategy_DENY_ALL)
 	}
 	tokens, held = min(tokens, math.MaxUint32), min(held, math.MaxUint32)
 	return &typev3.RateLimitStrategy{Strategy: &typev3.RateLimitStrategy_TokenBucket{TokenBucket: &typev3.TokenBucket{

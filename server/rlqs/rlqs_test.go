@@ -146,33 +146,35 @@ func FuzzRLQSReport(f *testing.F) {
 // at most one more.
 func TestTokenBucket(t *testing.T) {
 	for _, c := range []struct {
-		grant        int64
+		grant, burst int64
 		unit         time.Duration
 		tokens, held uint32
 		fill         time.Duration
 		deny         bool
 	}{
-		{121_250, time.Second, 119, 2, time.Second, false},                     // 121/s: 2 held, 119 a second
-		{970_000, time.Second, 960, 10, time.Second, false},                    // 1% held
-		{100_999, time.Second, 99, 1, time.Second, false},                      // 100/s: 1 held
-		{58_000, time.Minute, 57, 1, time.Minute, false},                       // 58 a minute
-		{2_000, time.Second, 1, 1, time.Second, false},                         // 2/s: the least held in the unit's window
-		{1_500, time.Second, 90, 1, time.Minute, false},                        // 1.5/s: 90 a minute, one at a time
-		{970, time.Second, 58, 1, time.Minute, false},                          // 0.97/s: 58 a minute, one at a time
-		{10, time.Second, 1, 1, 100 * time.Second, false},                      // 0.01/s: under one a minute
-		{17, time.Second, 1, 1, time.Minute, false},                            // 1.02 a minute
-		{15, time.Second, 1, 1, 67 * time.Second, false},                       // 0.9 a minute: one per ceil(1000/15) s
-		{1_000, 365 * 24 * time.Hour, 60, 1, 60 * 365 * 24 * time.Hour, false}, // one a year: 60 per 60 years
-		{500, 365 * 24 * time.Hour, 30, 1, 60 * 365 * 24 * time.Hour, false},   // half a year: 30 per 60 years
-		{1, 365 * 24 * time.Hour, 0, 0, 0, true},                               // one per 1000 years: nothing
+		{121_250, 12_000, time.Second, 1092, 12, 10 * time.Second, false},             // 121.25/s: 12 held, 109.2 a second
+		{970_000, 89_000, time.Second, 8810, 89, 10 * time.Second, false},             // ⌈970/11⌉ held
+		{498_500, 1_000, time.Second, 4975, 1, 10 * time.Second, false},               // a burst cut short while the fleet has no room
+		{100_999, 10_000, time.Second, 909, 10, 10 * time.Second, false},              // 100.999/s: 10 held, 90.9 a second
+		{58_000, 6_000, time.Minute, 520, 6, 10 * time.Minute, false},                 // 58 a minute
+		{2_000, 1_000, time.Second, 10, 1, 10 * time.Second, false},                   // 2/s: the least held in the unit's window
+		{1_500, 1_000, time.Second, 90, 1, time.Minute, false},                        // 1.5/s: 90 a minute, one at a time
+		{970, 1_000, time.Second, 58, 1, time.Minute, false},                          // 0.97/s: 58 a minute, one at a time
+		{10, 1_000, time.Second, 1, 1, 100 * time.Second, false},                      // 0.01/s: under one a minute
+		{17, 1_000, time.Second, 1, 1, time.Minute, false},                            // 1.02 a minute
+		{15, 1_000, time.Second, 1, 1, 67 * time.Second, false},                       // 0.9 a minute: one per ceil(1000/15) s
+		{1_000, 1_000, 365 * 24 * time.Hour, 60, 1, 60 * 365 * 24 * time.Hour, false}, // one a year: 60 per 60 years
+		{500, 1_000, 365 * 24 * time.Hour, 30, 1, 60 * 365 * 24 * time.Hour, false},   // half a year: 30 per 60 years
+		{1, 1_000, 365 * 24 * time.Hour, 0, 0, 0, true},                               // one per 1000 years: nothing
 		// Periods of several units (unit_multiplier): 10 s, and ten years,
 		// whose 60 periods would overflow a time.Duration.
-		{50_000, 10 * time.Second, 49, 1, 10 * time.Second, false},               // 50 per 10 s
-		{1_500, 10 * 365 * 24 * time.Hour, 1, 1, 210240000 * time.Second, false}, // 1.5 per ten years: one per 6.67 years
-		{20, 10 * 365 * 24 * time.Hour, 0, 0, 0, true},                           // one per 500 years: nothing
-		{0, time.Second, 0, 0, 0, true},
+		{50_000, 5_000, 10 * time.Second, 450, 5, 100 * time.Second, false},                 // 50 per 10 s
+		{5_000, 1_000, 10 * 365 * 24 * time.Hour, 40, 1, 100 * 365 * 24 * time.Hour, false}, // 5 per ten years: 40 a century
+		{1_500, 1_000, 10 * 365 * 24 * time.Hour, 1, 1, 210240000 * time.Second, false},     // 1.5 per ten years: one per 6.67 years
+		{20, 1_000, 10 * 365 * 24 * time.Hour, 0, 0, 0, true},                               // one per 500 years: nothing
+		{0, 0, time.Second, 0, 0, 0, true},
 	} {
-		s := tokenBucket(c.grant, c.unit)
+		s := tokenBucket(c.grant, c.burst, c.unit)
 		if c.deny {
 			if s.GetBlanketRule() != typev3.RateLimitStrategy_DENY_ALL {
 				t.Errorf("grant %d: %v, want DENY_ALL", c.grant, s)
