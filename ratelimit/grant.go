@@ -5,6 +5,7 @@ import (
 	"crypto/rand"
 	"encoding/binary"
 	"fmt"
+	"math"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -62,9 +63,13 @@ func (s *spec) leasable() string {
 // before using them. So the grant first raises a drain rule's level to what
 // it drains in hold µs (the pad), at most so far that most units still fit:
 // the lease's units then have places at least hold µs ahead (or as far as
-// the capacity allows). The pad
-// is consumed as if admitted and never used: it costs at most the rule's
-// refill of hold µs, and only when the bucket was below it.
+// the capacity allows). When every rule drains, the pad's whole units are
+// the lease's first units, valid until their places (which come first): a
+// process that uses its lease at once, as in a burst, loses none of them.
+// Otherwise (a window rule beside, which would not count them) the pad is
+// consumed as if admitted and never used. Either way it costs at most the
+// rule's refill of hold µs, and only when the bucket was below it and the
+// lease's units are not used before their places.
 func (l *Limiter) grant(ctx context.Context, key string, least, most, hold int64) (grant, error) {
 	var vs [8]verdict
 	verdicts := l.verdictsIn(&vs)
@@ -104,17 +109,26 @@ func (l *Limiter) grantMemory(key string, least, most, hold int64, vs []verdict,
 	defer sh.Unlock()
 	now = sh.Time(now) // as allowMemory
 	e := sh.Get(key)
+	levels := make([]int64, len(l.specs)) // a drain rule's level, unpadded
+	padUnits := int64(-1)                 // -1: a rule does not drain
+	if l.allDrain() {
+		padUnits = math.MaxInt64
+	}
 	for i := range l.specs {
 		if s := &l.specs[i]; s.kind == kindDrain {
 			if a, b := cellOf(e, s.tag); a != nil {
 				pads[i] = drainLevel(s, *a, *b, now)
 			}
+			levels[i] = pads[i]
 			if most <= s.capacity { // else no room: no pad (and most*s.per could overflow)
 				pad := s.full - most*s.per // room for the most units asked for
 				if hold < ceilDiv(pad, s.rate) {
 					pad = hold * s.rate
 				}
 				pads[i] = max(pads[i], pad)
+			}
+			if padUnits >= 0 {
+				padUnits = min(padUnits, (pads[i]-levels[i])/s.per)
 			}
 		}
 	}
@@ -128,6 +142,11 @@ func (l *Limiter) grantMemory(key string, least, most, hold int64, vs []verdict,
 	for i := range l.specs {
 		v, _ := check(i, 0)
 		n = min(n, v.remaining)
+	}
+	if n >= least && padUnits > 0 {
+		// The pad's whole units are the lease's first units (see grant).
+		copy(pads, levels)
+		n += padUnits
 	}
 	n = max(n, least)
 	ok := true
@@ -231,4 +250,15 @@ func (l *Limiter) refund(ctx context.Context, key string, g *grant, u int64) err
 		}
 	}
 	return nil
+}
+
+// allDrain reports whether every rule of l drains (TokenBucket, GCRA,
+// LeakyBucket): its grants' pads can be leased (see grant).
+func (l *Limiter) allDrain() bool {
+	for i := range l.specs {
+		if l.specs[i].kind != kindDrain {
+			return false
+		}
+	}
+	return true
 }

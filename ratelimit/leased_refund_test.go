@@ -41,20 +41,21 @@ func TestLeasedGiveBack(t *testing.T) {
 			{10 * time.Second, "allow", 6},  // both old buckets left the window
 		}},
 		// A lease of a drain rule first raises a level below LeaseTarget's
-		// drain (2 s here: 2 units) to it, so that its units can wait.
+		// drain (2 s here: 2 units) to it, so that its units can wait; the
+		// raise's units are the lease's first ones (the rule drains only).
 		{"gcra: back while the level is the lease's", ratelimit.GCRA{Rate: 1, Per: time.Second, Burst: 10}, []step{
-			{0, "allow", 4},                 // pad 2, lease 4
-			{0, "release", 7},               // 3 back, the pad stays
-			{0, "allow", 3},                 // level 3: no pad
-			{2 * time.Second, "release", 8}, // drained 2, gave back 3
-			{0, "allow", 4},                 // level 2: no pad
-			{0, "other", 3},                 // another decision: the lease's units are no longer on top
-			{0, "release", 3},               // so they stay, until they drain
+			{0, "allow", 4},                  // pad 2, lease 4: 6 units, 1 used
+			{0, "release", 9},                // the 5 unused back, the pad's with them
+			{0, "allow", 4},                  // level 1: a pad of 1, and the lease
+			{2 * time.Second, "release", 10}, // drained 2, gave back 4
+			{0, "allow", 4},                  // level 0: a pad of 2
+			{0, "other", 3},                  // another decision: the lease's units are no longer on top
+			{0, "release", 3},                // so they stay, until they drain
 			{4 * time.Second, "allow", 3},
 		}},
 		{"token bucket", ratelimit.TokenBucket{Capacity: 10, Refill: 1, Every: time.Second}, []step{
 			{0, "allow", 4},
-			{time.Second, "release", 8},
+			{time.Second, "release", 10},
 		}},
 	}
 	for _, bk := range allBackends() {

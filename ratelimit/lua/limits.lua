@@ -29,7 +29,9 @@
 --   "g<min>:<hold>": take g units, the request's n or less: g = min(n,
 --     Remaining of every rule), but at least min (so g = min, denied, when
 --     fewer are left), after raising each drain rule's level to at least
---     what it drains in hold µs (but no higher than leaves room for n); then decide and commit g as mode "0" would
+--     what it drains in hold µs (but no higher than leaves room for n); when
+--     every rule drains, the raise's whole units are added to g instead (the
+--     level raised by them, as a grant of them would); then decide and commit g as mode "0" would
 --     (a denial changes nothing). The reply is mode "0"'s
 --     followed by now, g and per rule the grant's mark: a drain rule's level
 --     after the grant, a FixedWindow's window id, a SlidingWindow's bucket id.
@@ -399,6 +401,14 @@ if op == 'g' then
   -- that the units asked for no longer fit), so that the lease's units have places
   -- at least hold µs ahead: see pad in grant.go.
   local s = state(1)
+  -- The pad's whole units become the lease's first units (valid until their
+  -- places, which come first) when every rule drains: a process that uses
+  -- its lease at once (a burst) loses nothing to the pad. With a window rule
+  -- beside, the pad stays consumed: the window would not count its units.
+  local orig, padUnits = {}, nil
+  for k = first[1], last[1] do
+    if P[(k - 1) * 6 + 1] ~= 4 then padUnits = -1 end
+  end
   for k = first[1], last[1] do
     local o = (k - 1) * 6
     if P[o + 1] == 4 then
@@ -417,7 +427,13 @@ if op == 'g' then
       local room = full - N[SK[1]] * per -- the most units asked for still fit
       local pad = rate * hold -- may pass 2^53, and then room, which is exact
       if pad > room then pad = room end
-      if level < pad then s[f] = drain_encode(now, pad, rate, 0) end -- never stored
+      local units = 0
+      if level < pad then
+        orig[f] = s[f] or false
+        s[f] = drain_encode(now, pad, rate, 0) -- never stored
+        units = math.floor((pad - level) / per)
+      end
+      if padUnits ~= -1 and (padUnits == nil or units < padUnits) then padUnits = units end
     end
   end
   local g = N[SK[1]]
@@ -425,7 +441,14 @@ if op == 'g' then
     local _, rem = check(k, 0)
     if rem < g then g = rem end
   end
-  if g < least then g = least end
+  if g < least then
+    g = least
+  elseif padUnits and padUnits > 0 then
+    for f, v in pairs(orig) do
+      if v then s[f] = v else s[f] = nil end
+    end
+    g = g + padUnits
+  end
   N[SK[1]] = g
   G = g
   mode = '0'
