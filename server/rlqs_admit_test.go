@@ -183,7 +183,6 @@ type admitRunResult struct {
 	mostAt        time.Duration
 	newcomerFirst bool    // the ninth plane's first assignment admits
 	joined        float64 // admissions a second in the last second before admitQuiet
-	joinedAt      time.Duration
 	afterLeave    float64 // admissions a second in the run's last second
 	perPlane      []int
 	newcomer      []int // the ninth plane's admissions in each second after it joined
