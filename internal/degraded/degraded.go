@@ -213,7 +213,18 @@ const sameReset = 100 * time.Millisecond
 // rule's. A request of several rules remembered without its rules' results
 // is remembered by its binding rule's, which then bounds every rule (less
 // exact: an outage that outlasts that rule starts every rule afresh).
+//
+// A rule resets ResetAfter after the store decided, somewhere between start
+// and the answer's arrival: it is remembered as resetting ResetAfter after
+// the arrival (now), never earlier than it does. (From start, an answer
+// that took long to arrive — a busy machine — would make its window end
+// early here, and the degraded mode start the key afresh in the window's
+// last moments, beside what the store had already admitted in it.)
 func (l *Limits) Seen(reqs []ratelimit.Request, results []ratelimit.Result, each [][]ratelimit.Result, start time.Time) {
+	arrived := l.now()
+	if arrived.Before(start) {
+		arrived = start
+	}
 	var buf, oldBuf memoBuf
 	for i, q := range reqs {
 		rs := results[i : i+1]
@@ -242,7 +253,7 @@ func (l *Limits) Seen(reqs []ratelimit.Request, results []ratelimit.Result, each
 		for j, r := range rs {
 			// A rule that is full resets at start: the key starts it
 			// afresh.
-			remaining, resets := max(r.Remaining, 0), start.Add(max(r.ResetAfter, 0)).UnixNano()
+			remaining, resets := max(r.Remaining, 0), arrived.Add(max(r.ResetAfter, 0)).UnixNano()
 			// Answers of concurrent calls arrive in any order: an older
 			// one, which says more was remaining in the same window (its
 			// reset within sameReset of the one kept), does not replace a

@@ -347,3 +347,27 @@ func TestEachRuleRemembered(t *testing.T) {
 		})
 	}
 }
+
+// TestSeenLateAnswer: a call sent 3 s before its window ends is decided by
+// the store 2 s later (a busy machine), with nothing left. In the window's
+// last second the degraded mode must still know the window is spent, not
+// start the key afresh beside the store's 100.
+func TestSeenLateAnswer(t *testing.T) {
+	f := newFixture(t, 1)
+	f.clk.Set(t0.Add(time.Minute - 3*time.Second))
+	if got := count(t, f.storeAllow, "k", 100); got != 100 {
+		t.Fatalf("the store admitted %d of 100", got)
+	}
+	start := f.clk.Now()
+	f.clk.Advance(2 * time.Second) // the call waits before the store decides it
+	reqs := []ratelimit.Request{{Limiter: f.store, Key: "k", N: 1}}
+	res := make([]ratelimit.Result, 1)
+	if _, err := ratelimit.AllowAll(context.Background(), reqs, res); err != nil {
+		t.Fatal(err)
+	}
+	f.l.Seen(reqs, res, nil, start)
+	f.clk.Advance(500 * time.Millisecond) // the window's last half second
+	if got := count(t, f.localAllow, "k", 50); got != 0 {
+		t.Fatalf("in process, in the spent window's last half second: %d admitted, want 0", got)
+	}
+}
