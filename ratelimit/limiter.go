@@ -394,18 +394,27 @@ func (l *Limiter) Allow(ctx context.Context, key string) (Result, error) {
 // Errors: backend.ErrEmptyKey, ErrNegativeN, the context's error, and store
 // errors (wrapped; on Redis bounded by ctx).
 func (l *Limiter) AllowN(ctx context.Context, key string, n int64) (Result, error) {
-	key, err := checkCall(ctx, key, n)
-	if err != nil {
-		return Result{}, err
-	}
 	var vs [8]verdict
 	verdicts := l.verdictsIn(&vs)
-	if l.mem != nil {
-		l.allowMemory(key, n, verdicts, false)
-	} else if err := l.allowRedis(ctx, key, n, verdicts); err != nil {
+	if err := l.decide(ctx, key, n, verdicts, false); err != nil {
 		return Result{}, err
 	}
 	return l.result(verdicts), nil
+}
+
+// decide is AllowN's decision of n units for key into verdicts, one per
+// rule; each asks the memory backend for every rule's own verdict of a
+// denied call (AllowNEach), as Redis always gives.
+func (l *Limiter) decide(ctx context.Context, key string, n int64, verdicts []verdict, each bool) error {
+	key, err := checkCall(ctx, key, n)
+	if err != nil {
+		return err
+	}
+	if l.mem != nil {
+		l.allowMemory(key, n, verdicts, each)
+		return nil
+	}
+	return l.allowRedis(ctx, key, n, verdicts)
 }
 
 // AllowNEach is AllowN that also reports each rule's own answer to the same
@@ -433,15 +442,9 @@ func (l *Limiter) AllowNEach(ctx context.Context, key string, n int64, each []Re
 	if len(each) < len(l.specs) {
 		return Result{}, fmt.Errorf("ratelimit: AllowNEach: len(each) is %d, want at least Rules() = %d", len(each), len(l.specs))
 	}
-	key, err := checkCall(ctx, key, n)
-	if err != nil {
-		return Result{}, err
-	}
 	var vs [8]verdict
 	verdicts := l.verdictsIn(&vs)
-	if l.mem != nil {
-		l.allowMemory(key, n, verdicts, true)
-	} else if err := l.allowRedis(ctx, key, n, verdicts); err != nil {
+	if err := l.decide(ctx, key, n, verdicts, true); err != nil {
 		return Result{}, err
 	}
 	for i, v := range verdicts {
