@@ -2,7 +2,10 @@ package delayqueue
 
 import (
 	"context"
+	"sync/atomic"
 	"time"
+
+	"github.com/floodgate-dev/floodgate/internal/callid"
 )
 
 // The steps of Run, exported to the tests so that they can drive the
@@ -27,11 +30,30 @@ const (
 	Killed    = killed
 )
 
-// Pump runs one pump step.
-func (q *Queue) Pump(ctx context.Context) (PumpResult, error) { return q.pump(ctx) }
+// Pump runs a take that leases nothing.
+func (q *Queue) Pump(ctx context.Context) (PumpResult, error) {
+	res, err := q.take(ctx, 0, 0, "", nil)
+	return res.pumpResult, err
+}
 
-// Claim runs one claim step; nil when nothing is ready.
-func (q *Queue) Claim(ctx context.Context) (*Delivery, error) { return q.claim(ctx) }
+// Claim runs a take that leases one job; nil when nothing is ready.
+func (q *Queue) Claim(ctx context.Context) (*Delivery, error) {
+	return q.ClaimCall(ctx, callid.New())
+}
+
+// TakeResult is what a take did and saw.
+type TakeResult = takeResult
+
+// Take runs a take for the runner: n leases, spare other free slots, and ack
+// the delivery first when it is not nil.
+func (q *Queue) Take(ctx context.Context, n, spare int, runner string, ack *Delivery) (TakeResult, error) {
+	return q.take(ctx, n, spare, runner, ack)
+}
+
+// Subscribe subscribes as the runner.
+func (q *Queue) Subscribe(ctx context.Context, runner string) (all, own <-chan string, stop func(), err error) {
+	return q.d.subscribe(ctx, runner)
+}
 
 // Extend extends the delivery's lease by Visibility; false when it is lost.
 func (q *Queue) Extend(ctx context.Context, d *Delivery) (bool, error) {
@@ -42,9 +64,11 @@ func (q *Queue) Extend(ctx context.Context, d *Delivery) (bool, error) {
 	return deadline > 0, err
 }
 
-// Ack acks the delivery; false when its lease is lost.
+// Ack acks the delivery, in a take that leases nothing; false when its
+// lease is lost.
 func (q *Queue) Ack(ctx context.Context, d *Delivery) (bool, error) {
-	return q.d.ack(ctx, d.ID, d.Attempt, d.call)
+	res, err := q.take(ctx, 0, 0, "", d)
+	return res.Acked == 1, err
 }
 
 // Fail fails the delivery with cause, as a handler's error does.
@@ -67,7 +91,11 @@ func (q *Queue) EnqueueCall(ctx context.Context, id, payload, call string) (dup 
 
 // ClaimCall is Claim as the call.
 func (q *Queue) ClaimCall(ctx context.Context, call string) (*Delivery, error) {
-	return q.d.claim(ctx, q.cfg.visibility.Microseconds(), call)
+	res, err := q.takeCall(ctx, 1, 0, "", nil, call)
+	if err != nil || len(res.Deliveries) == 0 {
+		return nil, err
+	}
+	return res.Deliveries[0], nil
 }
 
 // CancelCall is Cancel as the call; false is ErrNotFound.
@@ -78,4 +106,34 @@ func (q *Queue) CancelCall(ctx context.Context, id, call string) (bool, error) {
 // RequeueCall is Requeue as the call; false is ErrNotFound.
 func (q *Queue) RequeueCall(ctx context.Context, id, call string) (bool, error) {
 	return q.d.requeue(ctx, id, call)
+}
+
+// TakeCall is Take as the call.
+func (q *Queue) TakeCall(ctx context.Context, n, spare int, runner string, ack *Delivery, call string) (TakeResult, error) {
+	return q.takeCall(ctx, n, spare, runner, ack, call)
+}
+
+// Call returns the delivery's call ID.
+func (d *delivery) Call() string { return d.call }
+
+// CountTakes makes q count its takes from now on: wakes counts the takes
+// that ack nothing (a Run's loop looking for jobs), acks those that ack.
+func (q *Queue) CountTakes() (wakes, acks *atomic.Int64) {
+	c := &countingDriver{driver: q.d}
+	q.d = c
+	return &c.wakes, &c.acks
+}
+
+type countingDriver struct {
+	driver
+	wakes, acks atomic.Int64
+}
+
+func (c *countingDriver) take(ctx context.Context, a takeArgs) (takeResult, error) {
+	if a.ack == nil {
+		c.wakes.Add(1)
+	} else {
+		c.acks.Add(1)
+	}
+	return c.driver.take(ctx, a)
 }

@@ -19,7 +19,7 @@ import (
 type memDriver struct {
 	sh       *memstore.Shard // the one of the queue's entry, whose time is the queue's
 	q        *memQueue
-	receipts *memstore.Table // call ID -> receipt (see rcpt), as lua/claim.lua describes
+	receipts *memstore.Table // call ID -> receipt (see rcpt), as lua/take.lua describes
 	window   int64           // µs: receipts' lifetime
 }
 
@@ -28,7 +28,15 @@ type memQueue struct {
 	mu                           sync.Mutex
 	jobs                         map[string]*memJob
 	sched, ready, inflight, dead *zset
-	subs                         map[chan string]struct{}
+	subs                         map[chan string]struct{} // every consumer's
+	own                          map[string]chan string   // runner -> its own
+	waker                        memWaker
+}
+
+// memWaker is the waker (see lua/take.lua), live while until > now.
+type memWaker struct {
+	plan, until int64 // µs
+	owner       string
 }
 
 type memJob struct {
@@ -52,6 +60,7 @@ func newMemDriver(m *memstore.Store, name string, window time.Duration) *memDriv
 			inflight: newZset(),
 			dead:     newZset(),
 			subs:     make(map[chan string]struct{}),
+			own:      make(map[string]chan string),
 		}}
 		sh.Put(name, e)
 	}
@@ -68,10 +77,10 @@ func (d *memDriver) now() int64 {
 	return now
 }
 
-// Receipt kinds on Memory (lua/claim.lua has the strings of Redis).
+// Receipt kinds on Memory (lua/take.lua has the strings of Redis).
 const (
 	rcptNone    = iota
-	rcptClaim   // A: the attempt; Value: the job's ID
+	rcptTake    // Value: the leases ([]lease)
 	rcptAck     //
 	rcptRetried //
 	rcptKilled  //
@@ -82,10 +91,15 @@ const (
 // rcpt is a call's receipt, found by receipt; key is its key in the
 // receipts table.
 type rcpt struct {
-	key     string
-	kind    uint64
-	attempt int64
+	key    string
+	kind   uint64
+	leases []lease // rcptTake
+}
+
+// lease is a job a take leased, with the attempt it leased.
+type lease struct {
 	id      string
+	attempt int
 }
 
 // receipt returns call's receipt, kind rcptNone when there is none live; q.mu
@@ -96,8 +110,8 @@ func (d *memDriver) receipt(call string) rcpt {
 	sh.Lock()
 	defer sh.Unlock()
 	if e := sh.Get(r.key); e != nil && e.Expires > sh.Now() {
-		r.kind, r.attempt = e.Tag, e.A
-		r.id, _ = e.Value.(string)
+		r.kind = e.Tag
+		r.leases, _ = e.Value.([]lease)
 	}
 	return r
 }
@@ -107,22 +121,24 @@ func (d *memDriver) set(r rcpt, kind uint64) {
 	sh := d.receipts.Shard(r.key)
 	sh.Lock()
 	defer sh.Unlock()
-	expires := sh.Now() + d.window
-	if e := sh.Get(r.key); e != nil {
-		// The delivery's claim receipt, now its ack's or retry's: in place.
-		e.Tag, e.Expires, e.A, e.Value = kind, expires, 0, nil
-		return
-	}
-	e := &memstore.Entry{Tag: kind, Expires: expires}
-	if kind == rcptClaim {
-		e.A, e.Value = r.attempt, r.id
+	e := &memstore.Entry{Tag: kind, Expires: sh.Now() + d.window}
+	if kind == rcptTake {
+		e.Value = r.leases
 	}
 	sh.Put(r.key, e)
 }
 
-// schedule adds id to scheduled, due at due, and wakes the subscribers when
-// it is the new head (as enqueue.lua does); q.mu must be held.
-func (q *memQueue) schedule(id string, due int64) {
+// schedule adds id to scheduled, due at due, and wakes a consumer as
+// schedule in lua/common.lua does; q.mu must be held.
+func (q *memQueue) schedule(id string, due, now int64) {
+	if w := &q.waker; w.until > now {
+		q.sched.Add(id, due)
+		if due < w.plan {
+			w.plan, w.until = due, due+w.until-w.plan
+			send(q.own[w.owner], due)
+		}
+		return
+	}
 	head := q.sched.head()
 	q.sched.Add(id, due)
 	if head < 0 || due < head {
@@ -130,15 +146,22 @@ func (q *memQueue) schedule(id string, due int64) {
 	}
 }
 
-// publish wakes the subscribers; q.mu must be held. Like Redis pub/sub it
-// drops messages for subscribers whose buffer is full.
+// publish wakes every subscriber; q.mu must be held.
 func (q *memQueue) publish(due int64) {
-	msg := strconv.FormatInt(due, 10)
 	for c := range q.subs {
-		select {
-		case c <- msg:
-		default:
-		}
+		send(c, due)
+	}
+}
+
+// send sends due to c, if c is not nil; like Redis pub/sub it drops the
+// message when c's buffer is full.
+func send(c chan string, due int64) {
+	if c == nil {
+		return
+	}
+	select {
+	case c <- strconv.FormatInt(due, 10):
+	default:
 	}
 }
 
@@ -158,7 +181,7 @@ func (d *memDriver) enqueue(_ context.Context, id string, payload []byte, at, de
 		due = now + delay
 	}
 	q.jobs[id] = &memJob{payload: clone(payload), due: due, call: call}
-	q.schedule(id, due)
+	q.schedule(id, due, now)
 	return due, false, nil
 }
 
@@ -182,82 +205,124 @@ func (d *memDriver) cancel(_ context.Context, id, call string) (bool, error) {
 	return true, nil
 }
 
-func (d *memDriver) pump(_ context.Context, maxAttempts int) (pumpResult, error) {
+func (d *memDriver) take(_ context.Context, a takeArgs) (takeResult, error) {
 	q := d.q
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	now := d.now()
-	var r pumpResult
-	for r.Moved < BatchSize {
+	res := takeResult{Acked: -1}
+
+	// 1. Ack.
+	if a.ack != nil {
+		r := d.receipt(a.ack.call)
+		switch {
+		case r.kind == rcptAck:
+			res.Acked = 1
+		case q.holds(a.ack.ID, a.ack.Attempt):
+			q.inflight.Remove(a.ack.ID)
+			delete(q.jobs, a.ack.ID)
+			d.set(r, rcptAck)
+			res.Acked = 1
+		default:
+			res.Acked = 0
+		}
+	}
+
+	// 2. Pump.
+	for res.Moved < BatchSize {
 		id, due, ok := q.sched.Min()
 		if !ok || due > now {
 			break
 		}
 		q.sched.PopMin()
 		q.ready.Add(id, due)
-		r.Moved++
+		res.Moved++
 	}
-	for r.Requeued+r.Dead < BatchSize {
+	for res.Requeued+res.Dead < BatchSize {
 		id, deadline, ok := q.inflight.Min()
 		if !ok || deadline > now {
 			break
 		}
 		q.inflight.PopMin()
 		j := q.jobs[id]
-		if j.attempt >= maxAttempts {
+		if j.attempt >= a.maxAttempts {
 			q.dead.Add(id, now)
-			r.Dead++
+			res.Dead++
 		} else {
 			q.ready.Add(id, deadline)
 			j.due = deadline
-			r.Requeued++
+			res.Requeued++
 		}
 	}
-	r.Ready = int64(q.ready.Len())
-	r.NextDue = q.sched.head()
-	r.NextDeadline = q.inflight.head()
-	r.Now = now
-	return r, nil
-}
 
-func (d *memDriver) claim(_ context.Context, visibility int64, call string) (*delivery, error) {
-	q := d.q
-	q.mu.Lock()
-	defer q.mu.Unlock()
-	now := d.now()
-	r := d.receipt(call)
-	if r.kind != rcptNone && r.kind != rcptClaim {
-		return nil, nil // this claim's delivery was acked or retried since
-	}
-	if r.kind == rcptClaim {
-		// A second run of this claim: the same delivery while it holds the lease.
-		id := r.id
-		j := q.jobs[id]
-		deadline, ok := q.inflight.Score(id)
-		if j == nil || !ok || int64(j.attempt) != r.attempt {
-			return nil, nil
-		}
-		return &delivery{
+	// 3. Claim.
+	deliver := func(id string, j *memJob, deadline int64) {
+		res.Deliveries = append(res.Deliveries, &delivery{
 			Job:      Job{ID: id, Payload: clone(j.payload), Attempt: j.attempt, DueAt: microTime(j.due)},
 			deadline: deadline,
-			call:     call,
-		}, nil
+			call:     a.call + "." + strconv.Itoa(len(res.Deliveries)),
+		})
 	}
-	id, _, ok := q.ready.PopMin()
-	if !ok {
-		return nil, nil
+	claimed := 0
+	if r := d.receipt(a.call); r.kind != rcptNone {
+		// A second run: the first run's deliveries that still hold their lease.
+		claimed = len(r.leases)
+		for _, l := range r.leases {
+			if deadline, ok := q.inflight.Score(l.id); ok && q.jobs[l.id].attempt == l.attempt {
+				deliver(l.id, q.jobs[l.id], deadline)
+			}
+		}
+	} else if a.n > 0 {
+		r.leases = nil
+		deadline := now + a.visibility
+		for len(r.leases) < a.n {
+			id, _, ok := q.ready.PopMin()
+			if !ok {
+				break
+			}
+			j := q.jobs[id]
+			j.attempt++
+			q.inflight.Add(id, deadline)
+			r.leases = append(r.leases, lease{id: id, attempt: j.attempt})
+			deliver(id, j, deadline)
+		}
+		if len(r.leases) > 0 {
+			d.set(r, rcptTake)
+		}
+		claimed = len(r.leases)
 	}
-	j := q.jobs[id]
-	j.attempt++
-	deadline := now + visibility
-	q.inflight.Add(id, deadline)
-	r.attempt, r.id = int64(j.attempt), id
-	d.set(r, rcptClaim)
-	return &delivery{
-		Job:      Job{ID: id, Payload: clone(j.payload), Attempt: j.attempt, DueAt: microTime(j.due)},
-		deadline: deadline,
-		call:     call,
-	}, nil
+
+	// 4. Plan.
+	res.Ready = int64(q.ready.Len())
+	res.NextDue, res.NextDeadline, res.Now = q.sched.head(), q.inflight.head(), now
+	plan := now + a.poll
+	for _, t := range []int64{res.NextDue, res.NextDeadline} {
+		if t >= 0 && t < plan {
+			plan = max(t, now)
+		}
+	}
+	res.Wake = plan
+	if res.Ready > 0 {
+		res.Wake = now
+	}
+	w := &q.waker
+	live := w.until > now
+	switch {
+	case a.runner != "" && a.n-claimed+a.spare > 0:
+		if !live || w.owner == a.runner || w.plan > plan {
+			*w = memWaker{plan: plan, until: plan + a.poll, owner: a.runner}
+			res.Waker = true
+		} else if res.Ready == 0 {
+			res.Wake = w.until
+		}
+	case live && w.owner == a.runner && a.runner != "":
+		*w = memWaker{}
+		q.publish(plan)
+	}
+	if res.Ready > 0 && res.Moved+res.Requeued > 0 {
+		q.publish(now)
+	}
+	return res, nil
 }
 
 // holds reports whether the delivery of attempt holds the lease of id; q.mu
@@ -277,23 +342,6 @@ func (d *memDriver) extend(_ context.Context, id string, attempt int, visibility
 	deadline := d.now() + visibility
 	q.inflight.Add(id, deadline)
 	return deadline, nil
-}
-
-func (d *memDriver) ack(_ context.Context, id string, attempt int, call string) (bool, error) {
-	q := d.q
-	q.mu.Lock()
-	defer q.mu.Unlock()
-	r := d.receipt(call)
-	if r.kind == rcptAck {
-		return true, nil
-	}
-	if !q.holds(id, attempt) {
-		return false, nil
-	}
-	q.inflight.Remove(id)
-	delete(q.jobs, id)
-	d.set(r, rcptAck)
-	return true, nil
 }
 
 func (d *memDriver) retry(_ context.Context, id string, attempt int, backoff int64, maxAttempts int, call string) (retryOutcome, error) {
@@ -319,7 +367,7 @@ func (d *memDriver) retry(_ context.Context, id string, attempt int, backoff int
 	}
 	due := now + backoff
 	q.jobs[id].due = due
-	q.schedule(id, due)
+	q.schedule(id, due, now)
 	d.set(r, rcptRetried)
 	return retried, nil
 }
@@ -372,22 +420,24 @@ func (d *memDriver) requeue(_ context.Context, id, call string) (bool, error) {
 	now := d.now()
 	j := q.jobs[id]
 	j.attempt, j.due = 0, now
-	q.schedule(id, now)
+	q.schedule(id, now, now)
 	d.set(r, rcptRequeue)
 	return true, nil
 }
 
-func (d *memDriver) subscribe(context.Context) (<-chan string, func(), error) {
-	c := make(chan string, 4)
+func (d *memDriver) subscribe(_ context.Context, runner string) (all, own <-chan string, stop func(), err error) {
+	c, mine := make(chan string, 4), make(chan string, 4)
 	q := d.q
 	q.mu.Lock()
 	q.subs[c] = struct{}{}
+	q.own[runner] = mine
 	q.mu.Unlock()
 	var once sync.Once
-	return c, func() {
+	return c, mine, func() {
 		once.Do(func() {
 			q.mu.Lock()
 			delete(q.subs, c)
+			delete(q.own, runner)
 			q.mu.Unlock()
 		})
 	}, nil

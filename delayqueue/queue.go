@@ -375,17 +375,15 @@ type driver interface {
 	enqueue(ctx context.Context, id string, payload []byte, at, delay int64, call string) (due int64, dup bool, err error)
 	// cancel removes a job in any state; false when there is none.
 	cancel(ctx context.Context, id, call string) (bool, error)
-	// pump moves due jobs to ready and takes back expired leases, at most
-	// BatchSize of each.
-	pump(ctx context.Context, maxAttempts int) (pumpResult, error)
-	// claim leases the ready job due first; nil when none is ready. The
-	// delivery keeps call: its ack or retry reuses it.
-	claim(ctx context.Context, visibility int64, call string) (*delivery, error)
+	// take acks a.ack when not nil, pumps (moves due jobs to ready and
+	// takes back expired leases, at most BatchSize of each), leases up to
+	// a.n ready jobs, and plans the caller's next look (see lua/take.lua).
+	// The deliveries' call IDs are a.call + "." + their index: their ack or
+	// retry uses it.
+	take(ctx context.Context, a takeArgs) (takeResult, error)
 	// extend moves the lease deadline of the delivery holding attempt;
 	// 0 when it is lost, else the new deadline.
 	extend(ctx context.Context, id string, attempt int, visibility int64) (int64, error)
-	// ack deletes the job if the delivery (its claim's call) holds its lease.
-	ack(ctx context.Context, id string, attempt int, call string) (bool, error)
 	// retry schedules the job again at now + backoff, or kills it when
 	// attempt >= maxAttempts, if the delivery holds its lease.
 	retry(ctx context.Context, id string, attempt int, backoff int64, maxAttempts int, call string) (retryOutcome, error)
@@ -395,15 +393,37 @@ type driver interface {
 	// requeue schedules a dead job again, due now, attempts reset; false
 	// when no dead job has the id.
 	requeue(ctx context.Context, id, call string) (bool, error)
-	// subscribe returns a channel of published due times (µs, decimal);
-	// nil when the store cannot publish.
-	subscribe(ctx context.Context) (<-chan string, func(), error)
+	// subscribe returns the channels of published due times (µs, decimal)
+	// for every consumer and for runner's alone; nil when the store cannot
+	// publish.
+	subscribe(ctx context.Context, runner string) (all, own <-chan string, stop func(), err error)
+}
+
+// takeArgs is one take.
+type takeArgs struct {
+	n           int       // how many jobs to lease at most; 0: none
+	spare       int       // the caller's free slots besides n
+	runner      string    // the caller's Run; "" when no message can wake it
+	call        string    // the call ID
+	ack         *delivery // the delivery to ack first; nil: none
+	visibility  int64     // µs
+	maxAttempts int
+	poll        int64 // MaxPoll, µs
+}
+
+// takeResult is what a take did and saw.
+type takeResult struct {
+	pumpResult
+	Acked      int   // 1 acked, 0 the lease was lost, -1 no ack asked
+	Wake       int64 // µs, store clock: when to look next
+	Waker      bool  // the caller is the waker
+	Deliveries []*delivery
 }
 
 // pumpResult is what a pump did and saw.
 type pumpResult struct {
-	Moved, Requeued, Dead int // jobs moved to ready, leases taken back to ready, to dead
-	Ready                 int64
+	Moved, Requeued, Dead int   // jobs moved to ready, leases taken back to ready, to dead
+	Ready                 int64 // jobs left ready (after a take's claims)
 	NextDue               int64 // µs: head of scheduled, -1 when empty
 	NextDeadline          int64 // µs: head of inflight, -1 when empty
 	Now                   int64 // µs: the store's clock
@@ -414,7 +434,7 @@ type delivery struct {
 	Job
 	deadline int64     // µs, store clock
 	claimed  time.Time // local time the claim request was sent
-	call     string    // the claim's call ID, which its ack or retry reuses
+	call     string    // the delivery's call ID, which its ack or retry uses
 }
 
 // MinReplayWindow is the shortest time for which a call that changed a job

@@ -18,14 +18,10 @@ var (
 	luaEnqueue string
 	//go:embed lua/cancel.lua
 	luaCancel string
-	//go:embed lua/pump.lua
-	luaPump string
-	//go:embed lua/claim.lua
-	luaClaim string
+	//go:embed lua/take.lua
+	luaTake string
 	//go:embed lua/extend.lua
 	luaExtend string
-	//go:embed lua/ack.lua
-	luaAck string
 	//go:embed lua/retry.lua
 	luaRetry string
 	//go:embed lua/stats.lua
@@ -35,12 +31,13 @@ var (
 	//go:embed lua/requeue.lua
 	luaRequeue string
 
-	enqueueScript  = newScript(luaEnqueue)
-	cancelScript   = newScript(luaCancel)
-	pumpScript     = newScript(luaPump)
-	claimScript    = newScript(luaClaim)
+	enqueueScript = newScript(luaEnqueue)
+	cancelScript  = newScript(luaCancel)
+	// A consumer's takes are Direct: on go-redis they do not wait in the
+	// automatic pipeline behind other calls (its batches run one at a time),
+	// so that a due job is claimed as soon as it is due.
+	takeScript     = newScript(luaTake).Direct()
 	extendScript   = newScript(luaExtend)
-	ackScript      = newScript(luaAck)
 	retryScript    = newScript(luaRetry)
 	statsScript    = newScript(luaStats)
 	listDeadScript = newScript(luaListDead)
@@ -53,19 +50,21 @@ func newScript(main string) *redisstore.Script {
 	return redisstore.NewScript(luaCommon + "\n" + main)
 }
 
-// redisDriver keeps a queue in seven keys that share the hash tag {name}:
+// redisDriver keeps a queue in eight keys that share the hash tag {name}:
 // dq:s scheduled, dq:r ready, dq:i inflight, dq:x dead (sorted sets of job
 // ids), dq:p payloads, dq:m "attempt:due" per job and dq:c the call ID of
-// the Enqueue of each job whose ID the caller chose (hashes). Due times and
-// lease deadlines are µs by the Redis clock (or the injected one). The
-// channel dq:n carries published due times. Calls that change a job leave a
-// receipt "dq:k:<call ID>" for the replay window (see lua/claim.lua).
+// the Enqueue of each job whose ID the caller chose (hashes), and dq:w the
+// waker (a string, see lua/take.lua). Due times and lease deadlines are µs
+// by the Redis clock (or the injected one). The channel dq:n carries
+// published due times for every consumer, dq:n:<runner> those for one.
+// Calls that change a job leave a receipt "dq:k:<call ID>" for the replay
+// window (see lua/take.lua).
 type redisDriver struct {
-	r                                                  *redisstore.Store
-	name                                               string
-	sched, ready, inflight, dead, payload, meta, calls string
-	channel                                            string
-	window                                             string // receipts' lifetime, µs
+	r                                                         *redisstore.Store
+	name                                                      string
+	sched, ready, inflight, dead, payload, meta, calls, waker string
+	channel                                                   string
+	window                                                    string // receipts' lifetime, µs
 }
 
 func newRedisDriver(r *redisstore.Store, name string, window time.Duration) *redisDriver {
@@ -79,6 +78,7 @@ func newRedisDriver(r *redisstore.Store, name string, window time.Duration) *red
 		payload:  r.Key(name, "dq:p"),
 		meta:     r.Key(name, "dq:m"),
 		calls:    r.Key(name, "dq:c"),
+		waker:    r.Key(name, "dq:w"),
 		channel:  r.Key(name, "dq:n"),
 		window:   strconv.FormatInt(window.Microseconds(), 10),
 	}
@@ -102,7 +102,7 @@ func (d *redisDriver) enqueue(ctx context.Context, id string, payload []byte, at
 	if at < 0 {
 		mode, t = "d", delay
 	}
-	reply, err := d.run(ctx, enqueueScript, []string{d.sched, d.payload, d.meta, d.calls},
+	reply, err := d.run(ctx, enqueueScript, []string{d.sched, d.payload, d.meta, d.calls, d.waker},
 		d.r.NowArg(), id, string(payload), mode, itoa(t), d.channel, call)
 	if err != nil {
 		return 0, false, err
@@ -125,47 +125,45 @@ func (d *redisDriver) cancel(ctx context.Context, id, call string) (bool, error)
 	return n == 1, nil
 }
 
-func (d *redisDriver) pump(ctx context.Context, maxAttempts int) (pumpResult, error) {
-	reply, err := d.run(ctx, pumpScript, []string{d.sched, d.ready, d.inflight, d.dead, d.meta},
-		d.r.NowArg(), strconv.Itoa(BatchSize), strconv.Itoa(maxAttempts))
-	if err != nil {
-		return pumpResult{}, err
+func (d *redisDriver) take(ctx context.Context, a takeArgs) (takeResult, error) {
+	ackID, ackAttempt, ackReceipt := "", "", d.waker
+	if a.ack != nil {
+		ackID, ackAttempt, ackReceipt = a.ack.ID, strconv.Itoa(a.ack.Attempt), d.receipt(a.ack.call)
 	}
-	v, err := redisstore.ReplyInts(reply, 7)
+	reply, err := d.run(ctx, takeScript,
+		[]string{d.sched, d.ready, d.inflight, d.dead, d.payload, d.meta, d.calls, d.receipt(a.call), ackReceipt, d.waker},
+		d.r.NowArg(), strconv.Itoa(a.n), itoa(a.visibility), d.window, strconv.Itoa(BatchSize),
+		strconv.Itoa(a.maxAttempts), a.runner, strconv.Itoa(a.spare), itoa(a.poll), d.channel, ackID, ackAttempt)
 	if err != nil {
-		return pumpResult{}, fmt.Errorf("delayqueue: %w", err)
-	}
-	return pumpResult{Moved: int(v[0]), Requeued: int(v[1]), Dead: int(v[2]), Ready: v[3],
-		NextDue: v[4], NextDeadline: v[5], Now: v[6]}, nil
-}
-
-func (d *redisDriver) claim(ctx context.Context, visibility int64, call string) (*delivery, error) {
-	reply, err := d.run(ctx, claimScript, []string{d.ready, d.inflight, d.payload, d.meta, d.receipt(call)},
-		d.r.NowArg(), itoa(visibility), d.window)
-	if err != nil {
-		return nil, err
+		return takeResult{}, err
 	}
 	arr, ok := reply.([]any)
-	if !ok {
-		return nil, fmt.Errorf("delayqueue: unexpected claim reply %T", reply)
+	if !ok || len(arr) < 10 || (len(arr)-10)%5 != 0 {
+		return takeResult{}, fmt.Errorf("delayqueue: malformed take reply %v", reply)
 	}
-	if len(arr) == 0 {
-		return nil, nil
+	v, err := redisstore.ReplyInts(arr[:10], 10)
+	if err != nil {
+		return takeResult{}, fmt.Errorf("delayqueue: %w", err)
 	}
-	if len(arr) != 5 {
-		return nil, fmt.Errorf("delayqueue: claim reply has %d elements, want 5", len(arr))
+	res := takeResult{
+		pumpResult: pumpResult{Moved: int(v[1]), Requeued: int(v[2]), Dead: int(v[3]), Ready: v[4],
+			NextDue: v[5], NextDeadline: v[6], Now: v[7]},
+		Acked: int(v[0]), Wake: v[8], Waker: v[9] == 1,
 	}
-	id, ok1 := arr[0].(string)
-	payload, ok2 := arr[1].(string)
-	nums, err := redisstore.ReplyInts(arr[2:], 3)
-	if !ok1 || !ok2 || err != nil {
-		return nil, fmt.Errorf("delayqueue: malformed claim reply %v", arr)
+	for i := 10; i < len(arr); i += 5 {
+		id, ok1 := arr[i].(string)
+		payload, ok2 := arr[i+1].(string)
+		nums, err := redisstore.ReplyInts(arr[i+2:i+5], 3)
+		if !ok1 || !ok2 || err != nil {
+			return takeResult{}, fmt.Errorf("delayqueue: malformed take reply %v", arr[i:i+5])
+		}
+		res.Deliveries = append(res.Deliveries, &delivery{
+			Job:      Job{ID: id, Payload: []byte(payload), Attempt: int(nums[0]), DueAt: microTime(nums[1])},
+			deadline: nums[2],
+			call:     a.call + "." + strconv.Itoa((i-10)/5),
+		})
 	}
-	return &delivery{
-		Job:      Job{ID: id, Payload: []byte(payload), Attempt: int(nums[0]), DueAt: microTime(nums[1])},
-		deadline: nums[2],
-		call:     call,
-	}, nil
+	return res, nil
 }
 
 func (d *redisDriver) extend(ctx context.Context, id string, attempt int, visibility int64) (int64, error) {
@@ -178,18 +176,8 @@ func (d *redisDriver) extend(ctx context.Context, id string, attempt int, visibi
 	return n, nil
 }
 
-func (d *redisDriver) ack(ctx context.Context, id string, attempt int, call string) (bool, error) {
-	reply, err := d.run(ctx, ackScript, []string{d.inflight, d.payload, d.meta, d.calls, d.receipt(call)},
-		d.r.NowArg(), id, strconv.Itoa(attempt), d.window)
-	if err != nil {
-		return false, err
-	}
-	n, _ := reply.(int64)
-	return n == 1, nil
-}
-
 func (d *redisDriver) retry(ctx context.Context, id string, attempt int, backoff int64, maxAttempts int, call string) (retryOutcome, error) {
-	reply, err := d.run(ctx, retryScript, []string{d.sched, d.inflight, d.dead, d.meta, d.receipt(call)},
+	reply, err := d.run(ctx, retryScript, []string{d.sched, d.inflight, d.dead, d.meta, d.receipt(call), d.waker},
 		d.r.NowArg(), id, strconv.Itoa(attempt), itoa(backoff), strconv.Itoa(maxAttempts), d.channel, d.window)
 	if err != nil {
 		return leaseLost, err
@@ -239,7 +227,7 @@ func (d *redisDriver) listDead(ctx context.Context, limit int) ([]DeadJob, error
 }
 
 func (d *redisDriver) requeue(ctx context.Context, id, call string) (bool, error) {
-	reply, err := d.run(ctx, requeueScript, []string{d.sched, d.dead, d.meta, d.receipt(call)},
+	reply, err := d.run(ctx, requeueScript, []string{d.sched, d.dead, d.meta, d.receipt(call), d.waker},
 		d.r.NowArg(), id, d.channel, d.window)
 	if err != nil {
 		return false, err
@@ -248,13 +236,18 @@ func (d *redisDriver) requeue(ctx context.Context, id, call string) (bool, error
 	return n == 1, nil
 }
 
-func (d *redisDriver) subscribe(ctx context.Context) (<-chan string, func(), error) {
+func (d *redisDriver) subscribe(ctx context.Context, runner string) (all, own <-chan string, stop func(), err error) {
 	sub, err := d.r.Subscribe(ctx, d.channel)
 	if errors.Is(err, redisstore.ErrNoPubSub) {
-		return nil, func() {}, nil
+		return nil, nil, func() {}, nil
 	}
 	if err != nil {
-		return nil, nil, fmt.Errorf("delayqueue: subscribe: %w", err)
+		return nil, nil, nil, fmt.Errorf("delayqueue: subscribe: %w", err)
 	}
-	return sub.C, sub.Close, nil
+	mine, err := d.r.Subscribe(ctx, d.channel+":"+runner)
+	if err != nil {
+		sub.Close()
+		return nil, nil, nil, fmt.Errorf("delayqueue: subscribe: %w", err)
+	}
+	return sub.C, mine.C, func() { sub.Close(); mine.Close() }, nil
 }

@@ -4,9 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"runtime/debug"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/floodgate-dev/floodgate/internal/callid"
@@ -33,103 +35,164 @@ func (q *Queue) Run(ctx context.Context, h Handler) error {
 	if ctx.Err() != nil {
 		return nil
 	}
-	r := &runner{q: q, h: h, slots: make(chan struct{}, q.cfg.concurrency)}
+	r := &runner{q: q, h: h, slots: make(chan struct{}, q.cfg.concurrency), kick: make(chan struct{}, 1)}
 	r.hctx, r.abandon = context.WithCancelCause(context.WithoutCancel(ctx))
 	defer r.abandon(ErrShutdown)
 	r.loop(ctx)
+	r.stopped.Store(true)
+	r.resign()
 	return r.drain()
 }
 
 // runner is one Run.
+//
+// Its loop takes due jobs into the free slots (one take call leases up to
+// one per free slot, at most BatchSize) and starts a worker for each. A
+// worker that finished a job acks it and leases the next ready one in the
+// same call, and keeps its slot while there is one. Every take answers when
+// to look next; the loop sleeps until the latest answer's time, or until a
+// published due time is earlier.
 type runner struct {
 	q       *Queue
 	h       Handler
-	slots   chan struct{} // a token per running handler
+	id      string        // the Run's ID for the waker election; "" while no message can wake it
+	slots   chan struct{} // a token per running worker
 	running sync.WaitGroup
 	hctx    context.Context // parent of the handlers' contexts
 	abandon context.CancelCauseFunc
+	stopped atomic.Bool // Run's ctx ended: workers lease no more jobs
 
-	wake   <-chan string // published due times; nil until subscribed
-	unsub  func()
-	subAt  time.Time // when to try subscribing again after a failure
-	fails  int       // consecutive store errors
-	nextAt time.Time // local time of the next planned pump
-	planAt int64     // the same instant in store µs, to filter wake-ups
+	wake  <-chan string // due times published for every consumer; nil until subscribed
+	own   <-chan string // due times published for this Run (it is the waker)
+	unsub func()
+	subAt time.Time // when to try subscribing again after a failure
+	fails int       // consecutive store errors of the loop
+
+	mu   sync.Mutex
+	plan plan          // from the take sent last
+	kick chan struct{} // the plan moved earlier
 }
 
-// loop claims and dispatches jobs until ctx ends.
+// plan is when to take next, from the answer of a take.
+type plan struct {
+	sent    time.Time // when the take was sent; a later take's plan replaces it
+	at      time.Time // local time to take next; zero: at once
+	storeAt int64     // the same instant by the store's clock, µs
+}
+
+// Run's ID for the waker election: hex, unique per Run.
+func runnerID() string { return newID()[:16] }
+
+// loop takes and dispatches jobs until ctx ends.
 func (r *runner) loop(ctx context.Context) {
 	defer func() {
 		if r.unsub != nil {
 			r.unsub()
 		}
 	}()
-	needPump := true
 	for ctx.Err() == nil {
 		if r.unsub == nil && !time.Now().Before(r.subAt) {
-			// Subscribe before the first pump, so that an enqueue between the
-			// pump and the sleep is not missed.
+			// Subscribe before the first take, so that an enqueue between
+			// the take and the sleep is not missed.
 			r.subscribe(ctx)
-		}
-		pumped := false
-		if needPump || !time.Now().Before(r.nextAt) {
-			p, err := r.q.pump(ctx)
-			if err != nil {
-				r.storeError(ctx, err)
-				continue
-			}
-			r.plan(p)
-			needPump, pumped = false, true
 		}
 		select {
 		case r.slots <- struct{}{}:
 		case <-ctx.Done():
 			return
 		}
-		if ctx.Err() != nil {
+		if p := r.current(); time.Now().Before(p.at) {
 			<-r.slots
-			return
+			r.sleep(ctx, p)
+			continue
 		}
-		d, err := r.q.claim(ctx)
+		n := 1
+		for n < min(cap(r.slots), BatchSize) && r.trySlot() {
+			n++
+		}
+		sent := time.Now()
+		res, err := r.q.take(ctx, n, 0, r.id, nil)
 		if err != nil {
-			<-r.slots
+			r.release(n)
 			r.storeError(ctx, err)
 			continue
 		}
 		r.fails = 0
-		if d != nil {
+		for _, d := range res.Deliveries {
 			r.running.Add(1)
-			go r.handle(d)
-			continue
+			go r.work(d)
 		}
+		r.release(n - len(res.Deliveries))
+		r.update(sent, res)
+	}
+}
+
+func (r *runner) trySlot() bool {
+	select {
+	case r.slots <- struct{}{}:
+		return true
+	default:
+		return false
+	}
+}
+
+func (r *runner) release(n int) {
+	for range n {
 		<-r.slots
-		needPump = true
-		if !pumped {
-			continue // nothing ready: pump before going to sleep
-		}
-		r.sleep(ctx)
 	}
 }
 
-// plan sets when to pump next: at the earliest due time or lease deadline
-// the pump saw, at once when more jobs are due than one pump moves, and
-// after MaxPoll at the latest.
-func (r *runner) plan(p pumpResult) {
-	r.fails = 0
-	wait := r.q.cfg.maxPoll.Microseconds()
-	for _, t := range []int64{p.NextDue, p.NextDeadline} {
-		if t >= 0 {
-			wait = min(wait, max(t-p.Now, 0))
-		}
-	}
-	r.nextAt = time.Now().Add(time.Duration(wait) * time.Microsecond)
-	r.planAt = p.Now + wait
+// current returns the plan.
+func (r *runner) current() plan {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.plan
 }
 
-// sleep waits until the planned pump, a published due time earlier than it,
-// or the end of ctx.
-func (r *runner) sleep(ctx context.Context) {
-	t := time.NewTimer(time.Until(r.nextAt))
+// update takes the plan of a take sent at sent, unless a later take's plan
+// is already in place, and kicks the loop's sleep when the plan moved
+// earlier.
+func (r *runner) update(sent time.Time, res takeResult) {
+	p := plan{sent: sent, storeAt: res.Wake}
+	if res.Ready == 0 {
+		p.at = time.Now().Add(time.Duration(max(res.Wake-res.Now, 0)) * time.Microsecond)
+	}
+	r.mu.Lock()
+	if sent.Before(r.plan.sent) {
+		r.mu.Unlock()
+		return
+	}
+	earlier := p.at.Before(r.plan.at)
+	r.plan = p
+	r.mu.Unlock()
+	if earlier {
+		r.poke()
+	}
+}
+
+// advance moves the plan to the store time due, when that is earlier: a
+// published due time.
+func (r *runner) advance(due int64) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if due >= r.plan.storeAt || r.plan.at.IsZero() {
+		return
+	}
+	r.plan.at = r.plan.at.Add(-time.Duration(r.plan.storeAt-due) * time.Microsecond)
+	r.plan.storeAt = due
+}
+
+func (r *runner) poke() {
+	select {
+	case r.kick <- struct{}{}:
+	default:
+	}
+}
+
+// sleep waits until the plan's time, an earlier published due time, a
+// worker's earlier plan, or the end of ctx.
+func (r *runner) sleep(ctx context.Context, p plan) {
+	t := time.NewTimer(time.Until(p.at))
 	defer t.Stop()
 	for {
 		select {
@@ -137,16 +200,32 @@ func (r *runner) sleep(ctx context.Context) {
 			return
 		case <-t.C:
 			return
+		case <-r.kick:
+			return
 		case msg := <-r.wake:
-			if due, err := strconv.ParseInt(msg, 10, 64); err != nil || due < r.planAt {
-				return
-			}
+			r.heard(msg)
+		case msg := <-r.own:
+			r.heard(msg)
+		}
+		if q := r.current(); !q.at.Equal(p.at) {
+			return
 		}
 	}
 }
 
+// heard takes a published due time into the plan; a malformed one means
+// "look now".
+func (r *runner) heard(msg string) {
+	due, err := strconv.ParseInt(msg, 10, 64)
+	if err != nil {
+		due = math.MinInt64
+	}
+	r.advance(due)
+}
+
 func (r *runner) subscribe(ctx context.Context) {
-	wake, unsub, err := r.q.d.subscribe(ctx)
+	id := runnerID()
+	wake, own, unsub, err := r.q.d.subscribe(ctx, id)
 	if err != nil {
 		// Without wake-ups the consumer still looks every MaxPoll; it tries
 		// again after 10 MaxPolls.
@@ -156,7 +235,10 @@ func (r *runner) subscribe(ctx context.Context) {
 		r.subAt = time.Now().Add(10 * r.q.cfg.maxPoll)
 		return
 	}
-	r.wake, r.unsub = wake, unsub
+	r.wake, r.own, r.unsub = wake, own, unsub
+	if own != nil {
+		r.id = id
+	}
 }
 
 // storeError reports err and waits before the next try: 50ms, doubling with
@@ -194,11 +276,32 @@ func (r *runner) drain() error {
 	return nil
 }
 
-// handle runs the handler on one delivery, keeps its lease while it runs,
-// and acks or retries the job after.
-func (r *runner) handle(d *delivery) {
+// resign gives up the waker role, if this Run holds it, so that another
+// consumer wakes for the next due time at once (see lua/take.lua): a take
+// that leases nothing, with no free slot. Best effort, within a second.
+func (r *runner) resign() {
+	if r.id == "" {
+		return
+	}
+	ctx, cancel := context.WithTimeout(r.hctx, time.Second)
+	defer cancel()
+	_, _ = r.q.take(ctx, 0, 0, r.id, nil)
+}
+
+// work runs deliveries in one slot: d, and the next job each ack leases,
+// until an ack leases none. It frees the slot after.
+func (r *runner) work(d *delivery) {
 	defer r.running.Done()
 	defer func() { <-r.slots }()
+	for d != nil {
+		d = r.handle(d)
+	}
+}
+
+// handle runs the handler on one delivery, keeps its lease while it runs,
+// and acks or retries the job after. An ack leases the next ready job, which
+// handle returns, unless Run is stopping.
+func (r *runner) handle(d *delivery) *delivery {
 	q := r.q
 	jctx, cancel := context.WithCancelCause(r.hctx)
 	defer cancel(nil)
@@ -217,20 +320,30 @@ func (r *runner) handle(d *delivery) {
 		if errors.Is(cause, ErrLeaseLost) {
 			q.cfg.onError(fmt.Errorf("delayqueue: job %q attempt %d: %w", d.ID, d.Attempt, cause))
 		}
-		return
+		return nil
 	}
 	// Ack or retry even when Run's ctx ended: this runs within the grace.
 	ctx, cancelOp := context.WithTimeout(r.hctx, q.cfg.visibility)
 	defer cancelOp()
 	if err == nil {
-		ok, aerr := q.d.ack(ctx, d.ID, d.Attempt, d.call)
+		n, spare := 1, cap(r.slots)-len(r.slots)
+		if r.stopped.Load() {
+			n, spare = 0, 0
+		}
+		sent := time.Now()
+		res, aerr := q.take(ctx, n, spare, r.id, d)
 		switch {
 		case aerr != nil:
 			q.cfg.onError(fmt.Errorf("delayqueue: job %q attempt %d: ack: %w", d.ID, d.Attempt, aerr))
-		case !ok:
+			return nil
+		case res.Acked == 0:
 			q.cfg.onError(fmt.Errorf("delayqueue: job %q attempt %d: ack: %w", d.ID, d.Attempt, ErrLeaseLost))
 		}
-		return
+		r.update(sent, res)
+		if len(res.Deliveries) == 0 {
+			return nil
+		}
+		return res.Deliveries[0]
 	}
 	out, rerr := q.fail(ctx, d, err)
 	switch {
@@ -239,6 +352,7 @@ func (r *runner) handle(d *delivery) {
 	case out == leaseLost:
 		q.cfg.onError(fmt.Errorf("delayqueue: job %q attempt %d: retry: %w", d.ID, d.Attempt, ErrLeaseLost))
 	}
+	return nil
 }
 
 // call runs h, turning a panic into an error.
@@ -295,19 +409,22 @@ func (r *runner) keepLease(jctx context.Context, cancel context.CancelCauseFunc,
 // The steps of Run, one store call each. Tests drive them directly on a fake
 // clock.
 
-// pump moves due jobs to ready and takes back expired leases.
-func (q *Queue) pump(ctx context.Context) (pumpResult, error) {
-	return q.d.pump(ctx, q.cfg.maxAttempts)
+// take runs one take for a runner (see driver.take): n leases, spare other
+// free slots, and the delivery to ack first, or nil.
+func (q *Queue) take(ctx context.Context, n, spare int, runner string, ack *delivery) (takeResult, error) {
+	return q.takeCall(ctx, n, spare, runner, ack, callid.New())
 }
 
-// claim leases the ready job due first, or returns nil.
-func (q *Queue) claim(ctx context.Context) (*delivery, error) {
+func (q *Queue) takeCall(ctx context.Context, n, spare int, runner string, ack *delivery, call string) (takeResult, error) {
 	start := time.Now()
-	d, err := q.d.claim(ctx, q.cfg.visibility.Microseconds(), callid.New())
-	if d != nil {
+	res, err := q.d.take(ctx, takeArgs{
+		n: n, spare: spare, runner: runner, call: call, ack: ack,
+		visibility: q.cfg.visibility.Microseconds(), maxAttempts: q.cfg.maxAttempts, poll: q.cfg.maxPoll.Microseconds(),
+	})
+	for _, d := range res.Deliveries {
 		d.claimed = start
 	}
-	return d, err
+	return res, err
 }
 
 // fail retries the delivery after Backoff(attempt), or moves it to dead

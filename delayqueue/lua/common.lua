@@ -13,7 +13,7 @@ local function clock(arg)
 end
 
 -- receipt returns what an earlier run of this call recorded in its receipt
--- (see claim.lua), while it lasts by now, else nil. Reads key (string
+-- (see take.lua), while it lasts by now, else nil. Reads key (string
 -- "<deadline_us>:<what>"); writes nothing.
 local function receipt(key, now)
   local dl, body = string.match(redis.call('GET', key) or '', '^(%d+):(.*)$')
@@ -27,4 +27,30 @@ end
 local function setReceipt(key, now, lifetime, body)
   local w = tonumber(lifetime)
   redis.call('SET', key, string.format('%d:', now + w) .. body, 'PX', math.ceil(w / 1000) + 1000)
+end
+
+-- schedule adds id to the scheduled set sched, due at due (µs), and wakes a
+-- consumer when the job is due before what the consumers plan to look at:
+--   - While a consumer is the waker (waker, a string "<plan_us>:<until_us>:<runner>"
+--     that lives while until_us > now, see take.lua), the others sleep; a job
+--     due before its plan is published on its own channel, "<channel>:<runner>",
+--     and the plan moves to the job's due time.
+--   - Without a live waker, a job due before every other scheduled job is
+--     published on channel, which every consumer hears.
+-- Reads the head of sched and waker; writes sched, waker, and publishes.
+local function schedule(sched, waker, channel, id, due, now)
+  local sdue = string.format('%d', due)
+  local plan, untl, owner = string.match(redis.call('GET', waker) or '', '^(%d+):(%d+):(.*)$')
+  if plan and tonumber(untl) > now then
+    redis.call('ZADD', sched, sdue, id)
+    if due < tonumber(plan) then
+      local grace = tonumber(untl) - tonumber(plan)
+      redis.call('SET', waker, string.format('%d:%d:', due, due + grace) .. owner, 'KEEPTTL')
+      redis.call('PUBLISH', channel .. ':' .. owner, sdue)
+    end
+    return
+  end
+  local head = redis.call('ZRANGE', sched, 0, 0, 'WITHSCORES')
+  redis.call('ZADD', sched, sdue, id)
+  if not head[2] or due < tonumber(head[2]) then redis.call('PUBLISH', channel, sdue) end
 end

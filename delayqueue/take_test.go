@@ -1,0 +1,262 @@
+package delayqueue_test
+
+import (
+	"context"
+	"strconv"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/floodgate-dev/floodgate/clock"
+	"github.com/floodgate-dev/floodgate/delayqueue"
+)
+
+// TestTakeBatch: one take leases several jobs, due first; run again (a
+// client's resend) it returns the same deliveries that still hold their
+// lease and leases nothing more; an ack leases the next job in the same
+// call, and a resend of that call acks once and returns the same delivery.
+func TestTakeBatch(t *testing.T) {
+	for _, bk := range allBackends() {
+		t.Run(bk.name, func(t *testing.T) {
+			ctx := context.Background()
+			clk := clock.NewFake(t0)
+			q, err := delayqueue.New(bk.make(t, clk)(), "q")
+			if err != nil {
+				t.Fatal(err)
+			}
+			for i := range 5 {
+				id := "j" + strconv.Itoa(i)
+				if _, err := q.Enqueue(ctx, []byte("p:"+id), delayqueue.ID(id), delayqueue.At(t0.Add(time.Duration(5-i)*time.Millisecond))); err != nil {
+					t.Fatal(err)
+				}
+			}
+			clk.Advance(time.Second)
+			ids := func(res delayqueue.TakeResult) string {
+				s := ""
+				for _, d := range res.Deliveries {
+					s += d.ID + ":" + strconv.Itoa(d.Attempt) + " "
+				}
+				return s
+			}
+			first, err := q.TakeCall(ctx, 3, 0, "", nil, "call-t1")
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got, want := ids(first), "j4:1 j3:1 j2:1 "; got != want || first.Moved != 5 || first.Ready != 2 {
+				t.Fatalf("take 3: %q moved %d ready %d, want %q moved 5 ready 2", got, first.Moved, first.Ready, want)
+			}
+			calls := map[string]bool{}
+			for _, d := range first.Deliveries {
+				if calls[d.Call()] || string(d.Payload) != "p:"+d.ID {
+					t.Fatalf("delivery %q: call %q repeated or payload %q", d.ID, d.Call(), d.Payload)
+				}
+				calls[d.Call()] = true
+			}
+			again, err := q.TakeCall(ctx, 3, 0, "", nil, "call-t1")
+			if err != nil || ids(again) != ids(first) || again.Deliveries[0].Deadline() != first.Deliveries[0].Deadline() {
+				t.Fatalf("take run twice: %q %v, want %q", ids(again), err, ids(first))
+			}
+			if ok, err := q.Ack(ctx, first.Deliveries[1]); !ok || err != nil {
+				t.Fatal("ack", ok, err)
+			}
+			again, err = q.TakeCall(ctx, 3, 0, "", nil, "call-t1")
+			if got, want := ids(again), "j4:1 j2:1 "; got != want || err != nil {
+				t.Fatalf("take run again after an ack: %q %v, want %q", got, err, want)
+			}
+			stats := func(what string, want delayqueue.Stats) {
+				t.Helper()
+				if got, err := q.Stats(ctx); got != want || err != nil {
+					t.Fatalf("%s: stats %+v %v, want %+v", what, got, err, want)
+				}
+			}
+			stats("after the replays", delayqueue.Stats{Ready: 2, InFlight: 2})
+
+			// Ack and take in one call, run twice.
+			for run := range 2 {
+				res, err := q.TakeCall(ctx, 1, 0, "", first.Deliveries[0], "call-t2")
+				if err != nil || res.Acked != 1 || ids(res) != "j1:1 " {
+					t.Fatalf("ack and take, run %d: acked %d %q %v, want acked 1 \"j1:1 \"", run+1, res.Acked, ids(res), err)
+				}
+			}
+			stats("after ack and take twice", delayqueue.Stats{Ready: 1, InFlight: 2})
+			// The delivery's ack again, in another take: answered from its
+			// receipt, and the take leases the last job.
+			res, err := q.Take(ctx, 1, 0, "", first.Deliveries[0])
+			if err != nil || res.Acked != 1 || ids(res) != "j0:1 " || res.Ready != 0 {
+				t.Fatalf("ack again: acked %d %q ready %d %v, want acked 1 \"j0:1 \" ready 0", res.Acked, ids(res), res.Ready, err)
+			}
+			stats("at the end", delayqueue.Stats{InFlight: 3})
+		})
+	}
+}
+
+// TestWaker: of the idle consumers of a queue one is the waker, which plans
+// to look at the next due time; the others sleep until its plan and MaxPoll
+// have passed. A job due earlier than the waker's plan is published to the
+// waker alone; a waker that takes its last free slot hands the role on,
+// publishing the next due time for all.
+func TestWaker(t *testing.T) {
+	for _, bk := range allBackends() {
+		t.Run(bk.name, func(t *testing.T) {
+			ctx := context.Background()
+			clk := clock.NewFake(t0)
+			q, err := delayqueue.New(bk.make(t, clk)(), "q", delayqueue.MaxPoll(time.Minute))
+			if err != nil {
+				t.Fatal(err)
+			}
+			allA, ownA, stopA, err := q.Subscribe(ctx, "A")
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer stopA()
+			_, ownB, stopB, err := q.Subscribe(ctx, "B")
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer stopB()
+			us := func(d time.Duration) int64 { return t0.Add(d).UnixMicro() }
+			take := func(who string, n, spare int, wantWaker bool, wantWake time.Duration) delayqueue.TakeResult {
+				t.Helper()
+				res, err := q.Take(ctx, n, spare, who, nil)
+				if err != nil || res.Waker != wantWaker || res.Wake != us(wantWake) {
+					t.Fatalf("take by %s: waker %v wake %v %v, want waker %v wake %v", who, res.Waker,
+						time.UnixMicro(res.Wake).Sub(t0), err, wantWaker, wantWake)
+				}
+				return res
+			}
+			hear := func(c <-chan string, what string, want time.Duration) {
+				t.Helper()
+				select {
+				case msg := <-c:
+					if msg != strconv.FormatInt(us(want), 10) {
+						t.Fatalf("%s: heard %s, want %d", what, msg, us(want))
+					}
+				case <-time.After(10 * time.Second):
+					t.Fatalf("%s: heard nothing", what)
+				}
+			}
+			quiet := func(c <-chan string, what string) {
+				t.Helper()
+				select {
+				case msg := <-c:
+					t.Fatalf("%s: heard %s, want nothing", what, msg)
+				default:
+				}
+			}
+			if _, err := q.Enqueue(ctx, nil, delayqueue.ID("late"), delayqueue.Delay(10*time.Second)); err != nil {
+				t.Fatal(err)
+			}
+			hear(allA, "the first job, no waker yet", 10*time.Second)
+
+			take("A", 1, 0, true, 10*time.Second)
+			take("B", 1, 0, false, 10*time.Second+time.Minute)
+			take("A", 1, 3, true, 10*time.Second) // still the waker: nothing changes
+
+			// An earlier job wakes A alone, and moves its plan.
+			if _, err := q.Enqueue(ctx, nil, delayqueue.ID("early"), delayqueue.Delay(5*time.Second)); err != nil {
+				t.Fatal(err)
+			}
+			hear(ownA, "an earlier job", 5*time.Second)
+			quiet(allA, "an earlier job, on the channel of all")
+			quiet(ownB, "an earlier job, on B's channel")
+			take("B", 1, 0, false, 5*time.Second+time.Minute)
+			// A later job wakes no one.
+			if _, err := q.Enqueue(ctx, nil, delayqueue.ID("later"), delayqueue.Delay(20*time.Second)); err != nil {
+				t.Fatal(err)
+			}
+
+			// A takes the early job with its last slot: B is told of the
+			// next due time, and becomes the waker.
+			clk.Advance(5 * time.Second)
+			res := take("A", 1, 0, false, 10*time.Second)
+			if len(res.Deliveries) != 1 || res.Deliveries[0].ID != "early" {
+				t.Fatalf("A took %v, want the early job", res.Deliveries)
+			}
+			hear(allA, "the waker resigned", 10*time.Second)
+			quiet(ownA, "after the later job")
+			take("B", 1, 0, true, 10*time.Second)
+			take("A", 1, 0, false, 10*time.Second+time.Minute)
+
+			// A waker that does not come back is replaced once its plan and
+			// MaxPoll passed (B's ends at 1m10s).
+			clk.Advance(5*time.Second + time.Minute)
+			res = take("A", 3, 1, true, 10*time.Second+time.Minute+30*time.Second)
+			if len(res.Deliveries) != 3 {
+				t.Fatalf("A took %v, want the late, the later and the early job (its lease ended)", res.Deliveries)
+			}
+		})
+	}
+}
+
+// TestOneWakerPerDueTime: four consumers of one queue, idle between jobs
+// due at different times, do not all look for each job: the loops' takes
+// (those that ack nothing) stay near one per job, where every consumer
+// waking for every due time would make four.
+func TestOneWakerPerDueTime(t *testing.T) {
+	for _, bk := range threeBackends() {
+		t.Run(bk.name, func(t *testing.T) {
+			const jobs, consumers = 40, 4
+			mk := bk.make(t, nil)
+			ctx, cancel := context.WithCancel(context.Background())
+			defer cancel()
+			var (
+				mu   sync.Mutex
+				seen = map[string]int{}
+				all  = make(chan struct{})
+			)
+			var wakes []func() int64
+			var wg sync.WaitGroup
+			for range consumers {
+				q, err := delayqueue.New(mk(), "q", delayqueue.Concurrency(2))
+				if err != nil {
+					t.Fatal(err)
+				}
+				w, _ := q.CountTakes()
+				wakes = append(wakes, w.Load)
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					_ = q.Run(ctx, func(_ context.Context, j *delayqueue.Job) error {
+						mu.Lock()
+						defer mu.Unlock()
+						seen[j.ID]++
+						if len(seen) == jobs && seen[j.ID] == 1 {
+							close(all)
+						}
+						return nil
+					})
+				}()
+			}
+			producer, err := delayqueue.New(mk(), "q")
+			if err != nil {
+				t.Fatal(err)
+			}
+			start := time.Now().Add(500 * time.Millisecond)
+			for i := range jobs {
+				if _, err := producer.Enqueue(ctx, nil, delayqueue.At(start.Add(time.Duration(i)*25*time.Millisecond))); err != nil {
+					t.Fatal(err)
+				}
+			}
+			select {
+			case <-all:
+			case <-time.After(60 * time.Second):
+				t.Fatalf("delivered %d jobs of %d", len(seen), jobs)
+			}
+			elapsed := time.Since(start) + 500*time.Millisecond
+			cancel()
+			wg.Wait()
+			var total int64
+			for _, w := range wakes {
+				total += w()
+			}
+			// Besides one take per job: each consumer's first take, one when
+			// it stops, and one per MaxPoll (1s) of the run and of the
+			// waker's plan while it sleeps, twice for slack.
+			polls := int64(consumers * (2 + 2*(int(elapsed/time.Second)+2)))
+			if total > jobs+polls {
+				t.Errorf("%d takes by the loops for %d jobs (bound %d): consumers wake together", total, jobs, jobs+polls)
+			}
+			t.Logf("%d takes by the loops for %d jobs in %v", total, jobs, elapsed.Round(time.Millisecond))
+		})
+	}
+}
