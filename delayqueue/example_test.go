@@ -115,3 +115,37 @@ func ExampleID() {
 	// <nil>
 	// delayqueue: no such job
 }
+
+// EnqueueBatch adds many jobs in one call; a job whose ID is in the queue
+// already is left out, and reported.
+func ExampleQueue_EnqueueBatch() {
+	mem := backend.NewMemory()
+	defer mem.Close()
+	q, err := delayqueue.New(mem, "invoices")
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	ctx := context.Background()
+	if _, err := q.Enqueue(ctx, []byte("march"), delayqueue.ID("invoice-3")); err != nil {
+		fmt.Println(err)
+		return
+	}
+	var items []delayqueue.Item
+	for _, month := range []string{"january", "february", "march"} {
+		items = append(items, delayqueue.Item{
+			Payload: []byte(month),
+			Options: []delayqueue.EnqueueOption{delayqueue.ID("invoice-" + fmt.Sprint(len(items)+1)), delayqueue.Delay(time.Hour)},
+		})
+	}
+	ids, err := q.EnqueueBatch(ctx, items)
+	var dup *delayqueue.DuplicateError
+	if errors.As(err, &dup) {
+		fmt.Println("already queued:", dup.IDs)
+	}
+	st, _ := q.Stats(ctx)
+	fmt.Println(ids, "scheduled:", st.Scheduled)
+	// Output:
+	// already queued: [invoice-3]
+	// [invoice-1 invoice-2 invoice-3] scheduled: 3
+}

@@ -85,8 +85,11 @@ func (q *Queue) Lease() time.Duration { return q.cfg.visibility }
 // EnqueueCall enqueues payload due now as the call; call "" means that id was
 // drawn for this call (Enqueue without the ID option). dup is ErrDuplicate.
 func (q *Queue) EnqueueCall(ctx context.Context, id, payload, call string) (dup bool, err error) {
-	_, dup, err = q.d.enqueue(ctx, id, []byte(payload), -1, 0, call)
-	return dup, err
+	out, err := q.d.enqueue(ctx, []newJob{{id: id, payload: []byte(payload), at: -1, chosen: call != ""}}, call)
+	if err != nil {
+		return false, err
+	}
+	return out[0].dup, nil
 }
 
 // ClaimCall is Claim as the call.
@@ -136,4 +139,24 @@ func (c *countingDriver) take(ctx context.Context, a takeArgs) (takeResult, erro
 		c.acks.Add(1)
 	}
 	return c.driver.take(ctx, a)
+}
+
+// BatchJob is a job of EnqueueBatchCall, due now.
+type BatchJob struct {
+	ID, Payload string
+	Chosen      bool
+}
+
+// EnqueueBatchCall enqueues jobs as the call; dups[i] is true when job i
+// was not added because another call's job has its ID.
+func (q *Queue) EnqueueBatchCall(ctx context.Context, jobs []BatchJob, call string) (dups []bool, err error) {
+	nj := make([]newJob, len(jobs))
+	for i, j := range jobs {
+		nj[i] = newJob{id: j.ID, payload: []byte(j.Payload), at: -1, chosen: j.Chosen}
+	}
+	out, err := q.d.enqueue(ctx, nj, call)
+	for _, o := range out {
+		dups = append(dups, o.dup)
+	}
+	return dups, err
 }

@@ -128,21 +128,23 @@ func (d *memDriver) set(r rcpt, kind uint64) {
 	sh.Put(r.key, e)
 }
 
-// schedule adds id to scheduled, due at due, and wakes a consumer as
-// schedule in lua/common.lua does; q.mu must be held.
-func (q *memQueue) schedule(id string, due, now int64) {
+// schedule adds the jobs ids to scheduled, due at their due times, the
+// earliest of which is first, and wakes a consumer as schedule in
+// lua/common.lua does; q.mu must be held.
+func (q *memQueue) schedule(ids []string, first, now int64) {
+	head := q.sched.head()
+	for _, id := range ids {
+		q.sched.Add(id, q.jobs[id].due)
+	}
 	if w := &q.waker; w.until > now {
-		q.sched.Add(id, due)
-		if due < w.plan {
-			w.plan, w.until = due, due+w.until-w.plan
-			send(q.own[w.owner], due)
+		if first < w.plan {
+			w.plan, w.until = first, first+w.until-w.plan
+			send(q.own[w.owner], first)
 		}
 		return
 	}
-	head := q.sched.head()
-	q.sched.Add(id, due)
-	if head < 0 || due < head {
-		q.publish(due)
+	if head < 0 || first < head {
+		q.publish(first)
 	}
 }
 
@@ -165,24 +167,42 @@ func send(c chan string, due int64) {
 	}
 }
 
-func (d *memDriver) enqueue(_ context.Context, id string, payload []byte, at, delay int64, call string) (int64, bool, error) {
+func (d *memDriver) enqueue(_ context.Context, jobs []newJob, call string) ([]enqueued, error) {
 	q := d.q
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	now := d.now()
-	if j, ok := q.jobs[id]; ok {
-		if call == "" || j.call == call {
-			return j.due, false, nil // this call's job
+	out := make([]enqueued, len(jobs))
+	var add []string
+	first := int64(-1)
+	for i, nj := range jobs {
+		if j, ok := q.jobs[nj.id]; ok {
+			if !nj.chosen || j.call == call {
+				out[i] = enqueued{due: j.due} // this call's job
+			} else {
+				out[i] = enqueued{dup: true}
+			}
+			continue
 		}
-		return 0, true, nil
+		due := nj.at
+		if nj.at < 0 {
+			due = now + nj.delay
+		}
+		j := &memJob{payload: clone(nj.payload), due: due}
+		if nj.chosen {
+			j.call = call
+		}
+		q.jobs[nj.id] = j
+		add = append(add, nj.id)
+		if first < 0 || due < first {
+			first = due
+		}
+		out[i] = enqueued{due: due}
 	}
-	due := at
-	if at < 0 {
-		due = now + delay
+	if add != nil {
+		q.schedule(add, first, now)
 	}
-	q.jobs[id] = &memJob{payload: clone(payload), due: due, call: call}
-	q.schedule(id, due, now)
-	return due, false, nil
+	return out, nil
 }
 
 func (d *memDriver) cancel(_ context.Context, id, call string) (bool, error) {
@@ -367,7 +387,7 @@ func (d *memDriver) retry(_ context.Context, id string, attempt int, backoff int
 	}
 	due := now + backoff
 	q.jobs[id].due = due
-	q.schedule(id, due, now)
+	q.schedule([]string{id}, due, now)
 	d.set(r, rcptRetried)
 	return retried, nil
 }
@@ -420,7 +440,7 @@ func (d *memDriver) requeue(_ context.Context, id, call string) (bool, error) {
 	now := d.now()
 	j := q.jobs[id]
 	j.attempt, j.due = 0, now
-	q.schedule(id, now, now)
+	q.schedule([]string{id}, now, now)
 	d.set(r, rcptRequeue)
 	return true, nil
 }

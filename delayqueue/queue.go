@@ -369,10 +369,9 @@ type Queue struct {
 // knows its job by the random ID drawn for the call, or by the call ID kept
 // with a job whose ID the caller chose, for the life of the job.
 type driver interface {
-	// enqueue adds a job due at `at` µs, or `delay` µs after now when at < 0;
-	// dup reports that another call's job has the ID (nothing changed). call
-	// is "" when id was drawn for this call, else the call's ID.
-	enqueue(ctx context.Context, id string, payload []byte, at, delay int64, call string) (due int64, dup bool, err error)
+	// enqueue adds the jobs that no other call's job has the ID of; call is
+	// the call's ID. The IDs of one call differ.
+	enqueue(ctx context.Context, jobs []newJob, call string) ([]enqueued, error)
 	// cancel removes a job in any state; false when there is none.
 	cancel(ctx context.Context, id, call string) (bool, error)
 	// take acks a.ack when not nil, pumps (moves due jobs to ready and
@@ -397,6 +396,21 @@ type driver interface {
 	// for every consumer and for runner's alone; nil when the store cannot
 	// publish.
 	subscribe(ctx context.Context, runner string) (all, own <-chan string, stop func(), err error)
+}
+
+// newJob is a job to enqueue.
+type newJob struct {
+	id      string
+	payload []byte
+	at      int64 // µs, due time; < 0: delay from now
+	delay   int64 // µs
+	chosen  bool  // the caller chose id; else it was drawn for this call
+}
+
+// enqueued is what enqueue did with a job.
+type enqueued struct {
+	due int64 // µs
+	dup bool  // another call's job has the ID: nothing changed
 }
 
 // takeArgs is one take.
@@ -551,53 +565,138 @@ func ID(id string) EnqueueOption {
 // store error the job may or may not have been added; to retry safely,
 // enqueue with ID and take ErrDuplicate as "already there".
 func (q *Queue) Enqueue(ctx context.Context, payload []byte, opts ...EnqueueOption) (string, error) {
+	j, err := newJobOf(payload, opts)
+	if err != nil {
+		return "", err
+	}
+	if err := ctx.Err(); err != nil {
+		return "", err
+	}
+	out, err := q.d.enqueue(ctx, []newJob{j}, callid.New())
+	if err != nil {
+		return "", err
+	}
+	if out[0].dup {
+		return j.id, ErrDuplicate
+	}
+	return j.id, nil
+}
+
+// Item is a job for EnqueueBatch: its payload and its Enqueue options.
+type Item struct {
+	Payload []byte
+	Options []EnqueueOption
+}
+
+// MaxBatch is the most jobs one EnqueueBatch adds.
+const MaxBatch = 1000
+
+// DuplicateError is EnqueueBatch's error when the ID option of some of its
+// jobs names a job that another Enqueue or EnqueueBatch call added and that
+// is still in the queue. Those jobs were not added; all the others were. It
+// wraps ErrDuplicate.
+type DuplicateError struct {
+	IDs []string // the IDs of the jobs not added, in the batch's order
+}
+
+func (e *DuplicateError) Error() string {
+	return fmt.Sprintf("delayqueue: %d job IDs are already in the queue: %q", len(e.IDs), e.IDs)
+}
+
+// Unwrap returns ErrDuplicate.
+func (e *DuplicateError) Unwrap() error { return ErrDuplicate }
+
+// EnqueueBatch adds the jobs of items in one atomic step (one script call on
+// Redis), as as many Enqueue calls would, and returns their IDs in the order
+// of items. It saves a producer that has many jobs at hand a round trip and
+// a script call per job.
+//
+// Errors: an error naming the item, and the option and value, for a bad
+// option, for two items with the same ID option, for an empty batch and for
+// more than MaxBatch items (nothing is added); a *DuplicateError when some
+// ID options name jobs already in the queue (the other jobs are added, and
+// ids holds every ID); the context's error; store errors (wrapped). Resends
+// after a lost reply are safe, and a store error leaves the batch added or
+// not, as for Enqueue.
+func (q *Queue) EnqueueBatch(ctx context.Context, items []Item) (ids []string, err error) {
+	if len(items) == 0 || len(items) > MaxBatch {
+		return nil, fmt.Errorf("delayqueue: EnqueueBatch takes 1 to %d items, got %d", MaxBatch, len(items))
+	}
+	jobs := make([]newJob, len(items))
+	chosen := make(map[string]int)
+	for i, it := range items {
+		j, err := newJobOf(it.Payload, it.Options)
+		if err != nil {
+			return nil, fmt.Errorf("delayqueue: item %d: %w", i, err)
+		}
+		if j.chosen {
+			if k, ok := chosen[j.id]; ok {
+				return nil, fmt.Errorf("delayqueue: items %d and %d have the same ID %q", k, i, j.id)
+			}
+			chosen[j.id] = i
+		}
+		jobs[i] = j
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	out, err := q.d.enqueue(ctx, jobs, callid.New())
+	if err != nil {
+		return nil, err
+	}
+	ids = make([]string, len(jobs))
+	var dups []string
+	for i, j := range jobs {
+		ids[i] = j.id
+		if out[i].dup {
+			dups = append(dups, j.id)
+		}
+	}
+	if dups != nil {
+		return ids, &DuplicateError{IDs: dups}
+	}
+	return ids, nil
+}
+
+// newJobOf checks Enqueue's options and returns the job they describe, with
+// its ID drawn when the caller chose none.
+func newJobOf(payload []byte, opts []EnqueueOption) (newJob, error) {
 	var c enqueueConfig
 	for _, o := range opts {
 		if o != nil {
 			o(&c)
 		}
 	}
-	at, delay := int64(-1), int64(0)
+	j := newJob{payload: payload, at: -1}
 	switch {
 	case c.hasAt && c.hasDelay:
-		return "", fmt.Errorf("delayqueue: At (%v) and Delay (%v) exclude each other", c.at, c.delay)
+		return j, fmt.Errorf("delayqueue: At (%v) and Delay (%v) exclude each other", c.at, c.delay)
 	case c.hasDelay:
 		if c.delay < 0 || c.delay > MaxDelay {
-			return "", fmt.Errorf("delayqueue: Delay must be between 0 and MaxDelay (876000h), got %v", c.delay)
+			return j, fmt.Errorf("delayqueue: Delay must be between 0 and MaxDelay (876000h), got %v", c.delay)
 		}
-		delay = ceilMicros(c.delay)
+		j.delay = ceilMicros(c.delay)
 	case c.hasAt:
 		if !c.at.After(time.Unix(0, 0)) || c.at.After(time.Now().Add(MaxDelay)) {
-			return "", fmt.Errorf("delayqueue: At must be after the Unix epoch and at most MaxDelay from now, got %v", c.at)
+			return j, fmt.Errorf("delayqueue: At must be after the Unix epoch and at most MaxDelay from now, got %v", c.at)
 		}
-		at = c.at.UnixMicro()
-		if c.at.After(time.UnixMicro(at)) {
-			at++
+		j.at = c.at.UnixMicro()
+		if c.at.After(time.UnixMicro(j.at)) {
+			j.at++
 		}
 	}
-	id, call := c.id, ""
 	if c.hasID {
-		if id == "" {
-			return "", errors.New("delayqueue: ID is empty")
+		if c.id == "" {
+			return j, errors.New("delayqueue: ID is empty")
 		}
-		if len(id) > MaxIDLen {
-			return "", fmt.Errorf("delayqueue: ID must be at most %d bytes, got %d", MaxIDLen, len(id))
+		if len(c.id) > MaxIDLen {
+			return j, fmt.Errorf("delayqueue: ID must be at most %d bytes, got %d", MaxIDLen, len(c.id))
 		}
-		call = callid.New()
+		j.id, j.chosen = c.id, true
 	} else {
-		id = newID() // drawn for this call: a job with it is this call's
+		j.id = newID() // drawn for this call: a job with it is this call's
 	}
-	if err := ctx.Err(); err != nil {
-		return "", err
-	}
-	_, dup, err := q.d.enqueue(ctx, id, payload, at, delay, call)
-	if err != nil {
-		return "", err
-	}
-	if dup {
-		return id, ErrDuplicate
-	}
-	return id, nil
+	return j, nil
 }
 
 // Cancel removes the job with the ID, whatever its state, so that it is not

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/floodgate-dev/floodgate/internal/redisstore"
@@ -97,21 +98,32 @@ func (d *redisDriver) run(ctx context.Context, s *redisstore.Script, keys []stri
 	return v, nil
 }
 
-func (d *redisDriver) enqueue(ctx context.Context, id string, payload []byte, at, delay int64, call string) (int64, bool, error) {
-	mode, t := "a", at
-	if at < 0 {
-		mode, t = "d", delay
+func (d *redisDriver) enqueue(ctx context.Context, jobs []newJob, call string) ([]enqueued, error) {
+	args := make([]string, 0, 3+4*len(jobs))
+	args = append(args, d.r.NowArg(), d.channel, call)
+	for _, j := range jobs {
+		when, t := "a", j.at
+		if j.at < 0 {
+			when, t = "d", j.delay
+		}
+		if j.chosen {
+			when = strings.ToUpper(when)
+		}
+		args = append(args, j.id, string(j.payload), when, itoa(t))
 	}
-	reply, err := d.run(ctx, enqueueScript, []string{d.sched, d.payload, d.meta, d.calls, d.waker},
-		d.r.NowArg(), id, string(payload), mode, itoa(t), d.channel, call)
+	reply, err := d.run(ctx, enqueueScript, []string{d.sched, d.payload, d.meta, d.calls, d.waker}, args...)
 	if err != nil {
-		return 0, false, err
+		return nil, err
 	}
-	v, err := redisstore.ReplyInts(reply, 2)
+	v, err := redisstore.ReplyInts(reply, 2*len(jobs))
 	if err != nil {
-		return 0, false, fmt.Errorf("delayqueue: %w", err)
+		return nil, fmt.Errorf("delayqueue: %w", err)
 	}
-	return v[1], v[0] == 0, nil
+	out := make([]enqueued, len(jobs))
+	for i := range out {
+		out[i] = enqueued{due: v[2*i+1], dup: v[2*i] == 0}
+	}
+	return out, nil
 }
 
 func (d *redisDriver) cancel(ctx context.Context, id, call string) (bool, error) {

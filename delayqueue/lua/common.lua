@@ -29,8 +29,10 @@ local function setReceipt(key, now, lifetime, body)
   redis.call('SET', key, string.format('%d:', now + w) .. body, 'PX', math.ceil(w / 1000) + 1000)
 end
 
--- schedule adds id to the scheduled set sched, due at due (µs), and wakes a
--- consumer when the job is due before what the consumers plan to look at:
+-- schedule adds jobs to the scheduled set sched: zadd is ZADD's arguments,
+-- "<due_us>", id, ... (due times formatted with %d), and first the earliest
+-- of those due times (µs). It wakes a consumer when a job is due before what
+-- the consumers plan to look at:
 --   - While a consumer is the waker (waker, a string "<plan_us>:<until_us>:<runner>"
 --     that lives while until_us > now, see take.lua), the others sleep; a job
 --     due before its plan is published on its own channel, "<channel>:<runner>",
@@ -38,19 +40,19 @@ end
 --   - Without a live waker, a job due before every other scheduled job is
 --     published on channel, which every consumer hears.
 -- Reads the head of sched and waker; writes sched, waker, and publishes.
-local function schedule(sched, waker, channel, id, due, now)
-  local sdue = string.format('%d', due)
+local function schedule(sched, waker, channel, zadd, first, now)
   local plan, untl, owner = string.match(redis.call('GET', waker) or '', '^(%d+):(%d+):(.*)$')
+  local sfirst = string.format('%d', first)
   if plan and tonumber(untl) > now then
-    redis.call('ZADD', sched, sdue, id)
-    if due < tonumber(plan) then
+    redis.call('ZADD', sched, unpack(zadd))
+    if first < tonumber(plan) then
       local grace = tonumber(untl) - tonumber(plan)
-      redis.call('SET', waker, string.format('%d:%d:', due, due + grace) .. owner, 'KEEPTTL')
-      redis.call('PUBLISH', channel .. ':' .. owner, sdue)
+      redis.call('SET', waker, string.format('%d:%d:', first, first + grace) .. owner, 'KEEPTTL')
+      redis.call('PUBLISH', channel .. ':' .. owner, sfirst)
     end
     return
   end
   local head = redis.call('ZRANGE', sched, 0, 0, 'WITHSCORES')
-  redis.call('ZADD', sched, sdue, id)
-  if not head[2] or due < tonumber(head[2]) then redis.call('PUBLISH', channel, sdue) end
+  redis.call('ZADD', sched, unpack(zadd))
+  if not head[2] or first < tonumber(head[2]) then redis.call('PUBLISH', channel, sfirst) end
 end

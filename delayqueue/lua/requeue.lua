@@ -11,7 +11,8 @@ local now = clock(ARGV[1])
 if receipt(KEYS[4], now) == 'q' then return 1 end
 local id = ARGV[2]
 if redis.call('ZREM', KEYS[2], id) == 0 then return 0 end
-redis.call('HSET', KEYS[3], id, string.format('0:%d', now))
-schedule(KEYS[1], KEYS[5], ARGV[3], id, now, now)
+local snow = string.format('%d', now)
+redis.call('HSET', KEYS[3], id, '0:' .. snow)
+schedule(KEYS[1], KEYS[5], ARGV[3], {snow, id}, now, now)
 setReceipt(KEYS[4], now, ARGV[4], 'q')
 return 1

@@ -27,6 +27,6 @@ end
 local due = now + tonumber(ARGV[4])
 local sdue = string.format('%d', due)
 redis.call('HSET', KEYS[4], id, attempt .. ':' .. sdue)
-schedule(KEYS[1], KEYS[6], ARGV[6], id, due, now)
+schedule(KEYS[1], KEYS[6], ARGV[6], {sdue, id}, due, now)
 setReceipt(KEYS[5], now, ARGV[7], 'r1:' .. sdue)
 return {1, due}
