@@ -584,11 +584,12 @@ func (e *dqEnv) reportCost(b *testing.B, n int, before, after dqSnap, cpu0, cpu1
 		var per []string
 		for name, c := range after.calls {
 			if d := c - before.calls[name]; d != 0 && name != "info" {
-				per = append(per, fmt.Sprintf("%s %.3f", name, float64(d)/float64(n)))
+				per = append(per, fmt.Sprintf("%s %.3f (%.1fµs)", name, float64(d)/float64(n),
+					float64(after.usec[name]-before.usec[name])/float64(n)))
 			}
 		}
 		slices.Sort(per)
-		b.Logf("commands per job: %s", strings.Join(per, ", "))
+		b.Logf("commands per job (Redis µs per job, in scripts too): %s", strings.Join(per, ", "))
 	}
 	b.ReportMetric(float64(scripts)/float64(n), "scripts/job")
 	b.ReportMetric(float64(cmds)/float64(n), "cmds/job")
@@ -602,6 +603,7 @@ func (e *dqEnv) reportCost(b *testing.B, n int, before, after dqSnap, cpu0, cpu1
 type dqSnap struct {
 	cpu   float64          // seconds of CPU: the main thread's when INFO has it, else the process's
 	calls map[string]int64 // INFO commandstats calls by command (subcommands as "config|get")
+	usec  map[string]int64 // INFO commandstats µs by command
 }
 
 func (e *dqEnv) snap(b *testing.B) dqSnap {
@@ -609,7 +611,7 @@ func (e *dqEnv) snap(b *testing.B) dqSnap {
 	if err != nil {
 		b.Fatalf("INFO: %v", err)
 	}
-	sn := dqSnap{calls: map[string]int64{}}
+	sn := dqSnap{calls: map[string]int64{}, usec: map[string]int64{}}
 	cpu := map[string]float64{}
 	for line := range strings.Lines(s) {
 		line = strings.TrimSpace(line)
@@ -622,6 +624,13 @@ func (e *dqEnv) snap(b *testing.B) dqSnap {
 						b.Fatalf("INFO commandstats: %q: %v", line, err)
 					}
 					sn.calls[name] = c
+				}
+				if v, ok := strings.CutPrefix(f, "usec="); ok {
+					c, err := strconv.ParseInt(v, 10, 64)
+					if err != nil {
+						b.Fatalf("INFO commandstats: %q: %v", line, err)
+					}
+					sn.usec[name] = c
 				}
 			}
 			continue

@@ -41,8 +41,8 @@ func TestEnqueueBatch(t *testing.T) {
 			if len(ids) != 4 || ids[1] != "taken" || ids[2] != "mine" || len(ids[0]) != 32 || len(ids[3]) != 32 || ids[0] == ids[3] {
 				t.Fatalf("ids %q", ids)
 			}
-			if st, err := q.Stats(ctx); err != nil || st.Scheduled != 4 {
-				t.Fatalf("stats %+v %v, want 4 scheduled", st, err)
+			if st, err := q.Stats(ctx); err != nil || st != (delayqueue.Stats{Scheduled: 3, Ready: 1}) {
+				t.Fatalf("stats %+v %v, want 3 scheduled, 1 ready (taken, due now)", st, err)
 			}
 			clk.Advance(5 * time.Second)
 			res, err := q.Take(ctx, 10, 0, "", nil)
@@ -81,8 +81,8 @@ func TestEnqueueBatchReplay(t *testing.T) {
 			if dups, err := q.EnqueueBatchCall(ctx, jobs, "call-b2"); err != nil || dups[0] || !dups[1] {
 				t.Fatalf("another call: dups %v %v, want the chosen ID only", dups, err)
 			}
-			if st, err := q.Stats(ctx); err != nil || st.Scheduled != 2 {
-				t.Fatalf("stats %+v %v, want 2 scheduled", st, err)
+			if st, err := q.Stats(ctx); err != nil || st.Ready != 2 {
+				t.Fatalf("stats %+v %v, want 2 ready", st, err)
 			}
 		})
 	}
@@ -114,7 +114,7 @@ func TestEnqueueBatchBadInput(t *testing.T) {
 					t.Errorf("EnqueueBatch of %d items: %v, want an error with %q", len(c.items), err, c.want)
 				}
 			}
-			if st, err := q.Stats(ctx); err != nil || st.Scheduled != 0 {
+			if st, err := q.Stats(ctx); err != nil || st != (delayqueue.Stats{}) {
 				t.Fatalf("stats %+v %v, want nothing added", st, err)
 			}
 			// The largest batch is one call.
@@ -125,8 +125,8 @@ func TestEnqueueBatchBadInput(t *testing.T) {
 			if _, err := q.EnqueueBatch(ctx, items); err != nil {
 				t.Fatal(err)
 			}
-			if st, err := q.Stats(ctx); err != nil || st.Scheduled != delayqueue.MaxBatch {
-				t.Fatalf("stats %+v %v, want %d scheduled", st, err, delayqueue.MaxBatch)
+			if st, err := q.Stats(ctx); err != nil || st.Ready != delayqueue.MaxBatch {
+				t.Fatalf("stats %+v %v, want %d ready", st, err, delayqueue.MaxBatch)
 			}
 		})
 	}

@@ -29,12 +29,8 @@ func TestConcurrentClaims(t *testing.T) {
 					t.Fatal(err)
 				}
 			}
-			for moved := 0; moved < n; {
-				p, err := q0.Pump(ctx)
-				if err != nil {
-					t.Fatal(err)
-				}
-				moved += p.Moved
+			if st, err := q0.Stats(ctx); err != nil || st.Ready != n {
+				t.Fatalf("stats %+v %v, want %d ready", st, err, n)
 			}
 			var (
 				mu  sync.Mutex
@@ -116,7 +112,7 @@ func TestConcurrentDuplicateEnqueue(t *testing.T) {
 				t.Errorf("%d added, %d duplicates; want 1 and %d", added, dups, g-1)
 			}
 			q, _ := delayqueue.New(store(), "dedupe")
-			if s, err := q.Stats(ctx); err != nil || s != (delayqueue.Stats{Scheduled: 1}) {
+			if s, err := q.Stats(ctx); err != nil || s != (delayqueue.Stats{Ready: 1}) {
 				t.Errorf("Stats %+v %v, want one job", s, err)
 			}
 		})

@@ -63,9 +63,11 @@ func listDead(at time.Duration, limit int, want ...deadWant) step {
 
 func requeue(at time.Duration, id string) step { return step{at: at, op: opRequeue, id: id} }
 
-// pumpWant is a PumpResult with times relative to t0 (none: empty set).
+// pumpWant is a PumpResult with times relative to t0 (none: empty set),
+// and Stats.Ready after it. While jobs are ready nextDue is not checked: the
+// head of scheduled is then a due job.
 type pumpWant struct {
-	moved, requeued, dead int
+	requeued, dead        int
 	ready                 int64
 	nextDue, nextDeadline time.Duration
 }
@@ -84,8 +86,8 @@ func (s step) fails(err error) step { s.wantErr = err; return s }
 
 func cancel(at time.Duration, id string) step { return step{at: at, op: opCancel, id: id} }
 
-func pump(at time.Duration, moved, requeued, dead int, ready int64, nextDue, nextDeadline time.Duration) step {
-	return step{at: at, op: opPump, wantPump: pumpWant{moved, requeued, dead, ready, nextDue, nextDeadline}}
+func pump(at time.Duration, requeued, dead int, ready int64, nextDue, nextDeadline time.Duration) step {
+	return step{at: at, op: opPump, wantPump: pumpWant{requeued, dead, ready, nextDue, nextDeadline}}
 }
 
 func claim(at time.Duration, id string, attempt int, due time.Duration) step {
@@ -136,22 +138,22 @@ var tables = []table{
 		enq(0, "d", delayqueue.At(t0.Add(sec))),             // ties with b: ordered by id
 		enq(0, "e", delayqueue.Delay(1500*time.Nanosecond)), // rounded up to 2µs
 		stats(0, 5, 0, 0, 0),
-		pump(0, 0, 0, 0, 0, 2*us, none),
+		pump(0, 0, 0, 0, 2*us, none),
 		claimNone(0),
-		pump(us, 0, 0, 0, 0, 2*us, none),
-		pump(2*us, 1, 0, 0, 1, sec, none),
+		pump(us, 0, 0, 0, 2*us, none),
+		pump(2*us, 0, 0, 1, sec, none),
 		claim(2*us, "e", 1, 2*us),
-		pump(sec-us, 0, 0, 0, 0, sec, 30*sec+2*us),
+		pump(sec-us, 0, 0, 0, sec, 30*sec+2*us),
 		claimNone(sec - us),
-		pump(sec, 2, 0, 0, 2, 2*sec, 30*sec+2*us),
+		pump(sec, 0, 0, 2, 2*sec, 30*sec+2*us),
 		stats(sec, 2, 2, 1, 0),
 		claim(sec, "b", 1, sec),
 		claim(sec, "d", 1, sec),
 		claimNone(sec),
-		pump(5*sec, 2, 0, 0, 2, none, 30*sec+2*us),
+		pump(5*sec, 0, 0, 2, none, 30*sec+2*us),
 		claim(5*sec, "c", 1, 2*sec),
 		enq(5*sec, "f", delayqueue.At(t0.Add(-sec))), // in the past: due at once, first in order
-		pump(5*sec, 1, 0, 0, 2, none, 30*sec+2*us),
+		pump(5*sec, 0, 0, 2, none, 30*sec+2*us),
 		claim(5*sec, "f", 1, -sec),
 		claim(5*sec, "a", 1, 3*sec),
 		claimNone(5 * sec),
@@ -165,7 +167,7 @@ var tables = []table{
 		enq(0, "ready"),
 		enq(0, "flight"),
 		enq(0, "dead"),
-		pump(0, 3, 0, 0, 3, sec, none),
+		pump(0, 0, 0, 3, sec, none),
 		claim(0, "dead", 1, 0),
 		fail(0, "dead", 1, errBoom, delayqueue.Killed),
 		claim(0, "flight", 1, 0),
@@ -178,71 +180,71 @@ var tables = []table{
 		cancel(0, "never").fails(delayqueue.ErrNotFound),
 		stats(0, 0, 0, 0, 0),
 		ack(0, "flight", 1, false), // the running handler's outcome is discarded
-		pump(2*sec, 0, 0, 0, 0, none, none),
+		pump(2*sec, 0, 0, 0, none, none),
 		claimNone(2 * sec),
 		enq(2*sec, "sched"), // the ID is free again
-		stats(2*sec, 1, 0, 0, 0),
+		stats(2*sec, 0, 1, 0, 0),
 	}},
 	{"an ID is not enqueued twice while in the queue", []delayqueue.Option{delayqueue.MaxAttempts(2), delayqueue.Backoff(tenSeconds)}, []step{
 		enq(0, "x", delayqueue.Delay(sec)),
 		enq(0, "x").fails(delayqueue.ErrDuplicate),
 		stats(0, 1, 0, 0, 0),
-		pump(sec, 1, 0, 0, 1, none, none),
+		pump(sec, 0, 0, 1, none, none),
 		enq(sec, "x").fails(delayqueue.ErrDuplicate), // ready
 		claim(sec, "x", 1, sec),
 		enq(sec, "x").fails(delayqueue.ErrDuplicate), // in flight
 		fail(sec, "x", 1, errBoom, delayqueue.Retried),
 		enq(sec, "x").fails(delayqueue.ErrDuplicate), // scheduled for a retry
-		pump(11*sec, 1, 0, 0, 1, none, none),
+		pump(11*sec, 0, 0, 1, none, none),
 		claim(11*sec, "x", 2, 11*sec),
 		fail(11*sec, "x", 2, errBoom, delayqueue.Killed),
 		enq(11*sec, "x").fails(delayqueue.ErrDuplicate), // dead
 		stats(11*sec, 0, 0, 0, 1),
 		cancel(12*sec, "x"),
 		enq(12*sec, "x", delayqueue.Delay(sec)),
-		pump(13*sec, 1, 0, 0, 1, none, none),
+		pump(13*sec, 0, 0, 1, none, none),
 		claim(13*sec, "x", 1, 13*sec), // a new job: attempts start again
 		ack(13*sec, "x", 1, true),
 		enq(13*sec, "x"), // acked: free again
-		stats(13*sec, 1, 0, 0, 0),
+		stats(13*sec, 0, 1, 0, 0),
 	}},
 	{"backoff schedule and dead letter after MaxAttempts", []delayqueue.Option{delayqueue.MaxAttempts(3), delayqueue.Backoff(tenSeconds)}, []step{
 		enq(0, "j"),
-		pump(0, 1, 0, 0, 1, none, none),
+		pump(0, 0, 0, 1, none, none),
 		claim(0, "j", 1, 0),
 		fail(sec, "j", 1, errBoom, delayqueue.Retried), // due at 1s + 10s
 		stats(sec, 1, 0, 0, 0),
-		pump(11*sec-us, 0, 0, 0, 0, 11*sec, none),
+		pump(11*sec-us, 0, 0, 0, 11*sec, none),
 		claimNone(11*sec - us),
-		pump(11*sec, 1, 0, 0, 1, none, none),
+		pump(11*sec, 0, 0, 1, none, none),
 		claim(11*sec, "j", 2, 11*sec),
 		fail(12*sec, "j", 2, errBoom, delayqueue.Retried), // due at 12s + 20s
-		pump(32*sec-us, 0, 0, 0, 0, 32*sec, none),
-		pump(32*sec, 1, 0, 0, 1, none, none),
+		pump(32*sec-us, 0, 0, 0, 32*sec, none),
+		pump(32*sec, 0, 0, 1, none, none),
 		claim(40*sec, "j", 3, 32*sec), // claimed late: DueAt is still the due time
 		fail(40*sec, "j", 3, errBoom, delayqueue.Killed),
 		stats(40*sec, 0, 0, 0, 1),
-		pump(10000*sec, 0, 0, 0, 0, none, none),
+		pump(10000*sec, 0, 0, 0, none, none),
 		claimNone(10000 * sec),
 		fail(10000*sec, "j", 3, errBoom, delayqueue.LeaseLost), // dead already
 	}},
 	{"ErrSkipRetry kills at once", []delayqueue.Option{delayqueue.MaxAttempts(5)}, []step{
 		enq(0, "j"),
-		pump(0, 1, 0, 0, 1, none, none),
+		pump(0, 0, 0, 1, none, none),
 		claim(0, "j", 1, 0),
 		fail(0, "j", 1, fmt.Errorf("bad payload: %w", delayqueue.ErrSkipRetry), delayqueue.Killed),
 		stats(0, 0, 0, 0, 1),
 	}},
 	{"an expired lease is taken back, then killed after MaxAttempts", []delayqueue.Option{delayqueue.MaxAttempts(2), delayqueue.Visibility(10 * sec)}, []step{
 		enq(0, "j"),
-		pump(0, 1, 0, 0, 1, none, none),
+		pump(0, 0, 0, 1, none, none),
 		claim(0, "j", 1, 0),
-		pump(5*sec, 0, 0, 0, 0, none, 10*sec),
+		pump(5*sec, 0, 0, 0, none, 10*sec),
 		extend(5*sec, "j", 1, true), // deadline 15s
-		pump(10*sec, 0, 0, 0, 0, none, 15*sec),
-		pump(15*sec-us, 0, 0, 0, 0, none, 15*sec),
+		pump(10*sec, 0, 0, 0, none, 15*sec),
+		pump(15*sec-us, 0, 0, 0, none, 15*sec),
 		stats(15*sec-us, 0, 0, 1, 0),
-		pump(15*sec, 0, 1, 0, 1, none, none), // the consumer died: back to ready
+		pump(15*sec, 1, 0, 1, none, none), // the consumer died: back to ready
 		stats(15*sec, 0, 1, 0, 0),
 		claim(16*sec, "j", 2, 15*sec), // due at the old lease's deadline
 		// The first delivery lost its lease: it can neither extend, ack nor retry.
@@ -250,20 +252,20 @@ var tables = []table{
 		ack(16*sec, "j", 1, false),
 		fail(16*sec, "j", 1, errBoom, delayqueue.LeaseLost),
 		stats(16*sec, 0, 0, 1, 0),
-		pump(26*sec, 0, 0, 1, 0, none, none), // attempt 2 = MaxAttempts: dead
+		pump(26*sec, 0, 1, 0, none, none), // attempt 2 = MaxAttempts: dead
 		stats(26*sec, 0, 0, 0, 1),
 		extend(26*sec, "j", 2, false),
 	}},
 	{"a lease past its deadline holds until a pump takes it back", []delayqueue.Option{delayqueue.Visibility(10 * sec)}, []step{
 		enq(0, "a"),
 		enq(0, "b"),
-		pump(0, 2, 0, 0, 2, none, none),
+		pump(0, 0, 0, 2, none, none),
 		claim(0, "a", 1, 0),
 		claim(0, "b", 1, 0),
 		extend(20*sec, "a", 1, true), // late, but nobody took it back: deadline 30s
 		ack(20*sec, "b", 1, true),
-		pump(29*sec, 0, 0, 0, 0, none, 30*sec),
-		pump(30*sec, 0, 1, 0, 1, none, none),
+		pump(29*sec, 0, 0, 0, none, 30*sec),
+		pump(30*sec, 1, 0, 1, none, none),
 		claim(30*sec, "a", 2, 30*sec),
 		ack(30*sec, "a", 2, true),
 		stats(30*sec, 0, 0, 0, 0),
@@ -273,7 +275,7 @@ var tables = []table{
 		enq(0, "a"),
 		enq(0, "c"),
 		listDead(0, 10),
-		pump(0, 3, 0, 0, 3, none, none),
+		pump(0, 0, 0, 3, none, none),
 		claim(0, "a", 1, 0),
 		claim(0, "b", 1, 0),
 		claim(0, "c", 1, 0),
@@ -285,8 +287,8 @@ var tables = []table{
 		requeue(4*sec, "b"),
 		requeue(4*sec, "b").fails(delayqueue.ErrNotFound), // scheduled now, not dead
 		requeue(4*sec, "never").fails(delayqueue.ErrNotFound),
-		stats(4*sec, 1, 0, 0, 2),
-		pump(4*sec, 1, 0, 0, 1, none, none),
+		stats(4*sec, 0, 1, 0, 2),
+		pump(4*sec, 0, 0, 1, none, none),
 		claim(4*sec, "b", 1, 4*sec), // attempts start again
 		requeue(4*sec, "b").fails(delayqueue.ErrNotFound),
 		ack(4*sec, "b", 1, true),
@@ -294,37 +296,35 @@ var tables = []table{
 	}},
 	{"retry with zero backoff and a negative one", []delayqueue.Option{delayqueue.Backoff(func(a int) time.Duration { return time.Duration(1-a) * sec })}, []step{
 		enq(0, "j"),
-		pump(0, 1, 0, 0, 1, none, none),
+		pump(0, 0, 0, 1, none, none),
 		claim(0, "j", 1, 0),
 		fail(sec, "j", 1, errBoom, delayqueue.Retried), // Backoff(1) = 0
-		pump(sec, 1, 0, 0, 1, none, none),
+		pump(sec, 0, 0, 1, none, none),
 		claim(sec, "j", 2, sec),
 		fail(2*sec, "j", 2, errBoom, delayqueue.Retried), // Backoff(2) = -1s counts as 0
-		pump(2*sec, 1, 0, 0, 1, none, none),
+		pump(2*sec, 0, 0, 1, none, none),
 		claim(2*sec, "j", 3, 2*sec),
 	}},
 }
 
 func init() {
-	// Pumps move at most BatchSize jobs to ready per call, and take back at
-	// most BatchSize expired leases, in due order (ties by ID).
+	// Takes lease due jobs in due order (ties by ID), and take back at most
+	// BatchSize ended leases per call, in deadline order.
 	var steps []step
 	id := func(i int) string { return fmt.Sprintf("j%03d", i) }
 	for i := range 250 {
 		steps = append(steps, enq(0, id(249-i)))
 	}
 	steps = append(steps,
-		pump(0, 100, 0, 0, 100, 0, none), // the head of scheduled is still due
-		pump(0, 100, 0, 0, 200, 0, none),
-		stats(0, 50, 200, 0, 0),
-		pump(0, 50, 0, 0, 250, none, none),
+		stats(0, 0, 250, 0, 0),
+		pump(0, 0, 0, 250, 0, none), // due jobs stay scheduled until a take leases them
 	)
 	for i := range 150 {
 		steps = append(steps, claim(0, id(i), 1, 0))
 	}
 	steps = append(steps,
-		pump(30*sec, 0, 100, 0, 200, none, 30*sec),
-		pump(30*sec, 0, 50, 0, 250, none, none),
+		pump(30*sec, 100, 0, 200, none, 30*sec),
+		pump(30*sec, 50, 0, 250, none, none),
 		claim(30*sec, id(150), 1, 0), // due at 0: before the leases that ended at 30s
 		stats(30*sec, 0, 249, 1, 0),
 	)
@@ -378,14 +378,21 @@ func runSteps(t *testing.T, q *delayqueue.Queue, clk *clock.Fake, steps []step, 
 			if err != nil {
 				t.Fatalf("%s Pump: %v", where, err)
 			}
+			st, err := q.Stats(ctx)
+			if err != nil {
+				t.Fatalf("%s Stats: %v", where, err)
+			}
 			w := s.wantPump
-			want := delayqueue.PumpResult{Moved: w.moved, Requeued: w.requeued, Dead: w.dead, Ready: w.ready,
+			want := delayqueue.PumpResult{Requeued: w.requeued, Dead: w.dead, More: w.ready > 0,
 				NextDue: rel(w.nextDue), NextDeadline: rel(w.nextDeadline), Now: t0.Add(s.at).UnixMicro()}
 			if replayed {
-				got.Moved, got.Requeued, got.Dead = want.Moved, want.Requeued, want.Dead
+				got.Requeued, got.Dead = want.Requeued, want.Dead
 			}
-			if got != want {
-				t.Errorf("%s Pump:\n got %+v\nwant %+v", where, got, want)
+			if want.More && got.NextDue >= 0 && got.NextDue <= want.Now {
+				got.NextDue = want.NextDue // the head is a due job: any
+			}
+			if got != want || st.Ready != w.ready {
+				t.Errorf("%s Pump:\n got %+v, %d ready\nwant %+v, %d ready", where, got, st.Ready, want, w.ready)
 			}
 		case opClaim:
 			d, err := q.Claim(ctx)

@@ -127,7 +127,7 @@ func ExampleQueue_EnqueueBatch() {
 		return
 	}
 	ctx := context.Background()
-	if _, err := q.Enqueue(ctx, []byte("march"), delayqueue.ID("invoice-3")); err != nil {
+	if _, err := q.Enqueue(ctx, []byte("march"), delayqueue.ID("invoice-3"), delayqueue.Delay(time.Hour)); err != nil {
 		fmt.Println(err)
 		return
 	}

@@ -2,10 +2,12 @@ package delayqueue
 
 import (
 	"context"
+	"strconv"
 	"sync/atomic"
 	"time"
 
 	"github.com/floodgate-dev/floodgate/internal/callid"
+	"github.com/floodgate-dev/floodgate/internal/redisstore"
 )
 
 // The steps of Run, exported to the tests so that they can drive the
@@ -94,7 +96,7 @@ func (q *Queue) EnqueueCall(ctx context.Context, id, payload, call string) (dup 
 
 // ClaimCall is Claim as the call.
 func (q *Queue) ClaimCall(ctx context.Context, call string) (*Delivery, error) {
-	res, err := q.takeCall(ctx, 1, 0, "", nil, call)
+	res, err := q.takeArgs(ctx, takeArgs{n: 1}, call)
 	if err != nil || len(res.Deliveries) == 0 {
 		return nil, err
 	}
@@ -113,7 +115,7 @@ func (q *Queue) RequeueCall(ctx context.Context, id, call string) (bool, error) 
 
 // TakeCall is Take as the call.
 func (q *Queue) TakeCall(ctx context.Context, n, spare int, runner string, ack *Delivery, call string) (TakeResult, error) {
-	return q.takeCall(ctx, n, spare, runner, ack, call)
+	return q.takeArgs(ctx, takeArgs{n: n, spare: spare, runner: runner, ack: ack}, call)
 }
 
 // Call returns the delivery's call ID.
@@ -159,4 +161,20 @@ func (q *Queue) EnqueueBatchCall(ctx context.Context, jobs []BatchJob, call stri
 		dups = append(dups, o.dup)
 	}
 	return dups, err
+}
+
+// The layout of version 0.9, whose consumers moved due jobs to a ready set.
+var legacyReadyScript = redisstore.NewScript(`
+redis.call('ZADD', KEYS[1], ARGV[2], ARGV[1])
+redis.call('HSET', KEYS[2], ARGV[1], ARGV[3])
+redis.call('HSET', KEYS[3], ARGV[1], '0:' .. ARGV[2])
+return 1`)
+
+// AddLegacyReady adds a job, due at due, to the ready set of version 0.9,
+// as a consumer of that version left it. Redis only.
+func (q *Queue) AddLegacyReady(ctx context.Context, id, payload string, due time.Time) error {
+	d := q.d.(*redisDriver)
+	_, err := d.r.Run(ctx, legacyReadyScript, []string{d.ready, d.payload, d.meta},
+		[]string{id, strconv.FormatInt(due.UnixMicro(), 10), payload})
+	return err
 }

@@ -25,18 +25,18 @@ type memDriver struct {
 
 // memQueue is the state of one queue; mu guards everything in it.
 type memQueue struct {
-	mu                           sync.Mutex
-	jobs                         map[string]*memJob
-	sched, ready, inflight, dead *zset
-	subs                         map[chan string]struct{} // every consumer's
-	own                          map[string]chan string   // runner -> its own
-	waker                        memWaker
+	mu                    sync.Mutex
+	jobs                  map[string]*memJob
+	sched, inflight, dead *zset
+	subs                  map[chan string]struct{} // every consumer's
+	own                   map[string]chan string   // runner -> its own
+	waker                 memWaker
 }
 
 // memWaker is the waker (see lua/take.lua), live while until > now.
 type memWaker struct {
-	plan, until int64 // µs
-	owner       string
+	until int64 // µs
+	owner string
 }
 
 type memJob struct {
@@ -56,7 +56,6 @@ func newMemDriver(m *memstore.Store, name string, window time.Duration) *memDriv
 		e = &memstore.Entry{Value: &memQueue{
 			jobs:     make(map[string]*memJob),
 			sched:    newZset(),
-			ready:    newZset(),
 			inflight: newZset(),
 			dead:     newZset(),
 			subs:     make(map[chan string]struct{}),
@@ -136,16 +135,14 @@ func (q *memQueue) schedule(ids []string, first, now int64) {
 	for _, id := range ids {
 		q.sched.Add(id, q.jobs[id].due)
 	}
-	if w := &q.waker; w.until > now {
-		if first < w.plan {
-			w.plan, w.until = first, first+w.until-w.plan
-			send(q.own[w.owner], first)
-		}
+	if head >= 0 && first >= head {
 		return
 	}
-	if head < 0 || first < head {
-		q.publish(first)
+	if q.waker.until > now {
+		send(q.own[q.waker.owner], first)
+		return
 	}
+	q.publish(first)
 }
 
 // publish wakes every subscriber; q.mu must be held.
@@ -218,7 +215,6 @@ func (d *memDriver) cancel(_ context.Context, id, call string) (bool, error) {
 	}
 	delete(q.jobs, id)
 	q.sched.Remove(id)
-	q.ready.Remove(id)
 	q.inflight.Remove(id)
 	q.dead.Remove(id)
 	d.set(r, rcptCancel)
@@ -248,16 +244,7 @@ func (d *memDriver) take(_ context.Context, a takeArgs) (takeResult, error) {
 		}
 	}
 
-	// 2. Pump.
-	for res.Moved < BatchSize {
-		id, due, ok := q.sched.Min()
-		if !ok || due > now {
-			break
-		}
-		q.sched.PopMin()
-		q.ready.Add(id, due)
-		res.Moved++
-	}
+	// 2. Ended leases.
 	for res.Requeued+res.Dead < BatchSize {
 		id, deadline, ok := q.inflight.Min()
 		if !ok || deadline > now {
@@ -269,7 +256,7 @@ func (d *memDriver) take(_ context.Context, a takeArgs) (takeResult, error) {
 			q.dead.Add(id, now)
 			res.Dead++
 		} else {
-			q.ready.Add(id, deadline)
+			q.sched.Add(id, deadline)
 			j.due = deadline
 			res.Requeued++
 		}
@@ -284,7 +271,7 @@ func (d *memDriver) take(_ context.Context, a takeArgs) (takeResult, error) {
 		})
 	}
 	claimed := 0
-	if r := d.receipt(a.call); r.kind != rcptNone {
+	if r := d.receipt(a.call); a.n > 0 && r.kind != rcptNone {
 		// A second run: the first run's deliveries that still hold their lease.
 		claimed = len(r.leases)
 		for _, l := range r.leases {
@@ -296,10 +283,11 @@ func (d *memDriver) take(_ context.Context, a takeArgs) (takeResult, error) {
 		r.leases = nil
 		deadline := now + a.visibility
 		for len(r.leases) < a.n {
-			id, _, ok := q.ready.PopMin()
-			if !ok {
+			id, due, ok := q.sched.Min()
+			if !ok || due > now {
 				break
 			}
+			q.sched.PopMin()
 			j := q.jobs[id]
 			j.attempt++
 			q.inflight.Add(id, deadline)
@@ -313,8 +301,8 @@ func (d *memDriver) take(_ context.Context, a takeArgs) (takeResult, error) {
 	}
 
 	// 4. Plan.
-	res.Ready = int64(q.ready.Len())
 	res.NextDue, res.NextDeadline, res.Now = q.sched.head(), q.inflight.head(), now
+	res.More = res.NextDue >= 0 && res.NextDue <= now
 	plan := now + a.poll
 	for _, t := range []int64{res.NextDue, res.NextDeadline} {
 		if t >= 0 && t < plan {
@@ -322,25 +310,26 @@ func (d *memDriver) take(_ context.Context, a takeArgs) (takeResult, error) {
 		}
 	}
 	res.Wake = plan
-	if res.Ready > 0 {
+	if res.More {
 		res.Wake = now
 	}
 	w := &q.waker
 	live := w.until > now
 	switch {
 	case a.runner != "" && a.n-claimed+a.spare > 0:
-		if !live || w.owner == a.runner || w.plan > plan {
-			*w = memWaker{plan: plan, until: plan + a.poll, owner: a.runner}
+		if !live || w.owner == a.runner {
+			if !live || w.until-now < a.poll/2 {
+				*w = memWaker{until: now + a.poll, owner: a.runner}
+			}
 			res.Waker = true
-		} else if res.Ready == 0 {
+		} else if !res.More {
 			res.Wake = w.until
 		}
-	case live && w.owner == a.runner && a.runner != "":
+	case live && a.runner != "" && w.owner == a.runner:
 		*w = memWaker{}
 		q.publish(plan)
-	}
-	if res.Ready > 0 && res.Moved+res.Requeued > 0 {
-		q.publish(now)
+	case live && res.More:
+		send(q.own[w.owner], now)
 	}
 	return res, nil
 }
@@ -396,9 +385,16 @@ func (d *memDriver) stats(context.Context) (Stats, error) {
 	q := d.q
 	q.mu.Lock()
 	defer q.mu.Unlock()
+	now := d.now()
+	var due int64
+	for _, it := range q.sched.h {
+		if it.score <= now {
+			due++
+		}
+	}
 	return Stats{
-		Scheduled: int64(q.sched.Len()),
-		Ready:     int64(q.ready.Len()),
+		Scheduled: int64(q.sched.Len()) - due,
+		Ready:     due,
 		InFlight:  int64(q.inflight.Len()),
 		Dead:      int64(q.dead.Len()),
 	}, nil

@@ -374,9 +374,9 @@ type driver interface {
 	enqueue(ctx context.Context, jobs []newJob, call string) ([]enqueued, error)
 	// cancel removes a job in any state; false when there is none.
 	cancel(ctx context.Context, id, call string) (bool, error)
-	// take acks a.ack when not nil, pumps (moves due jobs to ready and
-	// takes back expired leases, at most BatchSize of each), leases up to
-	// a.n ready jobs, and plans the caller's next look (see lua/take.lua).
+	// take acks a.ack when not nil, takes back ended leases (at most
+	// BatchSize), leases up to a.n due jobs, and plans the caller's next look
+	// (see lua/take.lua).
 	// The deliveries' call IDs are a.call + "." + their index: their ack or
 	// retry uses it.
 	take(ctx context.Context, a takeArgs) (takeResult, error)
@@ -423,6 +423,7 @@ type takeArgs struct {
 	visibility  int64     // µs
 	maxAttempts int
 	poll        int64 // MaxPoll, µs
+	legacy      bool  // also move jobs of an older version's ready set back to scheduled
 }
 
 // takeResult is what a take did and saw.
@@ -434,13 +435,13 @@ type takeResult struct {
 	Deliveries []*delivery
 }
 
-// pumpResult is what a pump did and saw.
+// pumpResult is what a take did and saw besides its claims and its ack.
 type pumpResult struct {
-	Moved, Requeued, Dead int   // jobs moved to ready, leases taken back to ready, to dead
-	Ready                 int64 // jobs left ready (after a take's claims)
-	NextDue               int64 // µs: head of scheduled, -1 when empty
-	NextDeadline          int64 // µs: head of inflight, -1 when empty
-	Now                   int64 // µs: the store's clock
+	Requeued, Dead int   // jobs whose lease ended, taken back to scheduled, to dead
+	More           bool  // due jobs are left, not leased
+	NextDue        int64 // µs: head of scheduled (due already when More), -1 when empty
+	NextDeadline   int64 // µs: head of inflight, -1 when empty
+	Now            int64 // µs: the store's clock
 }
 
 // delivery is a claimed job with its lease deadline.

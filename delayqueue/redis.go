@@ -51,15 +51,15 @@ func newScript(main string) *redisstore.Script {
 	return redisstore.NewScript(luaCommon + "\n" + main)
 }
 
-// redisDriver keeps a queue in eight keys that share the hash tag {name}:
-// dq:s scheduled, dq:r ready, dq:i inflight, dq:x dead (sorted sets of job
-// ids), dq:p payloads, dq:m "attempt:due" per job and dq:c the call ID of
+// redisDriver keeps a queue in seven keys that share the hash tag {name}:
+// dq:s scheduled, dq:i inflight, dq:x dead (sorted sets of job ids), dq:p payloads, dq:m "attempt:due" per job and dq:c the call ID of
 // the Enqueue of each job whose ID the caller chose (hashes), and dq:w the
 // waker (a string, see lua/take.lua). Due times and lease deadlines are µs
 // by the Redis clock (or the injected one). The channel dq:n carries
 // published due times for every consumer, dq:n:<runner> those for one.
 // Calls that change a job leave a receipt "dq:k:<call ID>" for the replay
-// window (see lua/take.lua).
+// window (see lua/take.lua). dq:r is the ready set of version 0.9 and earlier,
+// which this one empties (see lua/take.lua).
 type redisDriver struct {
 	r                                                         *redisstore.Store
 	name                                                      string
@@ -89,6 +89,8 @@ func newRedisDriver(r *redisstore.Store, name string, window time.Duration) *red
 func (d *redisDriver) receipt(call string) string { return d.r.Key(d.name, "dq:k:"+call) }
 
 func itoa(n int64) string { return strconv.FormatInt(n, 10) }
+
+var legacyArg = map[bool]string{false: "", true: "1"}
 
 func (d *redisDriver) run(ctx context.Context, s *redisstore.Script, keys []string, args ...string) (any, error) {
 	v, err := d.r.Run(ctx, s, keys, args)
@@ -145,24 +147,26 @@ func (d *redisDriver) take(ctx context.Context, a takeArgs) (takeResult, error) 
 	reply, err := d.run(ctx, takeScript,
 		[]string{d.sched, d.ready, d.inflight, d.dead, d.payload, d.meta, d.calls, d.receipt(a.call), ackReceipt, d.waker},
 		d.r.NowArg(), strconv.Itoa(a.n), itoa(a.visibility), d.window, strconv.Itoa(BatchSize),
-		strconv.Itoa(a.maxAttempts), a.runner, strconv.Itoa(a.spare), itoa(a.poll), d.channel, ackID, ackAttempt)
+		strconv.Itoa(a.maxAttempts), a.runner, strconv.Itoa(a.spare), itoa(a.poll), d.channel, ackID, ackAttempt,
+		legacyArg[a.legacy])
 	if err != nil {
 		return takeResult{}, err
 	}
 	arr, ok := reply.([]any)
-	if !ok || len(arr) < 10 || (len(arr)-10)%5 != 0 {
+	const head = 9
+	if !ok || len(arr) < head || (len(arr)-head)%5 != 0 {
 		return takeResult{}, fmt.Errorf("delayqueue: malformed take reply %v", reply)
 	}
-	v, err := redisstore.ReplyInts(arr[:10], 10)
+	v, err := redisstore.ReplyInts(arr[:head], head)
 	if err != nil {
 		return takeResult{}, fmt.Errorf("delayqueue: %w", err)
 	}
 	res := takeResult{
-		pumpResult: pumpResult{Moved: int(v[1]), Requeued: int(v[2]), Dead: int(v[3]), Ready: v[4],
-			NextDue: v[5], NextDeadline: v[6], Now: v[7]},
-		Acked: int(v[0]), Wake: v[8], Waker: v[9] == 1,
+		pumpResult: pumpResult{Requeued: int(v[1]), Dead: int(v[2]), More: v[3] == 1,
+			NextDue: v[4], NextDeadline: v[5], Now: v[6]},
+		Acked: int(v[0]), Wake: v[7], Waker: v[8] == 1,
 	}
-	for i := 10; i < len(arr); i += 5 {
+	for i := head; i < len(arr); i += 5 {
 		id, ok1 := arr[i].(string)
 		payload, ok2 := arr[i+1].(string)
 		nums, err := redisstore.ReplyInts(arr[i+2:i+5], 3)
@@ -172,7 +176,7 @@ func (d *redisDriver) take(ctx context.Context, a takeArgs) (takeResult, error) 
 		res.Deliveries = append(res.Deliveries, &delivery{
 			Job:      Job{ID: id, Payload: []byte(payload), Attempt: int(nums[0]), DueAt: microTime(nums[1])},
 			deadline: nums[2],
-			call:     a.call + "." + strconv.Itoa((i-10)/5),
+			call:     a.call + "." + strconv.Itoa((i-head)/5),
 		})
 	}
 	return res, nil
@@ -202,7 +206,7 @@ func (d *redisDriver) retry(ctx context.Context, id string, attempt int, backoff
 }
 
 func (d *redisDriver) stats(ctx context.Context) (Stats, error) {
-	reply, err := d.run(ctx, statsScript, []string{d.sched, d.ready, d.inflight, d.dead})
+	reply, err := d.run(ctx, statsScript, []string{d.sched, d.ready, d.inflight, d.dead}, d.r.NowArg())
 	if err != nil {
 		return Stats{}, err
 	}

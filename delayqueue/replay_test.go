@@ -84,7 +84,7 @@ func TestReplayedCalls(t *testing.T) {
 			if _, err := q.Enqueue(ctx, nil, delayqueue.ID("chosen")); !errors.Is(err, delayqueue.ErrDuplicate) {
 				t.Fatalf("Enqueue of the chosen ID: %v, want ErrDuplicate", err)
 			}
-			stats("after enqueues", delayqueue.Stats{Scheduled: 2})
+			stats("after enqueues", delayqueue.Stats{Ready: 2})
 
 			// Claim twice: the same delivery, one job leased.
 			if _, err := q.Pump(ctx); err != nil {
@@ -148,7 +148,7 @@ func TestReplayedCalls(t *testing.T) {
 			}
 			ok, err = q.CancelCall(ctx, d1.ID, "call-x1")
 			check("cancel run again", ok, true, err)
-			stats("a replayed cancel left the new job alone", delayqueue.Stats{Scheduled: 1})
+			stats("a replayed cancel left the new job alone", delayqueue.Stats{Ready: 1})
 			ok, err = q.CancelCall(ctx, d1.ID, "call-x2")
 			check("another cancel", ok, true, err)
 			ok, err = q.CancelCall(ctx, d1.ID, "call-x3")
@@ -176,7 +176,7 @@ func TestReplayedCalls(t *testing.T) {
 			}
 			ok, err = q.RequeueCall(ctx, "dies", "call-q2")
 			check("another requeue", ok, false, err)
-			stats("after a requeue run twice", delayqueue.Stats{Scheduled: 1})
+			stats("after a requeue run twice", delayqueue.Stats{Ready: 1})
 
 			// Receipts last max(Visibility, MinReplayWindow), by the store's
 			// clock: after that a resend is judged as a new call.
@@ -258,8 +258,8 @@ func TestEnqueueLostReply(t *testing.T) {
 	if _, err := q.Enqueue(ctx, nil, delayqueue.ID("order-42")); !errors.Is(err, delayqueue.ErrDuplicate) {
 		t.Fatalf("another Enqueue of order-42: %v, want ErrDuplicate", err)
 	}
-	if s, err := q.Stats(ctx); err != nil || s != (delayqueue.Stats{Scheduled: 2}) {
-		t.Fatalf("stats %+v %v, want 2 scheduled jobs", s, err)
+	if s, err := q.Stats(ctx); err != nil || s != (delayqueue.Stats{Ready: 2}) {
+		t.Fatalf("stats %+v %v, want 2 ready jobs", s, err)
 	}
 }
 
@@ -412,7 +412,7 @@ func TestEnqueueAcrossStall(t *testing.T) {
 	if time.Since(start) < time.Second {
 		t.Fatalf("Enqueue returned after %v: the stall did not hold it", time.Since(start))
 	}
-	if s, err := q.Stats(ctx); err != nil || s != (delayqueue.Stats{Scheduled: 2}) {
-		t.Fatalf("stats %+v %v, want 2 scheduled jobs", s, err)
+	if s, err := q.Stats(ctx); err != nil || s != (delayqueue.Stats{Ready: 2}) {
+		t.Fatalf("stats %+v %v, want 2 ready jobs", s, err)
 	}
 }

@@ -68,6 +68,8 @@ type runner struct {
 	subAt time.Time // when to try subscribing again after a failure
 	fails int       // consecutive store errors of the loop
 
+	legacyAt time.Time // when a take should next look for an older version's ready jobs
+
 	mu   sync.Mutex
 	plan plan          // from the take sent last
 	kick chan struct{} // the plan moved earlier
@@ -111,13 +113,17 @@ func (r *runner) loop(ctx context.Context) {
 			n++
 		}
 		sent := time.Now()
-		res, err := r.q.take(ctx, n, 0, r.id, nil)
+		legacy := !sent.Before(r.legacyAt)
+		res, err := r.q.takeArgs(ctx, takeArgs{n: n, runner: r.id, legacy: legacy}, callid.New())
 		if err != nil {
 			r.release(n)
 			r.storeError(ctx, err)
 			continue
 		}
 		r.fails = 0
+		if legacy {
+			r.legacyAt = sent.Add(r.q.cfg.maxPoll)
+		}
 		for _, d := range res.Deliveries {
 			r.running.Add(1)
 			go r.work(d)
@@ -154,7 +160,7 @@ func (r *runner) current() plan {
 // earlier.
 func (r *runner) update(sent time.Time, res takeResult) {
 	p := plan{sent: sent, storeAt: res.Wake}
-	if res.Ready == 0 {
+	if !res.More {
 		p.at = time.Now().Add(time.Duration(max(res.Wake-res.Now, 0)) * time.Microsecond)
 	}
 	r.mu.Lock()
@@ -412,15 +418,14 @@ func (r *runner) keepLease(jctx context.Context, cancel context.CancelCauseFunc,
 // take runs one take for a runner (see driver.take): n leases, spare other
 // free slots, and the delivery to ack first, or nil.
 func (q *Queue) take(ctx context.Context, n, spare int, runner string, ack *delivery) (takeResult, error) {
-	return q.takeCall(ctx, n, spare, runner, ack, callid.New())
+	return q.takeArgs(ctx, takeArgs{n: n, spare: spare, runner: runner, ack: ack}, callid.New())
 }
 
-func (q *Queue) takeCall(ctx context.Context, n, spare int, runner string, ack *delivery, call string) (takeResult, error) {
+// takeArgs runs the take a as the call, with the queue's options.
+func (q *Queue) takeArgs(ctx context.Context, a takeArgs, call string) (takeResult, error) {
+	a.call, a.visibility, a.maxAttempts, a.poll = call, q.cfg.visibility.Microseconds(), q.cfg.maxAttempts, q.cfg.maxPoll.Microseconds()
 	start := time.Now()
-	res, err := q.d.take(ctx, takeArgs{
-		n: n, spare: spare, runner: runner, call: call, ack: ack,
-		visibility: q.cfg.visibility.Microseconds(), maxAttempts: q.cfg.maxAttempts, poll: q.cfg.maxPoll.Microseconds(),
-	})
+	res, err := q.d.take(ctx, a)
 	for _, d := range res.Deliveries {
 		d.claimed = start
 	}

@@ -42,8 +42,8 @@ func TestTakeBatch(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if got, want := ids(first), "j4:1 j3:1 j2:1 "; got != want || first.Moved != 5 || first.Ready != 2 {
-				t.Fatalf("take 3: %q moved %d ready %d, want %q moved 5 ready 2", got, first.Moved, first.Ready, want)
+			if got, want := ids(first), "j4:1 j3:1 j2:1 "; got != want || !first.More {
+				t.Fatalf("take 3: %q more %v, want %q and more", got, first.More, want)
 			}
 			calls := map[string]bool{}
 			for _, d := range first.Deliveries {
@@ -82,8 +82,8 @@ func TestTakeBatch(t *testing.T) {
 			// The delivery's ack again, in another take: answered from its
 			// receipt, and the take leases the last job.
 			res, err := q.Take(ctx, 1, 0, "", first.Deliveries[0])
-			if err != nil || res.Acked != 1 || ids(res) != "j0:1 " || res.Ready != 0 {
-				t.Fatalf("ack again: acked %d %q ready %d %v, want acked 1 \"j0:1 \" ready 0", res.Acked, ids(res), res.Ready, err)
+			if err != nil || res.Acked != 1 || ids(res) != "j0:1 " || res.More {
+				t.Fatalf("ack again: acked %d %q more %v %v, want acked 1 \"j0:1 \" and no more", res.Acked, ids(res), res.More, err)
 			}
 			stats("at the end", delayqueue.Stats{InFlight: 3})
 		})
@@ -91,10 +91,10 @@ func TestTakeBatch(t *testing.T) {
 }
 
 // TestWaker: of the idle consumers of a queue one is the waker, which plans
-// to look at the next due time; the others sleep until its plan and MaxPoll
-// have passed. A job due earlier than the waker's plan is published to the
-// waker alone; a waker that takes its last free slot hands the role on,
-// publishing the next due time for all.
+// to look at the next due time; the others sleep until its role ends,
+// MaxPoll after it took or renewed it. A job due before every other is
+// published to the waker alone; a waker that takes its last free slot hands
+// the role on, publishing the next due time for all.
 func TestWaker(t *testing.T) {
 	for _, bk := range allBackends() {
 		t.Run(bk.name, func(t *testing.T) {
@@ -149,7 +149,7 @@ func TestWaker(t *testing.T) {
 			hear(allA, "the first job, no waker yet", 10*time.Second)
 
 			take("A", 1, 0, true, 10*time.Second)
-			take("B", 1, 0, false, 10*time.Second+time.Minute)
+			take("B", 1, 0, false, time.Minute)   // until A's role ends
 			take("A", 1, 3, true, 10*time.Second) // still the waker: nothing changes
 
 			// An earlier job wakes A alone, and moves its plan.
@@ -159,7 +159,7 @@ func TestWaker(t *testing.T) {
 			hear(ownA, "an earlier job", 5*time.Second)
 			quiet(allA, "an earlier job, on the channel of all")
 			quiet(ownB, "an earlier job, on B's channel")
-			take("B", 1, 0, false, 5*time.Second+time.Minute)
+			take("B", 1, 0, false, time.Minute)
 			// A later job wakes no one.
 			if _, err := q.Enqueue(ctx, nil, delayqueue.ID("later"), delayqueue.Delay(20*time.Second)); err != nil {
 				t.Fatal(err)
@@ -175,10 +175,10 @@ func TestWaker(t *testing.T) {
 			hear(allA, "the waker resigned", 10*time.Second)
 			quiet(ownA, "after the later job")
 			take("B", 1, 0, true, 10*time.Second)
-			take("A", 1, 0, false, 10*time.Second+time.Minute)
+			take("A", 1, 0, false, 5*time.Second+time.Minute)
 
-			// A waker that does not come back is replaced once its plan and
-			// MaxPoll passed (B's ends at 1m10s).
+			// A waker that does not come back is replaced once its role
+			// ended, MaxPoll after it took it (B's ends at 1m5s).
 			clk.Advance(5*time.Second + time.Minute)
 			res = take("A", 3, 1, true, 10*time.Second+time.Minute+30*time.Second)
 			if len(res.Deliveries) != 3 {
@@ -257,6 +257,54 @@ func TestOneWakerPerDueTime(t *testing.T) {
 				t.Errorf("%d takes by the loops for %d jobs (bound %d): consumers wake together", total, jobs, jobs+polls)
 			}
 			t.Logf("%d takes by the loops for %d jobs in %v", total, jobs, elapsed.Round(time.Millisecond))
+		})
+	}
+}
+
+// TestLegacyReady: jobs that a consumer of version 0.9 moved to its ready
+// set, which this version does not use, count as ready and are delivered by
+// a Run of this version.
+func TestLegacyReady(t *testing.T) {
+	for _, bk := range allBackends()[1:] {
+		t.Run(bk.name, func(t *testing.T) {
+			ctx := context.Background()
+			q, err := delayqueue.New(bk.make(t, nil)(), "q")
+			if err != nil {
+				t.Fatal(err)
+			}
+			due := time.Now().Add(-time.Second).Truncate(time.Microsecond)
+			if err := q.AddLegacyReady(ctx, "old", "p", due); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := q.Enqueue(ctx, []byte("q"), delayqueue.ID("new")); err != nil {
+				t.Fatal(err)
+			}
+			if st, err := q.Stats(ctx); err != nil || st != (delayqueue.Stats{Ready: 2}) {
+				t.Fatalf("stats %+v %v, want 2 ready", st, err)
+			}
+			rctx, cancel := context.WithCancel(ctx)
+			done := make(chan struct{})
+			defer func() { cancel(); <-done }()
+			got := make(chan string, 2)
+			go func() {
+				defer close(done)
+				_ = q.Run(rctx, func(_ context.Context, j *delayqueue.Job) error {
+					got <- j.ID + "=" + string(j.Payload) + "@" + strconv.FormatBool(j.DueAt.Equal(due))
+					return nil
+				})
+			}()
+			want := map[string]bool{"old=p@true": true, "new=q@false": true}
+			for range 2 {
+				select {
+				case g := <-got:
+					if !want[g] {
+						t.Fatalf("delivered %q, want one of %v", g, want)
+					}
+					delete(want, g)
+				case <-time.After(20 * time.Second):
+					t.Fatalf("not delivered: %v", want)
+				}
+			}
 		})
 	}
 }

@@ -1,5 +1,5 @@
 -- cancel.lua: remove a job from whichever set holds it; it will not be delivered again.
--- KEYS[1] scheduled; KEYS[2] ready; KEYS[3] inflight; KEYS[4] dead; KEYS[5] payloads; KEYS[6] meta;
+-- KEYS[1] scheduled; KEYS[2] an older version's ready set (see take.lua); KEYS[3] inflight; KEYS[4] dead; KEYS[5] payloads; KEYS[6] meta;
 -- KEYS[7] calls (hash, see enqueue.lua); KEYS[8] this call's receipt (string, see take.lua)
 -- ARGV[1] now µs or "" for TIME; ARGV[2] id; ARGV[3] receipt lifetime µs
 -- reply: 1 removed; 0 no such job.

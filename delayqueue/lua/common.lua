@@ -31,28 +31,18 @@ end
 
 -- schedule adds jobs to the scheduled set sched: zadd is ZADD's arguments,
 -- "<due_us>", id, ... (due times formatted with %d), and first the earliest
--- of those due times (µs). It wakes a consumer when a job is due before what
--- the consumers plan to look at:
---   - While a consumer is the waker (waker, a string "<plan_us>:<until_us>:<runner>"
---     that lives while until_us > now, see take.lua), the others sleep; a job
---     due before its plan is published on its own channel, "<channel>:<runner>",
---     and the plan moves to the job's due time.
---   - Without a live waker, a job due before every other scheduled job is
---     published on channel, which every consumer hears.
--- Reads the head of sched and waker; writes sched, waker, and publishes.
+-- of those due times (µs). When first is before every job scheduled so far
+-- (consumers plan to look at the head of sched at the latest), it is
+-- published: on the waker's own channel, "<channel>:<runner>", while there is
+-- a waker (waker: "<until_us>:<runner>", live while until_us > now, see
+-- take.lua), the other consumers sleeping; else on channel, which every
+-- consumer hears.
+-- Reads the head of sched and waker; writes sched, and publishes.
 local function schedule(sched, waker, channel, zadd, first, now)
-  local plan, untl, owner = string.match(redis.call('GET', waker) or '', '^(%d+):(%d+):(.*)$')
-  local sfirst = string.format('%d', first)
-  if plan and tonumber(untl) > now then
-    redis.call('ZADD', sched, unpack(zadd))
-    if first < tonumber(plan) then
-      local grace = tonumber(untl) - tonumber(plan)
-      redis.call('SET', waker, string.format('%d:%d:', first, first + grace) .. owner, 'KEEPTTL')
-      redis.call('PUBLISH', channel .. ':' .. owner, sfirst)
-    end
-    return
-  end
   local head = redis.call('ZRANGE', sched, 0, 0, 'WITHSCORES')
   redis.call('ZADD', sched, unpack(zadd))
-  if not head[2] or first < tonumber(head[2]) then redis.call('PUBLISH', channel, sfirst) end
+  if head[2] and first >= tonumber(head[2]) then return end
+  local untl, owner = string.match(redis.call('GET', waker) or '', '^(%d+):(.*)$')
+  if untl and tonumber(untl) > now then channel = channel .. ':' .. owner end
+  redis.call('PUBLISH', channel, string.format('%d', first))
 end

@@ -1,6 +1,6 @@
 -- extend.lua: move the lease deadline of a delivered job to now + visibility,
 -- for the delivery that holds it only (same attempt, still in flight). A lease
--- whose deadline passed is still held until a pump takes the job back.
+-- whose deadline passed is still held until a take takes the job back.
 -- KEYS[1] inflight (zset: id -> lease deadline µs); KEYS[2] meta (hash: id -> "attempt:due_us")
 -- ARGV[1] now µs or "" for TIME; ARGV[2] id; ARGV[3] attempt; ARGV[4] visibility µs
 -- reply: the new deadline µs; 0 when the lease is lost (the job was taken
