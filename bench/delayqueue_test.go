@@ -107,6 +107,20 @@ func BenchmarkDelayQueue(b *testing.B) {
 			})
 		}
 	})
+	b.Run("enqueue", func(b *testing.B) {
+		for _, lib := range libs[:3] {
+			b.Run("lib="+lib.name, func(b *testing.B) {
+				env.enqueue(b, func(b *testing.B, queue string, due []time.Time) {
+					prod := lib.producer(b, env.addr, queue)
+					defer prod.close()
+					enqueueAll(b, prod, due)
+				})
+			})
+		}
+		b.Run("lib=floodgate-goredis-batch100", func(b *testing.B) {
+			env.enqueue(b, func(b *testing.B, queue string, due []time.Time) { fgEnqueueBatches(b, env.addr, queue, due, 100) })
+		})
+	})
 	b.Run("drain", func(b *testing.B) {
 		sh := dqShape{1, 16}
 		b.Run("consumers="+sh.String(), func(b *testing.B) {
@@ -560,6 +574,64 @@ func (e *dqEnv) drain(b *testing.B, lib dqLib, sh dqShape) {
 	if r.bad.Load() > 0 {
 		b.Errorf("%d deliveries of unknown jobs", r.bad.Load())
 	}
+}
+
+// enqueue measures producers alone: DQ_JOBS jobs due in an hour, enqueued
+// by dqProducers goroutines through enqueueAll.
+func (e *dqEnv) enqueue(b *testing.B, enqueueAll func(b *testing.B, queue string, due []time.Time)) {
+	n := e.p.jobs
+	queue, before := e.begin(b, "enqueue")
+	cpu0 := processCPU()
+	at := time.Now().Add(time.Hour)
+	due := make([]time.Time, n)
+	for i := range due {
+		due[i] = at.Add(time.Duration(i) * time.Microsecond)
+	}
+	b.ResetTimer()
+	start := time.Now()
+	enqueueAll(b, queue, due)
+	elapsed := time.Since(start)
+	b.StopTimer()
+	after := e.snap(b)
+	cpu1 := processCPU()
+	b.ReportMetric(float64(n)/elapsed.Seconds(), "enq/s")
+	e.reportCost(b, n, before, after, cpu0, cpu1)
+}
+
+// fgEnqueueBatches enqueues due from dqProducers goroutines on one go-redis
+// backend, in EnqueueBatch calls of size jobs.
+func fgEnqueueBatches(b *testing.B, addr, queue string, due []time.Time, size int) {
+	be, closeAll := fgOpen(b, addr, false)
+	defer closeAll()
+	q, err := delayqueue.New(be, queue)
+	if err != nil {
+		b.Fatal(err)
+	}
+	var (
+		next atomic.Int64
+		wg   sync.WaitGroup
+	)
+	for range dqProducers {
+		wg.Go(func() {
+			items := make([]delayqueue.Item, 0, size)
+			for {
+				i := int(next.Add(int64(size)) - int64(size))
+				if i >= len(due) {
+					return
+				}
+				items = items[:0]
+				for j := i; j < min(i+size, len(due)); j++ {
+					items = append(items, delayqueue.Item{Payload: []byte(strconv.Itoa(j)),
+						Options: []delayqueue.EnqueueOption{delayqueue.At(due[j])}})
+				}
+				if _, err := q.EnqueueBatch(context.Background(), items); err != nil {
+					b.Errorf("EnqueueBatch: %v", err)
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
 }
 
 // quantile is the nearest-rank q-quantile of sorted s.
