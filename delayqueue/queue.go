@@ -10,31 +10,32 @@
 //
 // # How it works
 //
-// A queue is four sorted sets and three hashes, all under the hash tag
+// A queue is three sorted sets and three hashes, all under the hash tag
 // {name} on Redis (so a queue lives on one Cluster slot): scheduled (job id
-// scored by due time), ready (due jobs, by due time), inflight (delivered
-// jobs, by lease deadline) and dead (jobs that used up their attempts), plus
-// the payloads, each job's attempt count and due time, and the Enqueue call
-// of each job whose ID the caller chose; and short-lived receipts of recent
-// calls (see "Lost replies and resends"). Every change of state
-// is one script call, and the scripts are the only place where state
-// changes, so any number of consumers in any number of processes may share a
-// queue:
+// scored by due time), inflight (delivered jobs, by lease deadline) and dead
+// (jobs that used up their attempts), plus the payloads, each job's attempt
+// count and due time, and the Enqueue call of each job whose ID the caller
+// chose; a string naming the waker (below); and short-lived receipts of
+// recent calls (see "Lost replies and resends"). Every change of state is
+// one script call, and the scripts are the only place where state changes,
+// so any number of consumers in any number of processes may share a queue:
 //
 //   - Enqueue adds the job to scheduled (or reports ErrDuplicate for an ID
-//     that is already in the queue) and, when it is due before every other
-//     scheduled job, publishes its due time to wake sleeping consumers.
-//   - A consumer's pump moves due jobs from scheduled to ready, at most 100
-//     per call, and takes back in-flight jobs whose lease deadline passed (a
-//     consumer crashed or stalled): to ready, or to dead once they used
-//     their attempts.
-//   - A consumer's claim pops the ready job due first into inflight with a
-//     lease of Visibility and increments its attempt count, which also serves
-//     as the lease's fencing token.
+//     that is already in the queue); EnqueueBatch adds many in one call.
+//     A job due before every other scheduled job is published, to wake a
+//     sleeping consumer.
+//   - A consumer's take leases up to one due job per free slot of its Run
+//     (at most BatchSize): each moves from scheduled to inflight with a
+//     lease of Visibility, and its attempt count, which also serves as the
+//     lease's fencing token, goes up by one. The same call takes back
+//     in-flight jobs whose lease deadline passed (a consumer crashed or
+//     stalled), at most BatchSize: to scheduled, due at the deadline, or to
+//     dead once they used their attempts; and it answers when to look next.
 //   - While the handler runs its lease is extended every Visibility/3. When
-//     it returns nil the job is deleted (ack); when it returns an error the
-//     job goes back to scheduled at now + Backoff(attempt), or to dead after
-//     MaxAttempts attempts.
+//     it returns nil the job is deleted (ack), and in the same call the
+//     freed slot takes the next due job, if there is one. When it returns an
+//     error the job goes back to scheduled at now + Backoff(attempt), or to
+//     dead after MaxAttempts attempts.
 //
 // Whether a job is due and whether a lease ended is judged by one clock: the
 // Redis server's (TIME in the scripts) or the Memory backend's, never the
@@ -45,13 +46,19 @@
 // Jobs that used up their attempts wait in the dead set: ListDead shows
 // them, Requeue gives one another MaxAttempts attempts, Cancel deletes it.
 //
-// Consumers do not poll on a fixed fast interval: an idle consumer sleeps
-// until the earliest due time or lease deadline it saw, or until an Enqueue
-// or a retry publishes an earlier due time (Redis pub/sub on the queue's
-// channel; channels in process on Memory), and at most MaxPoll (default 1s)
-// so that a lost wake-up costs at most that much lateness. With jobs due
-// continuously a consumer makes about two script calls per job (claim, ack)
-// plus a pump per due time; idle, one pump per due time or MaxPoll.
+// Consumers do not poll on a fixed fast interval. Of the idle consumers of a
+// queue one is the waker: it sleeps until the earliest due time or lease
+// deadline, and at most MaxPoll (default 1s); the others sleep until the
+// waker's role ends, MaxPoll after it last took a look, so that a due time
+// wakes one consumer, not all. A job due before every other is published
+// (Redis pub/sub; channels in process on Memory) to the waker, or to all
+// when there is none, and a waker that takes its last free slot hands the
+// role on. A lost wake-up, or a waker that died, costs at most MaxPoll of
+// lateness. With jobs due continuously a job costs three script calls at
+// most: its enqueue, the take that leases it, and its ack (which also takes
+// the next job); fewer when jobs come due faster than the handlers finish,
+// since then a take leases several and each ack leases the next. Idle, a
+// consumer makes one call per MaxPoll.
 //
 // # Why not keyspace notifications
 //
@@ -71,7 +78,7 @@
 // Delivery is at least once: a job is deleted only when a handler returned
 // nil for it. A consumer that dies mid-handler leaves the job in flight; once
 // its lease ends (Visibility after the last extension, by the store's clock)
-// the next pump hands it to another consumer with the next Attempt number.
+// the next take hands it to another consumer with the next Attempt number.
 // Within a lease a job is delivered to one consumer only. Handlers should
 // therefore be idempotent, or deduplicate on Job.ID and Job.Attempt.
 //
@@ -92,18 +99,18 @@
 //     (callid.New) is kept beside the job, for the job's life: a
 //     resend of this call succeeds; another Enqueue with the ID gets
 //     ErrDuplicate.
-//   - A claim, an ack, a retry, Cancel and Requeue leave a receipt under
+//   - A take, an ack, a retry, Cancel and Requeue leave a receipt under
 //     their call ID, read by the scripts' clock and kept for the longer of
-//     Visibility and MinReplayWindow (30s): a resent claim returns the same
-//     delivery (it does not lease a second job), a resent ack answers
+//     Visibility and MinReplayWindow (30s): a resent take returns the same
+//     deliveries (it does not lease more jobs), a resent ack answers
 //     acked, a resent retry its outcome, a resent Cancel or Requeue nil,
-//     even if the job was enqueued again with its ID since. A delivery's ack
-//     and retry share its claim's receipt, so one receipt per delivery
-//     lives at a time (about 190 bytes on Redis, kept the window after
-//     the ack).
+//     even if the job was enqueued again with its ID since. A take that
+//     leased jobs leaves one receipt, and each of its deliveries one more
+//     when it is acked or retried (about 190 bytes each on Redis, kept the
+//     window after the call).
 //   - A resent extension moves the deadline again, from its own now, and
-//     answers as the first; a resent pump does the next part of the same
-//     work (moves the next due jobs, if any).
+//     answers as the first; a resent take's taking back of ended leases does
+//     the next part of the same work, if any.
 //
 // A resend that arrives after the receipt ended is judged as a new call: an
 // ack or retry then reports ErrLeaseLost to OnError and changes nothing; a
@@ -141,9 +148,9 @@ const (
 	// now: a hundred years keeps due times below 2^53 µs (year 2255), the
 	// exact range of Lua numbers.
 	MaxDelay = 100 * 365 * 24 * time.Hour
-	// BatchSize is how many due jobs one pump moves to ready, and how many
-	// expired leases it takes back, at most: it bounds the time one script
-	// call holds Redis.
+	// BatchSize is how many due jobs one take leases, and how many ended
+	// leases it takes back, at most: it bounds the time one script call
+	// holds Redis.
 	BatchSize = 100
 )
 
@@ -192,8 +199,7 @@ type Job struct {
 
 // Stats are the sizes of a queue's sets, read in one atomic step.
 type Stats struct {
-	// Scheduled jobs wait for their due time, or are due but not yet moved
-	// to ready by a consumer's pump.
+	// Scheduled jobs wait for their due time.
 	Scheduled int64
 	// Ready jobs are due and wait for a free consumer.
 	Ready int64
@@ -362,7 +368,7 @@ type Queue struct {
 //
 // Every method is safe to run twice with the same arguments, as a client
 // does when it resends a call whose reply was lost: the second run acts no
-// more and answers as the first (extend: with a later deadline; pump: with
+// more and answers as the first (extend: with a later deadline; take: with
 // what it finds). The methods that change a job take the ID of the logical
 // call (callid.New), which its resends share, and leave a receipt
 // for the replay window that a second run answers from; enqueue instead
@@ -453,7 +459,7 @@ type delivery struct {
 }
 
 // MinReplayWindow is the shortest time for which a call that changed a job
-// (claim, ack, retry, Cancel, Requeue) leaves a receipt, so that a client's
+// (take, ack, retry, Cancel, Requeue) leaves a receipt, so that a client's
 // resend of it after a lost reply answers as the first run: the window is
 // the longer of Visibility and MinReplayWindow, by the store's clock.
 const MinReplayWindow = 30 * time.Second
@@ -781,7 +787,8 @@ func (q *Queue) Requeue(ctx context.Context, id string) error {
 }
 
 // Stats returns the number of jobs in each state, read in one atomic step
-// (one script call on Redis). Errors: the context's error; store errors.
+// (one script call on Redis; on Memory it counts the due jobs one by one).
+// Errors: the context's error; store errors.
 func (q *Queue) Stats(ctx context.Context) (Stats, error) {
 	if err := ctx.Err(); err != nil {
 		return Stats{}, err

@@ -68,7 +68,7 @@ type runner struct {
 	subAt time.Time // when to try subscribing again after a failure
 	fails int       // consecutive store errors of the loop
 
-	legacyAt time.Time // when a take should next look for an older version's ready jobs
+	legacyAt atomic.Int64 // Unix ns: when a take should next look for an older version's ready jobs
 
 	mu   sync.Mutex
 	plan plan          // from the take sent last
@@ -113,17 +113,13 @@ func (r *runner) loop(ctx context.Context) {
 			n++
 		}
 		sent := time.Now()
-		legacy := !sent.Before(r.legacyAt)
-		res, err := r.q.takeArgs(ctx, takeArgs{n: n, runner: r.id, legacy: legacy}, callid.New())
+		res, err := r.q.takeArgs(ctx, takeArgs{n: n, runner: r.id, legacy: r.legacy()}, callid.New())
 		if err != nil {
 			r.release(n)
 			r.storeError(ctx, err)
 			continue
 		}
 		r.fails = 0
-		if legacy {
-			r.legacyAt = sent.Add(r.q.cfg.maxPoll)
-		}
 		for _, d := range res.Deliveries {
 			r.running.Add(1)
 			go r.work(d)
@@ -131,6 +127,13 @@ func (r *runner) loop(ctx context.Context) {
 		r.release(n - len(res.Deliveries))
 		r.update(sent, res)
 	}
+}
+
+// legacy reports whether a take should look for jobs in the ready set of
+// version 0.9: once per MaxPoll.
+func (r *runner) legacy() bool {
+	now, at := time.Now().UnixNano(), r.legacyAt.Load()
+	return now >= at && r.legacyAt.CompareAndSwap(at, now+int64(r.q.cfg.maxPoll))
 }
 
 func (r *runner) trySlot() bool {
@@ -337,7 +340,7 @@ func (r *runner) handle(d *delivery) *delivery {
 			n, spare = 0, 0
 		}
 		sent := time.Now()
-		res, aerr := q.take(ctx, n, spare, r.id, d)
+		res, aerr := q.takeArgs(ctx, takeArgs{n: n, spare: spare, runner: r.id, ack: d, legacy: n > 0 && r.legacy()}, callid.New())
 		switch {
 		case aerr != nil:
 			q.cfg.onError(fmt.Errorf("delayqueue: job %q attempt %d: ack: %w", d.ID, d.Attempt, aerr))
