@@ -34,7 +34,7 @@ const (
 
 // Pump runs a take that leases nothing.
 func (q *Queue) Pump(ctx context.Context) (PumpResult, error) {
-	res, err := q.take(ctx, 0, 0, "", nil)
+	res, err := q.take(ctx, 0, 0, "")
 	return res.pumpResult, err
 }
 
@@ -49,8 +49,11 @@ type TakeResult = takeResult
 // Take runs a take for the runner: n leases, spare other free slots, and ack
 // the delivery first when it is not nil.
 func (q *Queue) Take(ctx context.Context, n, spare int, runner string, ack *Delivery) (TakeResult, error) {
-	return q.take(ctx, n, spare, runner, ack)
+	return q.TakeCall(ctx, n, spare, runner, ack, callid.New())
 }
+
+// AckedOne reports whether the take acked its one ack.
+func (r *takeResult) AckedOne() bool { return len(r.Acked) == 1 && r.Acked[0] }
 
 // Subscribe subscribes as the runner.
 func (q *Queue) Subscribe(ctx context.Context, runner string) (all, own <-chan string, stop func(), err error) {
@@ -70,7 +73,7 @@ func (q *Queue) Extend(ctx context.Context, d *Delivery) (bool, error) {
 // lease is lost.
 func (q *Queue) Ack(ctx context.Context, d *Delivery) (bool, error) {
 	res, err := q.take(ctx, 0, 0, "", d)
-	return res.Acked == 1, err
+	return res.AckedOne(), err
 }
 
 // Fail fails the delivery with cause, as a handler's error does.
@@ -115,31 +118,30 @@ func (q *Queue) RequeueCall(ctx context.Context, id, call string) (bool, error) 
 
 // TakeCall is Take as the call.
 func (q *Queue) TakeCall(ctx context.Context, n, spare int, runner string, ack *Delivery, call string) (TakeResult, error) {
-	return q.takeArgs(ctx, takeArgs{n: n, spare: spare, runner: runner, ack: ack}, call)
+	a := takeArgs{n: n, spare: spare, runner: runner}
+	if ack != nil {
+		a.acks = []*delivery{ack}
+	}
+	return q.takeArgs(ctx, a, call)
 }
 
 // Call returns the delivery's call ID.
 func (d *delivery) Call() string { return d.call }
 
-// CountTakes makes q count its takes from now on: wakes counts the takes
-// that ack nothing (a Run's loop looking for jobs), acks those that ack.
-func (q *Queue) CountTakes() (wakes, acks *atomic.Int64) {
+// CountTakes makes q count its takes from now on.
+func (q *Queue) CountTakes() *atomic.Int64 {
 	c := &countingDriver{driver: q.d}
 	q.d = c
-	return &c.wakes, &c.acks
+	return &c.takes
 }
 
 type countingDriver struct {
 	driver
-	wakes, acks atomic.Int64
+	takes atomic.Int64
 }
 
 func (c *countingDriver) take(ctx context.Context, a takeArgs) (takeResult, error) {
-	if a.ack == nil {
-		c.wakes.Add(1)
-	} else {
-		c.acks.Add(1)
-	}
+	c.takes.Add(1)
 	return c.driver.take(ctx, a)
 }
 

@@ -226,21 +226,21 @@ func (d *memDriver) take(_ context.Context, a takeArgs) (takeResult, error) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	now := d.now()
-	res := takeResult{Acked: -1}
+	var res takeResult
 
 	// 1. Ack.
-	if a.ack != nil {
-		r := d.receipt(a.ack.call)
+	for _, ack := range a.acks {
+		r := d.receipt(ack.call)
 		switch {
 		case r.kind == rcptAck:
-			res.Acked = 1
-		case q.holds(a.ack.ID, a.ack.Attempt):
-			q.inflight.Remove(a.ack.ID)
-			delete(q.jobs, a.ack.ID)
+			res.Acked = append(res.Acked, true)
+		case q.holds(ack.ID, ack.Attempt):
+			q.inflight.Remove(ack.ID)
+			delete(q.jobs, ack.ID)
 			d.set(r, rcptAck)
-			res.Acked = 1
+			res.Acked = append(res.Acked, true)
 		default:
-			res.Acked = 0
+			res.Acked = append(res.Acked, false)
 		}
 	}
 

@@ -380,7 +380,7 @@ type driver interface {
 	enqueue(ctx context.Context, jobs []newJob, call string) ([]enqueued, error)
 	// cancel removes a job in any state; false when there is none.
 	cancel(ctx context.Context, id, call string) (bool, error)
-	// take acks a.ack when not nil, takes back ended leases (at most
+	// take acks a.acks, takes back ended leases (at most
 	// BatchSize), leases up to a.n due jobs, and plans the caller's next look
 	// (see lua/take.lua).
 	// The deliveries' call IDs are a.call + "." + their index: their ack or
@@ -421,12 +421,12 @@ type enqueued struct {
 
 // takeArgs is one take.
 type takeArgs struct {
-	n           int       // how many jobs to lease at most; 0: none
-	spare       int       // the caller's free slots besides n
-	runner      string    // the caller's Run; "" when no message can wake it
-	call        string    // the call ID
-	ack         *delivery // the delivery to ack first; nil: none
-	visibility  int64     // µs
+	n           int         // how many jobs to lease at most; 0: none
+	spare       int         // the caller's free slots besides n
+	runner      string      // the caller's Run; "" when no message can wake it
+	call        string      // the call ID
+	acks        []*delivery // the deliveries to ack first
+	visibility  int64       // µs
 	maxAttempts int
 	poll        int64 // MaxPoll, µs
 	legacy      bool  // also move jobs of an older version's ready set back to scheduled
@@ -435,9 +435,9 @@ type takeArgs struct {
 // takeResult is what a take did and saw.
 type takeResult struct {
 	pumpResult
-	Acked      int   // 1 acked, 0 the lease was lost, -1 no ack asked
-	Wake       int64 // µs, store clock: when to look next
-	Waker      bool  // the caller is the waker
+	Acked      []bool // per ack asked: acked, or false when the lease was lost
+	Wake       int64  // µs, store clock: when to look next
+	Waker      bool   // the caller is the waker
 	Deliveries []*delivery
 }
 
@@ -453,9 +453,10 @@ type pumpResult struct {
 // delivery is a claimed job with its lease deadline.
 type delivery struct {
 	Job
-	deadline int64     // µs, store clock
-	claimed  time.Time // local time the claim request was sent
-	call     string    // the delivery's call ID, which its ack or retry uses
+	deadline  int64     // µs, store clock
+	claimed   time.Time // local time the take that leased it was sent
+	confirmed time.Time // local time the request that set the last known deadline was sent (keepLease)
+	call      string    // the delivery's call ID, which its ack or retry uses
 }
 
 // MinReplayWindow is the shortest time for which a call that changed a job

@@ -140,31 +140,35 @@ func (d *redisDriver) cancel(ctx context.Context, id, call string) (bool, error)
 }
 
 func (d *redisDriver) take(ctx context.Context, a takeArgs) (takeResult, error) {
-	ackID, ackAttempt, ackReceipt := "", "", d.waker
-	if a.ack != nil {
-		ackID, ackAttempt, ackReceipt = a.ack.ID, strconv.Itoa(a.ack.Attempt), d.receipt(a.ack.call)
+	keys := make([]string, 0, 9+len(a.acks))
+	keys = append(keys, d.sched, d.ready, d.inflight, d.dead, d.payload, d.meta, d.calls, d.receipt(a.call), d.waker)
+	args := make([]string, 0, 11+2*len(a.acks))
+	args = append(args, d.r.NowArg(), strconv.Itoa(a.n), itoa(a.visibility), d.window, strconv.Itoa(BatchSize),
+		strconv.Itoa(a.maxAttempts), a.runner, strconv.Itoa(a.spare), itoa(a.poll), d.channel, legacyArg[a.legacy])
+	for _, ack := range a.acks {
+		keys = append(keys, d.receipt(ack.call))
+		args = append(args, ack.ID, strconv.Itoa(ack.Attempt))
 	}
-	reply, err := d.run(ctx, takeScript,
-		[]string{d.sched, d.ready, d.inflight, d.dead, d.payload, d.meta, d.calls, d.receipt(a.call), ackReceipt, d.waker},
-		d.r.NowArg(), strconv.Itoa(a.n), itoa(a.visibility), d.window, strconv.Itoa(BatchSize),
-		strconv.Itoa(a.maxAttempts), a.runner, strconv.Itoa(a.spare), itoa(a.poll), d.channel, ackID, ackAttempt,
-		legacyArg[a.legacy])
+	reply, err := d.run(ctx, takeScript, keys, args...)
 	if err != nil {
 		return takeResult{}, err
 	}
 	arr, ok := reply.([]any)
-	const head = 9
+	head := 9 + len(a.acks)
 	if !ok || len(arr) < head || (len(arr)-head)%5 != 0 {
 		return takeResult{}, fmt.Errorf("delayqueue: malformed take reply %v", reply)
 	}
 	v, err := redisstore.ReplyInts(arr[:head], head)
-	if err != nil {
-		return takeResult{}, fmt.Errorf("delayqueue: %w", err)
+	if err != nil || v[0] != int64(len(a.acks)) {
+		return takeResult{}, fmt.Errorf("delayqueue: malformed take reply %v", reply)
 	}
 	res := takeResult{
 		pumpResult: pumpResult{Requeued: int(v[1]), Dead: int(v[2]), More: v[3] == 1,
 			NextDue: v[4], NextDeadline: v[5], Now: v[6]},
-		Acked: int(v[0]), Wake: v[7], Waker: v[8] == 1,
+		Wake: v[7], Waker: v[8] == 1,
+	}
+	for _, ok := range v[9:] {
+		res.Acked = append(res.Acked, ok == 1)
 	}
 	for i := head; i < len(arr); i += 5 {
 		id, ok1 := arr[i].(string)

@@ -39,8 +39,7 @@ func (q *Queue) Run(ctx context.Context, h Handler) error {
 	r.hctx, r.abandon = context.WithCancelCause(context.WithoutCancel(ctx))
 	defer r.abandon(ErrShutdown)
 	r.loop(ctx)
-	r.stopped.Store(true)
-	r.resign()
+	r.stop()
 	return r.drain()
 }
 
@@ -70,10 +69,18 @@ type runner struct {
 
 	legacyAt atomic.Int64 // Unix ns: when a take should next look for an older version's ready jobs
 
-	mu   sync.Mutex
-	plan plan          // from the take sent last
-	kick chan struct{} // the plan moved earlier
+	mu      sync.Mutex
+	plan    plan          // from the take sent last
+	kick    chan struct{} // the plan moved earlier, or an ack waits
+	acks    []*delivery   // acks that the loop's next take carries (see deferAck)
+	ackBy   time.Time     // when the loop sends them at the latest
+	closing bool          // the loop ended: no more deferred acks
 }
+
+// ackDelay is the longest a finished job's ack waits for the loop's next
+// take, which then carries it: while jobs come due less than this apart, a
+// job costs a call less (its ack does not wake Redis on its own).
+const ackDelay = 5 * time.Millisecond
 
 // plan is when to take next, from the answer of a take.
 type plan struct {
@@ -103,7 +110,7 @@ func (r *runner) loop(ctx context.Context) {
 		case <-ctx.Done():
 			return
 		}
-		if p := r.current(); time.Now().Before(p.at) {
+		if p, acksDue := r.next(); time.Now().Before(p.at) && !acksDue {
 			<-r.slots
 			r.sleep(ctx, p)
 			continue
@@ -112,14 +119,17 @@ func (r *runner) loop(ctx context.Context) {
 		for n < min(cap(r.slots), BatchSize) && r.trySlot() {
 			n++
 		}
+		acks := r.takeAcks()
 		sent := time.Now()
-		res, err := r.q.takeArgs(ctx, takeArgs{n: n, runner: r.id, legacy: r.legacy()}, callid.New())
+		res, err := r.q.takeArgs(ctx, takeArgs{n: n, runner: r.id, acks: acks, legacy: r.legacy()}, callid.New())
 		if err != nil {
 			r.release(n)
+			r.returnAcks(acks)
 			r.storeError(ctx, err)
 			continue
 		}
 		r.fails = 0
+		r.reportAcks(acks, res.Acked)
 		for _, d := range res.Deliveries {
 			r.running.Add(1)
 			go r.work(d)
@@ -156,6 +166,61 @@ func (r *runner) current() plan {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	return r.plan
+}
+
+// next returns the plan, and whether deferred acks are due to be sent.
+func (r *runner) next() (plan, bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.plan, len(r.acks) > 0 && !time.Now().Before(r.ackBy)
+}
+
+// deferAck hands the ack of d to the loop's next take when that is planned
+// within ackDelay and d's lease (no longer extended) outlives the wait with
+// room to spare; false leaves the ack to the caller.
+func (r *runner) deferAck(d *delivery) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	wait := time.Until(r.plan.at)
+	if r.closing || wait <= 0 || wait > ackDelay || len(r.acks) >= BatchSize ||
+		time.Since(d.confirmed)+4*ackDelay >= r.q.cfg.visibility {
+		return false
+	}
+	if len(r.acks) == 0 {
+		r.ackBy = time.Now().Add(ackDelay)
+	}
+	r.acks = append(r.acks, d)
+	return true
+}
+
+// takeAcks returns the deferred acks, which the caller sends.
+func (r *runner) takeAcks() []*delivery {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	acks := r.acks
+	r.acks = nil
+	return acks
+}
+
+// returnAcks puts back acks whose take failed, to be sent again (their
+// receipts make a second run safe) with the next take.
+func (r *runner) returnAcks(acks []*delivery) {
+	if len(acks) == 0 {
+		return
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.acks = append(acks, r.acks...)
+	r.ackBy = time.Now()
+}
+
+// reportAcks reports the acks that found their lease lost.
+func (r *runner) reportAcks(acks []*delivery, acked []bool) {
+	for i, d := range acks {
+		if !acked[i] {
+			r.q.cfg.onError(fmt.Errorf("delayqueue: job %q attempt %d: ack: %w", d.ID, d.Attempt, ErrLeaseLost))
+		}
+	}
 }
 
 // update takes the plan of a take sent at sent, unless a later take's plan
@@ -199,9 +264,15 @@ func (r *runner) poke() {
 }
 
 // sleep waits until the plan's time, an earlier published due time, a
-// worker's earlier plan, or the end of ctx.
+// worker's earlier plan, the time to send deferred acks, or the end of ctx.
 func (r *runner) sleep(ctx context.Context, p plan) {
-	t := time.NewTimer(time.Until(p.at))
+	until := p.at
+	r.mu.Lock()
+	if len(r.acks) > 0 && r.ackBy.Before(until) {
+		until = r.ackBy
+	}
+	r.mu.Unlock()
+	t := time.NewTimer(time.Until(until))
 	defer t.Stop()
 	for {
 		select {
@@ -285,16 +356,30 @@ func (r *runner) drain() error {
 	return nil
 }
 
-// resign gives up the waker role, if this Run holds it, so that another
-// consumer wakes for the next due time at once (see lua/take.lua): a take
-// that leases nothing, with no free slot. Best effort, within a second.
-func (r *runner) resign() {
-	if r.id == "" {
+// stop ends the loop's part: workers lease no more jobs and ack on their
+// own; the deferred acks are sent, and the waker role, if this Run holds it,
+// is given up, so that another consumer wakes for the next due time at once
+// (see lua/take.lua), in a take that leases nothing, within a second.
+func (r *runner) stop() {
+	r.mu.Lock()
+	r.closing = true
+	acks := r.acks
+	r.acks = nil
+	r.mu.Unlock()
+	r.stopped.Store(true)
+	if r.id == "" && len(acks) == 0 {
 		return
 	}
 	ctx, cancel := context.WithTimeout(r.hctx, time.Second)
 	defer cancel()
-	_, _ = r.q.take(ctx, 0, 0, r.id, nil)
+	res, err := r.q.takeArgs(ctx, takeArgs{runner: r.id, acks: acks}, callid.New())
+	if err != nil {
+		for _, d := range acks {
+			r.q.cfg.onError(fmt.Errorf("delayqueue: job %q attempt %d: ack: %w", d.ID, d.Attempt, err))
+		}
+		return
+	}
+	r.reportAcks(acks, res.Acked)
 }
 
 // work runs deliveries in one slot: d, and the next job each ack leases,
@@ -335,19 +420,21 @@ func (r *runner) handle(d *delivery) *delivery {
 	ctx, cancelOp := context.WithTimeout(r.hctx, q.cfg.visibility)
 	defer cancelOp()
 	if err == nil {
+		if r.deferAck(d) {
+			return nil
+		}
 		n, spare := 1, cap(r.slots)-len(r.slots)
 		if r.stopped.Load() {
 			n, spare = 0, 0
 		}
 		sent := time.Now()
-		res, aerr := q.takeArgs(ctx, takeArgs{n: n, spare: spare, runner: r.id, ack: d, legacy: n > 0 && r.legacy()}, callid.New())
-		switch {
-		case aerr != nil:
+		acks := []*delivery{d}
+		res, aerr := q.takeArgs(ctx, takeArgs{n: n, spare: spare, runner: r.id, acks: acks, legacy: n > 0 && r.legacy()}, callid.New())
+		if aerr != nil {
 			q.cfg.onError(fmt.Errorf("delayqueue: job %q attempt %d: ack: %w", d.ID, d.Attempt, aerr))
 			return nil
-		case res.Acked == 0:
-			q.cfg.onError(fmt.Errorf("delayqueue: job %q attempt %d: ack: %w", d.ID, d.Attempt, ErrLeaseLost))
 		}
+		r.reportAcks(acks, res.Acked)
 		r.update(sent, res)
 		if len(res.Deliveries) == 0 {
 			return nil
@@ -381,7 +468,7 @@ func call(ctx context.Context, h Handler, j *Job) (err error) {
 // store's deadline). Failed extensions are retried every Visibility/10.
 func (r *runner) keepLease(jctx context.Context, cancel context.CancelCauseFunc, d *delivery, stop <-chan struct{}) {
 	vis := r.q.cfg.visibility
-	confirmed := d.claimed
+	d.confirmed = d.claimed
 	t := time.NewTimer(vis / 3)
 	defer t.Stop()
 	for {
@@ -392,7 +479,7 @@ func (r *runner) keepLease(jctx context.Context, cancel context.CancelCauseFunc,
 			return
 		case <-t.C:
 		}
-		left := vis - time.Since(confirmed)
+		left := vis - time.Since(d.confirmed)
 		if left <= 0 {
 			cancel(ErrLeaseLost)
 			return
@@ -404,12 +491,12 @@ func (r *runner) keepLease(jctx context.Context, cancel context.CancelCauseFunc,
 		switch {
 		case err != nil:
 			r.q.cfg.onError(fmt.Errorf("delayqueue: job %q attempt %d: extend: %w", d.ID, d.Attempt, err))
-			t.Reset(min(vis/10, max(vis-time.Since(confirmed), 0)))
+			t.Reset(min(vis/10, max(vis-time.Since(d.confirmed), 0)))
 		case deadline == 0:
 			cancel(ErrLeaseLost)
 			return
 		default:
-			confirmed = start
+			d.confirmed = start
 			t.Reset(vis / 3)
 		}
 	}
@@ -420,8 +507,8 @@ func (r *runner) keepLease(jctx context.Context, cancel context.CancelCauseFunc,
 
 // take runs one take for a runner (see driver.take): n leases, spare other
 // free slots, and the delivery to ack first, or nil.
-func (q *Queue) take(ctx context.Context, n, spare int, runner string, ack *delivery) (takeResult, error) {
-	return q.takeArgs(ctx, takeArgs{n: n, spare: spare, runner: runner, ack: ack}, callid.New())
+func (q *Queue) take(ctx context.Context, n, spare int, runner string, acks ...*delivery) (takeResult, error) {
+	return q.takeArgs(ctx, takeArgs{n: n, spare: spare, runner: runner, acks: acks}, callid.New())
 }
 
 // takeArgs runs the take a as the call, with the queue's options.

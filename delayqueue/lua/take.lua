@@ -1,11 +1,12 @@
 -- take.lua: one step of a consumer, in one call: ack a delivery (optional),
 -- take back ended leases, lease up to n due jobs, and say when to look next.
 --
---   1. Ack: when ARGV[11] names a job, delete it if the delivery of attempt
---      ARGV[12] holds its lease (the handler returned nil).
+--   1. Ack: for each (id, attempt) of ARGV[12...], delete the job if the
+--      delivery of that attempt holds its lease (its handler returned nil).
+--      Its receipt is KEYS[9 + i] for the i-th.
 --   2. Take back the jobs whose lease ended (a consumer crashed or stalled),
 --      at most ARGV[5] per call: to scheduled, due at the lease deadline, or
---      to dead when they used their attempts. With ARGV[13] = "1", also move
+--      to dead when they used their attempts. With ARGV[11] = "1", also move
 --      back to scheduled, at most ARGV[5], the jobs that an older version of
 --      this package moved to its ready set (KEYS[2]), which this one does not
 --      use.
@@ -19,7 +20,7 @@
 --   4. Plan: the caller should look again at wake_us: at once while due jobs
 --      are left, else at the earliest due time or lease deadline, and after
 --      ARGV[9] µs (MaxPoll) at the latest. One idle consumer is the waker
---      (KEYS[10]: "<until_us>:<runner>", live while until_us > now): it wakes at
+--      (KEYS[9]: "<until_us>:<runner>", live while until_us > now): it wakes at
 --      its plan; the other idle consumers sleep until its until_us, unless a
 --      message wakes them, so that a due time wakes one consumer, not all. A
 --      consumer with a slot free after this call (n - claimed + ARGV[8] > 0)
@@ -34,17 +35,17 @@
 -- KEYS[3] inflight (zset: id -> lease deadline µs); KEYS[4] dead (zset: id -> µs of death);
 -- KEYS[5] payloads (hash); KEYS[6] meta (hash: id -> "attempt:due_us");
 -- KEYS[7] calls (hash, see enqueue.lua); KEYS[8] this take's receipt (string);
--- KEYS[9] the acked delivery's receipt (string; any key of the queue when no ack);
--- KEYS[10] the waker (string)
+-- KEYS[9] the waker (string); KEYS[10...] the acked deliveries' receipts (strings)
 -- ARGV[1] now µs or "" for TIME; ARGV[2] n, how many jobs to lease at most (0: none);
 -- ARGV[3] visibility µs; ARGV[4] receipt lifetime µs; ARGV[5] batch size;
 -- ARGV[6] max attempts; ARGV[7] the caller's runner ID, "" when it cannot be woken by
 -- a message (never the waker); ARGV[8] the caller's free slots besides n;
--- ARGV[9] MaxPoll µs; ARGV[10] the queue's channel; ARGV[11] id of the job to ack, "" for none;
--- ARGV[12] the acking delivery's attempt; ARGV[13] "1" to move an older version's ready jobs
--- reply: {acked, requeued, dead, more, next_due_us, next_deadline_us, now_us,
---   wake_us, waker, id, payload, attempt, due_us, deadline_us, id, payload, ...}
--- acked: 1 acked, 0 the lease is lost (nothing changed), -1 no ack asked;
+-- ARGV[9] MaxPoll µs; ARGV[10] the queue's channel; ARGV[11] "1" to move an older
+-- version's ready jobs; ARGV[12...] id, attempt of each delivery to ack
+-- reply: {acks, requeued, dead, more, next_due_us, next_deadline_us, now_us,
+--   wake_us, waker, acked..., id, payload, attempt, due_us, deadline_us, id, payload, ...}
+-- acks: how many acks follow the header, one per ack asked: 1 acked, 0 the
+-- lease is lost (nothing changed);
 -- more: 1 when due jobs are left; next_due_us / next_deadline_us: the head of
 -- scheduled / inflight after the call, -1 when empty; waker: 1 when the
 -- caller is the waker.
@@ -58,7 +59,7 @@
 -- delivery's ack 'a' and its retry 'r<code>:<due_us>' under the delivery's
 -- call ID; 'x' is a cancel's, 'q' a requeue's.
 --
--- Safe to run twice: the ack finds its receipt 'a' and answers 1; the claim
+-- Safe to run twice: an ack finds its receipt 'a' and answers 1; the claim
 -- finds its receipt and returns the same deliveries, those that still hold
 -- their lease, leasing nothing more; taking back ended leases does the next
 -- part of the same work, if any.
@@ -71,20 +72,20 @@ local poll = tonumber(ARGV[9])
 local channel = ARGV[10]
 
 -- 1. Ack.
-local acked = -1
-if ARGV[11] ~= '' then
-  local id = ARGV[11]
-  if receipt(KEYS[9], now) == 'a' then
-    acked = 1
-  elseif string.match(redis.call('HGET', KEYS[6], id) or '', '^(%d+):') == ARGV[12] and
+local acked = {}
+for i = 12, #ARGV, 2 do
+  local id, rkey = ARGV[i], KEYS[9 + (i - 10) / 2]
+  if receipt(rkey, now) == 'a' then
+    acked[#acked + 1] = 1
+  elseif string.match(redis.call('HGET', KEYS[6], id) or '', '^(%d+):') == ARGV[i + 1] and
       redis.call('ZREM', KEYS[3], id) == 1 then
     redis.call('HDEL', KEYS[5], id)
     redis.call('HDEL', KEYS[6], id)
     redis.call('HDEL', KEYS[7], id)
-    setReceipt(KEYS[9], now, ARGV[4], 'a')
-    acked = 1
+    setReceipt(rkey, now, ARGV[4], 'a')
+    acked[#acked + 1] = 1
   else
-    acked = 0
+    acked[#acked + 1] = 0
   end
 end
 
@@ -113,7 +114,7 @@ if ihead[2] and tonumber(ihead[2]) <= now then
   ihead = redis.call('ZRANGE', KEYS[3], 0, 0, 'WITHSCORES')
 end
 local nextDeadline = tonumber(ihead[2]) or -1
-if ARGV[13] == '1' then
+if ARGV[11] == '1' then
   local old = redis.call('ZRANGE', KEYS[2], 0, batch - 1, 'WITHSCORES')
   if #old > 0 then
     local args, ids = {}, {}
@@ -207,12 +208,12 @@ for _, t in ipairs({nextDue, nextDeadline}) do
 end
 local wake, isWaker = plan, 0
 if more == 1 then wake = now end
-local untl, owner = string.match(redis.call('GET', KEYS[10]) or '', '^(%d+):(.*)$')
+local untl, owner = string.match(redis.call('GET', KEYS[9]) or '', '^(%d+):(.*)$')
 local live = untl and tonumber(untl) > now
 if runner ~= '' and n - claimed + tonumber(ARGV[8]) > 0 then
   if not live or owner == runner then
     if not live or tonumber(untl) - now < poll / 2 then
-      redis.call('SET', KEYS[10], string.format('%d:', now + poll) .. runner,
+      redis.call('SET', KEYS[9], string.format('%d:', now + poll) .. runner,
         'PX', math.ceil(poll / 1000) + 1000)
     end
     isWaker = 1
@@ -220,12 +221,13 @@ if runner ~= '' and n - claimed + tonumber(ARGV[8]) > 0 then
     wake = tonumber(untl)
   end
 elseif live and runner ~= '' and owner == runner then
-  redis.call('DEL', KEYS[10])
+  redis.call('DEL', KEYS[9])
   redis.call('PUBLISH', channel, string.format('%d', plan))
 elseif live and more == 1 then
   redis.call('PUBLISH', channel .. ':' .. owner, snow)
 end
 
-local reply = {acked, requeued, dead, more, nextDue, nextDeadline, now, wake, isWaker}
+local reply = {#acked, requeued, dead, more, nextDue, nextDeadline, now, wake, isWaker}
+for _, v in ipairs(acked) do reply[#reply + 1] = v end
 for _, v in ipairs(out) do reply[#reply + 1] = v end
 return reply
