@@ -59,7 +59,8 @@ type runner struct {
 	running sync.WaitGroup
 	hctx    context.Context // parent of the handlers' contexts
 	abandon context.CancelCauseFunc
-	stopped atomic.Bool // Run's ctx ended: workers lease no more jobs
+	stopped atomic.Bool  // Run's ctx ended: workers lease no more jobs
+	looking atomic.Int64 // slots the loop holds for the take it is making
 
 	wake  <-chan string // due times published for every consumer; nil until subscribed
 	own   <-chan string // due times published for this Run (it is the waker)
@@ -75,6 +76,7 @@ type runner struct {
 	acks    []*delivery   // acks that the loop's next take carries (see deferAck)
 	ackBy   time.Time     // when the loop sends them at the latest
 	closing bool          // the loop ended: no more deferred acks
+	waker   bool          // the take that made the plan found this Run the waker
 }
 
 // ackDelay is the longest a finished job's ack waits for the loop's next
@@ -105,9 +107,7 @@ func (r *runner) loop(ctx context.Context) {
 			// the take and the sleep is not missed.
 			r.subscribe(ctx)
 		}
-		select {
-		case r.slots <- struct{}{}:
-		case <-ctx.Done():
+		if !r.acquire(ctx) {
 			return
 		}
 		if p, acksDue := r.next(); time.Now().Before(p.at) && !acksDue {
@@ -119,9 +119,14 @@ func (r *runner) loop(ctx context.Context) {
 		for n < min(cap(r.slots), BatchSize) && r.trySlot() {
 			n++
 		}
+		r.looking.Store(int64(n))
 		acks := r.takeAcks()
 		sent := time.Now()
-		res, err := r.q.takeArgs(ctx, takeArgs{n: n, runner: r.id, acks: acks, legacy: r.legacy()}, callid.New())
+		// spare 1: the loop counts as idle, whatever it leases, and stays the
+		// waker; acquire hands the role on if every slot is still busy when
+		// the next look is due.
+		res, err := r.q.takeArgs(ctx, takeArgs{n: n, spare: 1, runner: r.id, acks: acks, legacy: r.legacy()}, callid.New())
+		r.looking.Store(0)
 		if err != nil {
 			r.release(n)
 			r.returnAcks(acks)
@@ -146,6 +151,41 @@ func (r *runner) legacy() bool {
 	return now >= at && r.legacyAt.CompareAndSwap(at, now+int64(r.q.cfg.maxPoll))
 }
 
+// acquire waits for a free slot, or the end of ctx (false). A waker whose
+// next look comes while every slot is busy gives the role up, so that an idle
+// consumer of the queue takes the due jobs (see lua/take.lua).
+func (r *runner) acquire(ctx context.Context) bool {
+	if r.trySlot() {
+		return true
+	}
+	var missed <-chan time.Time
+	if p, waker := r.role(); waker {
+		t := time.NewTimer(time.Until(p.at))
+		defer t.Stop()
+		missed = t.C
+	}
+	for {
+		select {
+		case r.slots <- struct{}{}:
+			return true
+		case <-ctx.Done():
+			return false
+		case <-missed:
+			missed = nil
+			acks := r.takeAcks()
+			sent := time.Now()
+			res, err := r.q.takeArgs(ctx, takeArgs{runner: r.id, acks: acks}, callid.New())
+			if err != nil {
+				r.returnAcks(acks)
+				r.storeError(ctx, err)
+				continue
+			}
+			r.reportAcks(acks, res.Acked)
+			r.update(sent, res)
+		}
+	}
+}
+
 func (r *runner) trySlot() bool {
 	select {
 	case r.slots <- struct{}{}:
@@ -159,6 +199,14 @@ func (r *runner) release(n int) {
 	for range n {
 		<-r.slots
 	}
+}
+
+// role returns the plan, and whether the take that made it found this Run
+// the waker.
+func (r *runner) role() (plan, bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.plan, r.waker
 }
 
 // current returns the plan.
@@ -237,7 +285,7 @@ func (r *runner) update(sent time.Time, res takeResult) {
 		return
 	}
 	earlier := p.at.Before(r.plan.at)
-	r.plan = p
+	r.plan, r.waker = p, res.Waker
 	r.mu.Unlock()
 	if earlier {
 		r.poke()
@@ -423,7 +471,9 @@ func (r *runner) handle(d *delivery) *delivery {
 		if r.deferAck(d) {
 			return nil
 		}
-		n, spare := 1, cap(r.slots)-len(r.slots)
+		// The slots that the loop holds for its take count as free: that
+		// take keeps the waker role itself.
+		n, spare := 1, cap(r.slots)-len(r.slots)+int(r.looking.Load())
 		if r.stopped.Load() {
 			n, spare = 0, 0
 		}
