@@ -371,3 +371,64 @@ func TestDeferredAcks(t *testing.T) {
 		})
 	}
 }
+
+// TestBusyWakerHandsOn: a waker whose every slot is busy when a job comes
+// due gives the role up, and an idle consumer takes the job, long before the
+// idle one's own look (MaxPoll, a minute here) would have found it.
+func TestBusyWakerHandsOn(t *testing.T) {
+	for _, bk := range threeBackends() {
+		t.Run(bk.name, func(t *testing.T) {
+			ctx, cancel := context.WithCancel(context.Background())
+			defer cancel()
+			mk := bk.make(t, nil)
+			newQ := func() *delayqueue.Queue {
+				q, err := delayqueue.New(mk(), "q", delayqueue.MaxPoll(time.Minute), delayqueue.ShutdownTimeout(0))
+				if err != nil {
+					t.Fatal(err)
+				}
+				return q
+			}
+			a, b := newQ(), newQ()
+			if _, err := a.Enqueue(ctx, nil, delayqueue.ID("long")); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := a.Enqueue(ctx, nil, delayqueue.ID("next"), delayqueue.Delay(time.Second)); err != nil {
+				t.Fatal(err)
+			}
+			var wg sync.WaitGroup
+			defer func() { cancel(); wg.Wait() }()
+			started := make(chan struct{})
+			got := make(chan string, 2)
+			wg.Go(func() {
+				_ = a.Run(ctx, func(ctx context.Context, j *delayqueue.Job) error {
+					if j.ID == "long" {
+						close(started)
+						<-ctx.Done() // holds A's only slot
+						return ctx.Err()
+					}
+					got <- "a:" + j.ID
+					return nil
+				})
+			})
+			select {
+			case <-started:
+			case <-time.After(20 * time.Second):
+				t.Fatal("A did not start the long job")
+			}
+			wg.Go(func() {
+				_ = b.Run(ctx, func(_ context.Context, j *delayqueue.Job) error {
+					got <- "b:" + j.ID
+					return nil
+				})
+			})
+			select {
+			case g := <-got:
+				if g != "b:next" {
+					t.Fatalf("delivered %s, want the next job to B", g)
+				}
+			case <-time.After(20 * time.Second):
+				t.Fatal("the next job was not delivered: the busy waker kept its role")
+			}
+		})
+	}
+}
