@@ -32,10 +32,11 @@
 //     stalled), at most BatchSize: to scheduled, due at the deadline, or to
 //     dead once they used their attempts; and it answers when to look next.
 //   - While the handler runs its lease is extended every Visibility/3. When
-//     it returns nil the job is deleted (ack), and in the same call the
-//     freed slot takes the next due job, if there is one. When it returns an
-//     error the job goes back to scheduled at now + Backoff(attempt), or to
-//     dead after MaxAttempts attempts.
+//     it returns nil the job is deleted (ack): in the Run's next take when
+//     that is planned within 5ms (the ack then costs no call of its own),
+//     else in a call that also takes the next due job for the freed slot.
+//     When it returns an error the job goes back to scheduled at now +
+//     Backoff(attempt), or to dead after MaxAttempts attempts.
 //
 // Whether a job is due and whether a lease ended is judged by one clock: the
 // Redis server's (TIME in the scripts) or the Memory backend's, never the
@@ -52,13 +53,13 @@
 // waker's role ends, MaxPoll after it last took a look, so that a due time
 // wakes one consumer, not all. A job due before every other is published
 // (Redis pub/sub; channels in process on Memory) to the waker, or to all
-// when there is none, and a waker that takes its last free slot hands the
-// role on. A lost wake-up, or a waker that died, costs at most MaxPoll of
-// lateness. With jobs due continuously a job costs three script calls at
-// most: its enqueue, the take that leases it, and its ack (which also takes
-// the next job); fewer when jobs come due faster than the handlers finish,
-// since then a take leases several and each ack leases the next. Idle, a
-// consumer makes one call per MaxPoll.
+// when there is none, and a waker whose slots are all busy when its next
+// look comes hands the role on. A lost wake-up, or a waker that died, costs
+// at most MaxPoll of lateness. A job costs three script calls at most: its
+// enqueue, the take that leases it, and its ack; fewer when jobs come due
+// close together, since a take then leases several, carries the acks of
+// jobs just finished, or is itself an ack. Idle, a consumer makes one call
+// per MaxPoll.
 //
 // # Why not keyspace notifications
 //

@@ -172,6 +172,9 @@ func (r *results) write(w io.Writer) {
 	r.table(w, "drain", "Drain (jobs already due, enqueued before the consumer starts)",
 		[]column{{"consumers", "consumers"}, {"library", "lib"}},
 		append([]column{{"jobs/s", "jobs/s"}, {"enqueue/s", "enq/s"}, {"dup", "dup"}, {"lost", "lost"}}, costColumns...))
+	r.table(w, "enqueue", "Enqueue (producers alone, 64 goroutines; batch100: EnqueueBatch of 100 jobs)",
+		[]column{{"library", "lib"}},
+		append([]column{{"enqueue/s", "enq/s"}}, costColumns...))
 }
 
 // table writes the rows of one case: keys are the name's labels, metrics
