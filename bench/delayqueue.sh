@@ -44,15 +44,10 @@ out=results/delayqueue-latest.txt
 tmp=$(mktemp)
 trap 'rm -f "$tmp"' EXIT
 
-commit=$(git -C .. rev-parse --short HEAD 2>/dev/null || echo unknown)
-if [[ -n $(git -C .. status --porcelain -- . ':!bench' 2>/dev/null) ]]; then commit="$commit+dirty"; fi
+. ./lib.sh # bench_header
 {
-	# benchfmt configuration lines: benchstat keeps them as labels.
-	echo "floodgate: $commit"
-	echo "go: $(go env GOVERSION)"
-	echo "redis: $(redis-server --version | sed -n 's/.*v=\([0-9.]*\).*/\1/p')"
+	bench_header
 	echo "asynq: $(go list -m -f '{{.Version}}' github.com/hibiken/asynq)"
-	echo "cores: $(nproc)"
 	echo "rounds: $COUNT"
 	echo "short: ${SHORT:-no}"
 	for v in DQ_JOBS DQ_RATES DQ_DRAIN_JOBS DQ_LEAD DQ_DEADLINE; do

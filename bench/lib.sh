@@ -27,3 +27,17 @@ descriptors:
       requests_per_unit: 1000000000
 YAML
 }
+
+# bench_header: prints the configuration lines that every benchmark report
+# starts with (benchfmt configuration lines, which benchstat keeps as
+# labels): floodgate's commit (+dirty when files outside bench/ changed),
+# the Go and Redis versions and the cores. Run from bench/.
+bench_header() {
+	local commit
+	commit=$(git -C .. rev-parse --short HEAD 2>/dev/null || echo unknown)
+	if [[ -n $(git -C .. status --porcelain -- . ':!bench' 2>/dev/null) ]]; then commit="$commit+dirty"; fi
+	echo "floodgate: $commit"
+	echo "go: $(go env GOVERSION)"
+	echo "redis: $(redis-server --version | sed -n 's/.*v=\([0-9.]*\).*/\1/p')"
+	echo "cores: $(nproc)"
+}

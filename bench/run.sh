@@ -41,14 +41,9 @@ out=results/latest.txt
 tmp=$(mktemp)
 trap 'rm -f "$tmp"' EXIT
 
-commit=$(git -C .. rev-parse --short HEAD 2>/dev/null || echo unknown)
-if [[ -n $(git -C .. status --porcelain -- . ':!bench' 2>/dev/null) ]]; then commit="$commit+dirty"; fi
+. ./lib.sh # bench_header
 {
-	# benchfmt configuration lines: benchstat keeps them as labels.
-	echo "floodgate: $commit"
-	echo "go: $(go env GOVERSION)"
-	echo "redis: $(redis-server --version | sed -n 's/.*v=\([0-9.]*\).*/\1/p')"
-	echo "cores: $(nproc)"
+	bench_header
 	echo "benchtime: $BENCHTIME"
 	echo "rounds: $COUNT"
 	# Other work on the machine skews the numbers: the load before the run.
