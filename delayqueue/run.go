@@ -47,10 +47,11 @@ func (q *Queue) Run(ctx context.Context, h Handler) error {
 //
 // Its loop takes due jobs into the free slots (one take call leases up to
 // one per free slot, at most BatchSize) and starts a worker for each. A
-// worker that finished a job acks it and leases the next ready one in the
-// same call, and keeps its slot while there is one. Every take answers when
-// to look next; the loop sleeps until the latest answer's time, or until a
-// published due time is earlier.
+// worker that finished a job hands its ack to the loop's next take when that
+// is due within ackDelay; else it acks the job and leases the next due one in
+// the same call, and keeps its slot while there is one. Every take answers
+// when to look next; the loop sleeps until the latest answer's time, or until
+// a published due time is earlier.
 type runner struct {
 	q       *Queue
 	h       Handler
