@@ -225,13 +225,14 @@ func (r *runner) next() (plan, bool) {
 }
 
 // deferAck hands the ack of d to the loop's next take when that is planned
-// within ackDelay and d's lease (no longer extended) outlives the wait with
-// room to spare; false leaves the ack to the caller.
+// within ackDelay (or is due already: the freed slot lets the loop take at
+// once) and d's lease (no longer extended) outlives the wait with room to
+// spare; false leaves the ack to the caller.
 func (r *runner) deferAck(d *delivery) bool {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	wait := time.Until(r.plan.at)
-	if r.closing || wait <= 0 || wait > ackDelay || len(r.acks) >= BatchSize ||
+	if r.closing || wait > ackDelay || len(r.acks) >= BatchSize ||
 		time.Since(d.confirmed)+4*ackDelay >= r.q.cfg.visibility {
 		return false
 	}
