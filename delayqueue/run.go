@@ -153,15 +153,16 @@ func (r *runner) legacy() bool {
 }
 
 // acquire waits for a free slot, or the end of ctx (false). A waker whose
-// next look comes while every slot is busy gives the role up, so that an idle
-// consumer of the queue takes the due jobs (see lua/take.lua).
+// slots are still all busy ackDelay after its next look was due gives the
+// role up, so that an idle consumer of the queue takes the due jobs (see
+// lua/take.lua); a slot that frees sooner keeps it.
 func (r *runner) acquire(ctx context.Context) bool {
 	if r.trySlot() {
 		return true
 	}
 	var missed <-chan time.Time
 	if p, waker := r.role(); waker {
-		t := time.NewTimer(time.Until(p.at))
+		t := time.NewTimer(max(time.Until(p.at), 0) + ackDelay)
 		defer t.Stop()
 		missed = t.C
 	}
