@@ -53,8 +53,8 @@
 // waker's role ends, MaxPoll after it last took a look, so that a due time
 // wakes one consumer, not all. A job due before every other is published
 // (Redis pub/sub; channels in process on Memory) to the waker, or to all
-// when there is none, and a waker whose slots are all busy when its next
-// look comes hands the role on. A lost wake-up, or a waker that died, costs
+// when there is none, and a waker whose slots are all still busy 5ms after
+// its next look was due hands the role on. A lost wake-up, or a waker that died, costs
 // at most MaxPoll of lateness. A job costs three script calls at most: its
 // enqueue, the take that leases it, and its ack; fewer when jobs come due
 // close together, since a take then leases several, carries the acks of
