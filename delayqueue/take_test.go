@@ -2,6 +2,7 @@ package delayqueue_test
 
 import (
 	"context"
+	"errors"
 	"strconv"
 	"sync"
 	"testing"
@@ -430,5 +431,81 @@ func TestBusyWakerHandsOn(t *testing.T) {
 				t.Fatal("the next job was not delivered: the busy waker kept its role")
 			}
 		})
+	}
+}
+
+// TestTakesThroughFaults: jobs due a millisecond apart, so that takes lease
+// several jobs and carry deferred acks, through a store that is slow (5 ms
+// a reply), then stalled past the client's read timeout, then loses replies:
+// every job is handled once, every ack lands (the queue ends empty), and no
+// lease is reported lost.
+func TestTakesThroughFaults(t *testing.T) {
+	var mu sync.Mutex
+	var errs []error
+	q, p := proxied(t, delayqueue.Concurrency(4), delayqueue.OnError(func(err error) {
+		mu.Lock()
+		errs = append(errs, err)
+		mu.Unlock()
+	}))
+	ctx := context.Background()
+	const n = 300
+	start := time.Now().Add(300 * time.Millisecond)
+	var items []delayqueue.Item
+	for i := range n {
+		items = append(items, delayqueue.Item{Options: []delayqueue.EnqueueOption{
+			delayqueue.At(start.Add(time.Duration(i) * time.Millisecond))}})
+	}
+	if _, err := q.EnqueueBatch(ctx, items); err != nil {
+		t.Fatal(err)
+	}
+	handled := make(chan string, 2*n)
+	runCtx, stop := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		_ = q.Run(runCtx, func(_ context.Context, j *delayqueue.Job) error {
+			handled <- j.ID
+			return nil
+		})
+	}()
+	faults := make(chan struct{})
+	go func() {
+		defer close(faults)
+		time.Sleep(350 * time.Millisecond)
+		p.SetDelay(5 * time.Millisecond) // slow
+		time.Sleep(100 * time.Millisecond)
+		p.SetDelay(0)
+		p.Stall() // paused: calls wait, none is lost
+		time.Sleep(700 * time.Millisecond)
+		p.Resume()
+		p.LoseNextReplies(5) // lost replies, resent
+	}()
+	seen := map[string]int{}
+	deadline := time.After(60 * time.Second)
+	for len(seen) < n {
+		select {
+		case id := <-handled:
+			seen[id]++
+		case <-deadline:
+			t.Fatalf("%d of %d jobs handled in 60s", len(seen), n)
+		}
+	}
+	<-faults
+	stop()
+	<-done
+	for id, c := range seen {
+		if c != 1 {
+			t.Errorf("job %s handled %d times", id, c)
+		}
+	}
+	if s, err := q.Stats(ctx); err != nil || s != (delayqueue.Stats{}) {
+		t.Fatalf("after the run: %+v %v, want an empty queue", s, err)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	for _, err := range errs {
+		if errors.Is(err, delayqueue.ErrLeaseLost) {
+			t.Errorf("reported: %v", err)
+		}
 	}
 }
