@@ -32,6 +32,12 @@ const (
 	Killed    = killed
 )
 
+// take runs one take for a runner (see driver.take): n leases, spare other
+// free slots, and the deliveries to ack first.
+func (q *Queue) take(ctx context.Context, n, spare int, runner string, acks ...*delivery) (takeResult, error) {
+	return q.takeArgs(ctx, takeArgs{n: n, spare: spare, runner: runner, acks: acks}, callid.New())
+}
+
 // Pump runs a take that leases nothing.
 func (q *Queue) Pump(ctx context.Context) (PumpResult, error) {
 	res, err := q.take(ctx, 0, 0, "")

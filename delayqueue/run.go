@@ -121,27 +121,22 @@ func (r *runner) loop(ctx context.Context) {
 			n++
 		}
 		r.looking.Store(int64(n))
-		acks := r.takeAcks()
-		sent := time.Now()
 		// spare 1: the loop counts as idle, whatever it leases, and stays the
 		// waker; acquire hands the role on if every slot is still busy when
 		// the next look is due.
-		res, err := r.q.takeArgs(ctx, takeArgs{n: n, spare: 1, runner: r.id, acks: acks, legacy: r.legacy()}, callid.New())
+		res, err := r.send(ctx, takeArgs{n: n, spare: 1, runner: r.id, legacy: r.legacy()})
 		r.looking.Store(0)
 		if err != nil {
 			r.release(n)
-			r.returnAcks(acks)
 			r.storeError(ctx, err)
 			continue
 		}
 		r.fails = 0
-		r.reportAcks(acks, res.Acked)
 		for _, d := range res.Deliveries {
 			r.running.Add(1)
 			go r.work(d)
 		}
 		r.release(n - len(res.Deliveries))
-		r.update(sent, res)
 	}
 }
 
@@ -174,16 +169,9 @@ func (r *runner) acquire(ctx context.Context) bool {
 			return false
 		case <-missed:
 			missed = nil
-			acks := r.takeAcks()
-			sent := time.Now()
-			res, err := r.q.takeArgs(ctx, takeArgs{runner: r.id, acks: acks}, callid.New())
-			if err != nil {
-				r.returnAcks(acks)
+			if _, err := r.send(ctx, takeArgs{runner: r.id}); err != nil {
 				r.storeError(ctx, err)
-				continue
 			}
-			r.reportAcks(acks, res.Acked)
-			r.update(sent, res)
 		}
 	}
 }
@@ -244,6 +232,23 @@ func (r *runner) deferAck(d *delivery) bool {
 	return true
 }
 
+// send makes the take a of the loop, carrying the deferred acks, and takes
+// its plan. The acks of a take that failed are kept for the next one (their
+// receipts make a second run safe); those that found their lease lost are
+// reported.
+func (r *runner) send(ctx context.Context, a takeArgs) (takeResult, error) {
+	a.acks = r.takeAcks()
+	sent := time.Now()
+	res, err := r.q.takeArgs(ctx, a, callid.New())
+	if err != nil {
+		r.returnAcks(a.acks)
+		return res, err
+	}
+	r.reportAcks(a.acks, res.Acked)
+	r.update(sent, res)
+	return res, nil
+}
+
 // takeAcks returns the deferred acks, which the caller sends.
 func (r *runner) takeAcks() []*delivery {
 	r.mu.Lock()
@@ -253,8 +258,7 @@ func (r *runner) takeAcks() []*delivery {
 	return acks
 }
 
-// returnAcks puts back acks whose take failed, to be sent again (their
-// receipts make a second run safe) with the next take.
+// returnAcks puts back acks whose take failed, to be sent with the next.
 func (r *runner) returnAcks(acks []*delivery) {
 	if len(acks) == 0 {
 		return
@@ -413,10 +417,9 @@ func (r *runner) drain() error {
 // (see lua/take.lua), in a take that leases nothing, within a second.
 func (r *runner) stop() {
 	r.mu.Lock()
-	r.closing = true
-	acks := r.acks
-	r.acks = nil
+	r.closing = true // no ack is deferred from now on
 	r.mu.Unlock()
+	acks := r.takeAcks()
 	r.stopped.Store(true)
 	if r.id == "" && len(acks) == 0 {
 		return
@@ -557,12 +560,6 @@ func (r *runner) keepLease(jctx context.Context, cancel context.CancelCauseFunc,
 
 // The steps of Run, one store call each. Tests drive them directly on a fake
 // clock.
-
-// take runs one take for a runner (see driver.take): n leases, spare other
-// free slots, and the delivery to ack first, or nil.
-func (q *Queue) take(ctx context.Context, n, spare int, runner string, acks ...*delivery) (takeResult, error) {
-	return q.takeArgs(ctx, takeArgs{n: n, spare: spare, runner: runner, acks: acks}, callid.New())
-}
 
 // takeArgs runs the take a as the call, with the queue's options.
 func (q *Queue) takeArgs(ctx context.Context, a takeArgs, call string) (takeResult, error) {
