@@ -185,12 +185,13 @@ func TestRLQSAssignments(t *testing.T) {
 		want want
 	}{
 		// Alone: the whole budget, 99.7% of 1000/s (the rest is the reserve):
-		// ⌈997/11⌉ = 91 held, 906 a second filled, counted per 10 s.
-		{bucket("tenant", "x"), want{rate: 906, fill: 10 * time.Second, tokens: 9060, held: 91}},
-		// Two levels, the bucket's keys in either order; a minute's limit
-		// fills per 10 minutes. Its reserve is two requests (the least):
-		// 58 a minute, 6 held.
-		{bucket("path", "/a", "tenant", "acme"), want{rate: 52.0 / 60, fill: 10 * time.Minute, tokens: 520, held: 6}},
+		// ⌈997/11⌉ = 91 held and 997 + 1 − 91 = 907 a second filled (a
+		// second's window, half-open, admits fewer than 91 + 907).
+		{bucket("tenant", "x"), want{rate: 907, fill: time.Second, tokens: 907, held: 91}},
+		// Two levels, the bucket's keys in either order; a minute's limit.
+		// Its reserve is two requests (the least): 58 a minute, 6 held, 53
+		// filled.
+		{bucket("path", "/a", "tenant", "acme"), want{rate: 53.0 / 60, fill: time.Minute, tokens: 53, held: 6}},
 		{bucket("tenant", "free"), want{rate: -1}},
 		{bucket("tenant", "trial"), want{rate: -1}}, // shadow mode
 		{bucket("tenant", "blocked"), want{rate: 0}},
@@ -256,8 +257,8 @@ func TestRLQSAssignments(t *testing.T) {
 		t.Fatal(err)
 	}
 	qa := resp.GetBucketAction()[0].GetQuotaAssignmentAction()
-	if got := rate(qa.GetRateLimitStrategy()); got != 906 {
-		t.Errorf("second report: %v/s, want 906/s", got)
+	if got := rate(qa.GetRateLimitStrategy()); got != 907 {
+		t.Errorf("second report: %v/s, want 907/s", got)
 	}
 	if got := qa.GetAssignmentTimeToLive().AsDuration(); got != 5*time.Second {
 		t.Errorf("second report, 3 s after the first: time to live %v, want 5s (1.5 intervals, whole seconds)", got)
@@ -407,8 +408,8 @@ func TestRLQSStoreDown(t *testing.T) {
 				t.Fatal(err)
 			}
 			qa := resp.GetBucketAction()[0].GetQuotaAssignmentAction()
-			if got := rate(qa.GetRateLimitStrategy()); got != 906 {
-				t.Fatalf("with Redis up: %v/s, want 906/s", got)
+			if got := rate(qa.GetRateLimitStrategy()); got != 907 {
+				t.Fatalf("with Redis up: %v/s, want 907/s", got)
 			}
 			ttl := qa.GetAssignmentTimeToLive().AsDuration()
 
@@ -496,11 +497,11 @@ func TestRLQSStoreDown(t *testing.T) {
 				if err != nil {
 					t.Fatal(err)
 				}
-				if got := rate(actions(resp)[bucketKey(x)].GetQuotaAssignmentAction().GetRateLimitStrategy()); got == 906 {
+				if got := rate(actions(resp)[bucketKey(x)].GetQuotaAssignmentAction().GetRateLimitStrategy()); got == 907 {
 					break
 				}
 				if time.Now().After(deadline) {
-					t.Fatalf("Redis restarted 20 s ago: %v, want x's share, 906/s", resp)
+					t.Fatalf("Redis restarted 20 s ago: %v, want x's share, 907/s", resp)
 				}
 				time.Sleep(100 * time.Millisecond)
 			}
@@ -550,8 +551,8 @@ func TestRLQSServer(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got := rate(resp.GetBucketAction()[0].GetQuotaAssignmentAction().GetRateLimitStrategy()); got != 906 {
-		t.Fatalf("with the token: %v/s, want 906/s (%v)", got, resp)
+	if got := rate(resp.GetBucketAction()[0].GetQuotaAssignmentAction().GetRateLimitStrategy()); got != 907 {
+		t.Fatalf("with the token: %v/s, want 907/s (%v)", got, resp)
 	}
 	if _, err := exchange(t, st, "", usage(bucket("user", "bob"), 1, 0, time.Second)); err != nil {
 		t.Fatal(err)
@@ -599,8 +600,8 @@ func TestRLQSReload(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got := rate(resp.GetBucketAction()[0].GetQuotaAssignmentAction().GetRateLimitStrategy()); got != 906 {
-		t.Fatalf("%v/s, want 906/s", got)
+	if got := rate(resp.GetBucketAction()[0].GetQuotaAssignmentAction().GetRateLimitStrategy()); got != 907 {
+		t.Fatalf("%v/s, want 907/s", got)
 	}
 	if err := s.SetConfig(mustConfig(t, strings.Replace(quotaYAML, "requests_per_unit: 1000", "requests_per_unit: 2000", 1)), "v2"); err != nil {
 		t.Fatal(err)
@@ -609,11 +610,11 @@ func TestRLQSReload(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got := rate(resp.GetBucketAction()[0].GetQuotaAssignmentAction().GetRateLimitStrategy()); got != 1730 {
+	if got := rate(resp.GetBucketAction()[0].GetQuotaAssignmentAction().GetRateLimitStrategy()); got != 1731 {
 		// The share grows at once by what its old bucket's burst leaves
 		// (a new bucket starts full): 2000 − 6 (reserve) − 91 = 1903, of which
 		// ⌈1903/11⌉ = 173 held.
-		t.Fatalf("after the limit doubled: %v/s, want 1730/s (1903/s less the 173 held)", got)
+		t.Fatalf("after the limit doubled: %v/s, want 1731/s (1903/s and one, less the 173 held)", got)
 	}
 	if err := s.SetConfig(mustConfig(t, "domain: other\ndescriptors:\n  - key: k\n    rate_limit: {unit: second, requests_per_unit: 1}\n"), "v3"); err != nil {
 		t.Fatal(err)
@@ -653,8 +654,8 @@ func TestRLQSManyBuckets(t *testing.T) {
 			}
 			continue
 		}
-		if got := rate(a.GetQuotaAssignmentAction().GetRateLimitStrategy()); got != 906 {
-			t.Errorf("bucket %d: %v/s, want 906/s", i, got)
+		if got := rate(a.GetQuotaAssignmentAction().GetRateLimitStrategy()); got != 907 {
+			t.Errorf("bucket %d: %v/s, want 907/s", i, got)
 		}
 	}
 }

@@ -138,6 +138,26 @@ func burstOf(w int64) int64 {
 	return (w + 11*quotaScale - 1) / (11 * quotaScale) * quotaScale
 }
 
+// wholeShare is a target t in whole requests, rounded down, when it is two
+// or more a unit (a token bucket admits whole requests: a fraction would be
+// lost), and shareFraction what that rounding leaves (-1 for a smaller t,
+// kept as it is). The budget's whole requests that rounding leaves go one
+// each to the members whose fractions were largest, ties to the first name
+// in byte order, so that a fleet's targets still add up to its budget.
+func wholeShare(t int64) int64 {
+	if t < 2*quotaScale {
+		return t
+	}
+	return t - t%quotaScale
+}
+
+func shareFraction(t int64) int64 {
+	if t < 2*quotaScale {
+		return -1
+	}
+	return t % quotaScale
+}
+
 // fillOf is what a share w with burst b fills per unit.
 func fillOf(w, b int64) int64 { return w - b }
 
@@ -189,6 +209,11 @@ func quotaShareMemory(t *memstore.Table, key string, f fleetArgs) quotaGrant {
 	demand := f.demand
 	n, total, others, deficit, last := int64(1), demand, int64(0), int64(0), now+f.ttl+f.unit
 	mine, found := fleet[f.member]
+	type liveMember struct {
+		name   string
+		demand int64
+	}
+	var live []liveMember // the other live members
 	for k, m := range fleet {
 		if k == f.member {
 			continue
@@ -201,6 +226,7 @@ func quotaShareMemory(t *memstore.Table, key string, f fleetArgs) quotaGrant {
 		if m.expires > now {
 			n++
 			total += m.demand
+			live = append(live, liveMember{k, m.demand})
 			if want := burstOf(m.grant); want > m.burst {
 				deficit += want - m.burst
 			}
@@ -212,18 +238,33 @@ func quotaShareMemory(t *memstore.Table, key string, f fleetArgs) quotaGrant {
 			total, demand = total-demand+avg, avg
 		}
 	}
-	target := f.evenPart / n
-	if total > 0 {
-		target += int64(math.Floor(float64(f.budget-f.evenPart) * float64(demand) / float64(total)))
-	} else {
-		target += (f.budget - f.evenPart) / n
+	targetOf := func(d int64) int64 {
+		if total > 0 {
+			return f.evenPart/n + int64(math.Floor(float64(f.budget-f.evenPart)*float64(d)/float64(total)))
+		}
+		return f.evenPart/n + (f.budget-f.evenPart)/n
+	}
+	target := targetOf(demand)
+	if mine := shareFraction(target); mine >= 0 {
+		sum, ahead := wholeShare(target), int64(0)
+		for _, o := range live {
+			t := targetOf(o.demand)
+			sum += wholeShare(t)
+			if fr := shareFraction(t); fr > mine || (fr == mine && o.name < f.member) {
+				ahead++
+			}
+		}
+		target = wholeShare(target)
+		if ahead < floorDiv(f.budget-sum, quotaScale) {
+			target += quotaScale
+		}
 	}
 
 	var w1, b1, hb, hf, hu int64
-	live := false
+	inForce := false
 	if found && (mine.expires+f.unit > now || mine.holdUntil > now) {
 		w1, b1 = mine.grant, mine.burst
-		live = mine.expires > now
+		inForce = mine.expires > now
 		if mine.holdUntil > now {
 			hb, hf, hu = mine.holdB, mine.holdF, mine.holdUntil
 		} else {
@@ -256,9 +297,9 @@ func quotaShareMemory(t *memstore.Table, key string, f fleetArgs) quotaGrant {
 	within := (target <= w1 && (w1-target)*50 <= w1) ||
 		(target > w1 && target-w1 < quotaScale && (target-w1)*200 < w1)
 	switch {
-	case live && b1 == burstOf(w1) && within && c1 <= avail:
+	case inForce && b1 == burstOf(w1) && within && c1 <= avail:
 		change = false
-	case live && target <= w1:
+	case inForce && target <= w1:
 		bt := burstOf(target)
 		b := min(bt, floorDiv(avail-c1, quotaScale)*quotaScale)
 		switch {
@@ -271,7 +312,7 @@ func quotaShareMemory(t *memstore.Table, key string, f fleetArgs) quotaGrant {
 		default:
 			grant, burst = 0, 0
 		}
-	case live:
+	case inForce:
 		w := largest(w1, target, growth)
 		switch {
 		case w > 0 && (w-w1 >= quotaScale || (w-w1)*200 >= w1):
@@ -287,7 +328,7 @@ func quotaShareMemory(t *memstore.Table, key string, f fleetArgs) quotaGrant {
 		w := max(largest(0, target, max(growth, newcomer)), 0)
 		grant, burst = w, burstOf(w)
 	}
-	if change && live && grant == w1 && burst == b1 {
+	if change && inForce && grant == w1 && burst == b1 {
 		change = false
 	}
 	if change {

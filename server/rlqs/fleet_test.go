@@ -35,23 +35,25 @@ func TestQuotaShareSteps(t *testing.T) {
 		// b takes half of what is free but half the reserve: (3 − 1.5)/2, a
 		// share under two a second, with no burst of its own.
 		{0, "b", 500_000, quotaGrant{750, 2, 1_000_000, 0}, false},
-		// a shrinks to its target, 498,500. Its new bucket, full, costs its
-		// burst for a second on top of the old one (91 + 906): only 2.25 is
-		// free, so it takes a burst of two tokens for now.
-		{time.Second, "a", 500_000, quotaGrant{498_500, 2, 1_000_000, 2_000}, false},
+		// a shrinks to its target: half the budget, 498.5, in whole requests
+		// (498 each, and the one left over to the first name), 499. Its new
+		// bucket, full, costs its burst for a second on top of the old one
+		// (91 + 906): only 2.25 is free, so it takes a burst of two tokens
+		// for now.
+		{time.Second, "a", 500_000, quotaGrant{499_000, 2, 1_000_000, 2_000}, false},
 		// b cannot grow: a's change holds the room, and a still misses 44 of
 		// its burst. It keeps what it has.
 		{time.Second, "b", 500_000, quotaGrant{750, 2, 1_000_000, 0}, false},
 		// A second later a's change is past: a restores its burst (46) ...
-		{2 * time.Second, "a", 500_000, quotaGrant{498_500, 2, 1_000_000, 46_000}, false},
-		// ... which holds 2 + 46 + 496.5 for a second, and b grows into what
-		// is left but the reserve: 1000 − 544.5 − 3 = 452.5, a burst of
-		// ⌈452.5/11⌉ = 42.
-		{2 * time.Second, "b", 500_000, quotaGrant{452_500, 2, 1_000_000, 42_000}, false},
+		{2 * time.Second, "a", 500_000, quotaGrant{499_000, 2, 1_000_000, 46_000}, false},
+		// ... which holds 2 + 46 + 497 for a second, and b grows into what
+		// is left but the reserve: 1000 − 545 − 3 = 452, a burst of
+		// ⌈452/11⌉ = 42.
+		{2 * time.Second, "b", 500_000, quotaGrant{452_000, 2, 1_000_000, 42_000}, false},
 		// a is at its target and keeps it; b grows again by what its old
-		// burst leaves: 1000 − 498.5 − 3 − 42.
-		{3 * time.Second, "a", 500_000, quotaGrant{498_500, 2, 1_000_000, 46_000}, false},
-		{4 * time.Second, "b", 500_000, quotaGrant{456_500, 2, 1_000_000, 42_000}, false},
+		// burst leaves: 1000 − 499 − 3 − 42.
+		{3 * time.Second, "a", 500_000, quotaGrant{499_000, 2, 1_000_000, 46_000}, false},
+		{4 * time.Second, "b", 500_000, quotaGrant{456_000, 2, 1_000_000, 42_000}, false},
 		// A first report (Envoy's, at the bucket's first request: one request
 		// in no time) is taken to want the others' average. a and b commit
 		// all but the reserve (b's change holds both its bursts): the

@@ -529,11 +529,14 @@ func (q *Service) strategy(ctx context.Context, member string, l *config.Limit, 
 // or a fleet of full buckets admits up to twice the limit in a unit. A share
 // W of two or more requests per unit is max_tokens B (the burst the fleet's
 // sizing chose: a tenth of the fill, ⌈W/11⌉, or less while the fleet has no
-// room for more) and a fill of W − B per unit, counted per ten units where
-// that fits in a uint32, so that a tenth of a request per unit is not lost
-// to rounding: B + (W − B) ≤ W. A data plane whose requests come in bursts
-// up to a tenth of a unit apart is served the whole fill, 10/11 of its
-// share; bursts P apart (P over a tenth of a unit) find B each, B/P a unit.
+// room for more) and a fill of F = ⌊W⌋ + 1 − B whole tokens per unit. The
+// window is half-open: its last instant's refill comes too late, so a
+// window of one unit holds fewer than B + F tokens, and being whole
+// requests, at most B + F − 1 = ⌊W⌋ ≤ W (a whole request that the share's
+// fraction could not pay for). A data plane whose requests come in bursts
+// up to a tenth of a unit apart is served the whole fill, about 10/11 of
+// its share; bursts P apart (P over a tenth of a unit) find B each, B/P a
+// unit.
 // (A new strategy starts a new bucket, full: the fleet's sizing counts that
 // burst against the limit for a unit after the change.)
 //
@@ -556,11 +559,7 @@ func tokenBucket(grant, burst int64, unit time.Duration) *typev3.RateLimitStrate
 	switch {
 	case whole >= 2:
 		held = max(burst/quotaScale, 1)
-		perUnit := grant - held*quotaScale // thousandths
-		fill, tokens = unit, perUnit/quotaScale
-		if t := perUnit * 10 / quotaScale; t <= math.MaxUint32 && unit <= maxFillSeconds*time.Second/10 {
-			fill, tokens = 10*unit, t
-		}
+		fill, tokens = unit, whole+1-held
 	case grant*60/quotaScale > 0 && unit <= maxFillSeconds*time.Second/60:
 		fill, tokens, held = 60*unit, grant*60/quotaScale, 1
 	default:

@@ -141,9 +141,9 @@ func FuzzRLQSReport(f *testing.F) {
 }
 
 // TestTokenBucket: a share becomes a token bucket that admits at most the
-// share in any window of one unit — max_tokens plus one unit's fill, since
-// Envoy starts a bucket full — in whole seconds; under two requests a unit,
-// at most one more.
+// share in any (half-open) window of one unit — fewer than max_tokens plus
+// one unit's fill, since Envoy starts a bucket full — in whole seconds;
+// under two requests a unit, at most one more.
 func TestTokenBucket(t *testing.T) {
 	for _, c := range []struct {
 		grant, burst int64
@@ -152,12 +152,12 @@ func TestTokenBucket(t *testing.T) {
 		fill         time.Duration
 		deny         bool
 	}{
-		{121_250, 12_000, time.Second, 1092, 12, 10 * time.Second, false},             // 121.25/s: 12 held, 109.2 a second
-		{970_000, 89_000, time.Second, 8810, 89, 10 * time.Second, false},             // ⌈970/11⌉ held
-		{498_500, 1_000, time.Second, 4975, 1, 10 * time.Second, false},               // a burst cut short while the fleet has no room
-		{100_999, 10_000, time.Second, 909, 10, 10 * time.Second, false},              // 100.999/s: 10 held, 90.9 a second
-		{58_000, 6_000, time.Minute, 520, 6, 10 * time.Minute, false},                 // 58 a minute
-		{2_000, 1_000, time.Second, 10, 1, 10 * time.Second, false},                   // 2/s: the least held in the unit's window
+		{121_250, 12_000, time.Second, 110, 12, time.Second, false},                   // 121.25/s: 12 held, 110 a second (at most 121 in a window)
+		{970_000, 89_000, time.Second, 882, 89, time.Second, false},                   // ⌈970/11⌉ held, 882 a second (at most 970)
+		{498_500, 1_000, time.Second, 498, 1, time.Second, false},                     // a burst cut short while the fleet has no room
+		{100_999, 10_000, time.Second, 91, 10, time.Second, false},                    // 100.999/s: 10 held, 91 a second (at most 100)
+		{58_000, 6_000, time.Minute, 53, 6, time.Minute, false},                       // 58 a minute
+		{2_000, 1_000, time.Second, 2, 1, time.Second, false},                         // 2/s: the least held in the unit's window
 		{1_500, 1_000, time.Second, 90, 1, time.Minute, false},                        // 1.5/s: 90 a minute, one at a time
 		{970, 1_000, time.Second, 58, 1, time.Minute, false},                          // 0.97/s: 58 a minute, one at a time
 		{10, 1_000, time.Second, 1, 1, 100 * time.Second, false},                      // 0.01/s: under one a minute
@@ -168,10 +168,10 @@ func TestTokenBucket(t *testing.T) {
 		{1, 1_000, 365 * 24 * time.Hour, 0, 0, 0, true},                               // one per 1000 years: nothing
 		// Periods of several units (unit_multiplier): 10 s, and ten years,
 		// whose 60 periods would overflow a time.Duration.
-		{50_000, 5_000, 10 * time.Second, 450, 5, 100 * time.Second, false},                 // 50 per 10 s
-		{5_000, 1_000, 10 * 365 * 24 * time.Hour, 40, 1, 100 * 365 * 24 * time.Hour, false}, // 5 per ten years: 40 a century
-		{1_500, 1_000, 10 * 365 * 24 * time.Hour, 1, 1, 210240000 * time.Second, false},     // 1.5 per ten years: one per 6.67 years
-		{20, 1_000, 10 * 365 * 24 * time.Hour, 0, 0, 0, true},                               // one per 500 years: nothing
+		{50_000, 5_000, 10 * time.Second, 46, 5, 10 * time.Second, false},                 // 50 per 10 s
+		{5_000, 1_000, 10 * 365 * 24 * time.Hour, 5, 1, 10 * 365 * 24 * time.Hour, false}, // 5 per ten years
+		{1_500, 1_000, 10 * 365 * 24 * time.Hour, 1, 1, 210240000 * time.Second, false},   // 1.5 per ten years: one per 6.67 years
+		{20, 1_000, 10 * 365 * 24 * time.Hour, 0, 0, 0, true},                             // one per 500 years: nothing
 		{0, 0, time.Second, 0, 0, 0, true},
 	} {
 		s := tokenBucket(c.grant, c.burst, c.unit)
@@ -192,8 +192,9 @@ func TestTokenBucket(t *testing.T) {
 		if got := rate(s) * c.unit.Seconds(); got > share {
 			t.Errorf("grant %d per %v: %v per unit, over the share %v", c.grant, c.unit, got, share)
 		}
-		// What one unit's window admits at most: a full bucket and a unit's fill.
-		window := float64(tb.GetMaxTokens()) + rate(s)*c.unit.Seconds()
+		// What one unit's window admits at most: a full bucket and a unit's
+		// fill, less the window's last instant (half-open), in whole requests.
+		window := math.Ceil(float64(tb.GetMaxTokens())+rate(s)*c.unit.Seconds()) - 1
 		bound := share
 		if c.grant < 2*quotaScale {
 			bound++ // a bucket holds a token at least

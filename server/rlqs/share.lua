@@ -63,6 +63,7 @@ local all = redis.call('HGETALL', KEYS[1])
 local n, total, others, deficit, last = 1, demand, 0, 0, now + ttl + unit
 local dead = {}
 local mine = nil
+local live = {} -- the other live members: {name, demand}
 for i = 1, #all, 2 do
   local r = parse(all[i + 1])
   if all[i] == member then
@@ -74,6 +75,7 @@ for i = 1, #all, 2 do
     if r.e > now then
       n = n + 1
       total = total + r.d
+      live[#live + 1] = {all[i], r.d}
       local want = split(r.g)
       if want > r.b then deficit = deficit + want - r.b end
     end
@@ -92,19 +94,54 @@ if first and n > 1 then
   end
 end
 
-local target = math.floor(evenPart / n)
-if total > 0 then
-  target = target + math.floor((budget - evenPart) * demand / total)
-else
-  target = target + math.floor((budget - evenPart) / n)
+-- targetOf: the target of a member of demand d.
+local function targetOf(d)
+  local t = math.floor(evenPart / n)
+  if total > 0 then
+    return t + math.floor((budget - evenPart) * d / total)
+  end
+  return t + math.floor((budget - evenPart) / n)
+end
+-- Targets of two requests a unit or more are whole requests (a token
+-- bucket admits whole requests: a fraction would be lost), rounded down,
+-- and the whole requests of the budget that rounding leaves go one each to
+-- the members whose fractions were largest (ties: the first name in byte
+-- order), so that the fleet's targets still add up to the budget.
+local function whole(t)
+  if t < 2000 then return t end
+  return t - t % 1000
+end
+local function fraction(t)
+  if t < 2000 then return -1 end
+  return t % 1000
+end
+local function before(a, b)
+  for i = 1, math.min(#a, #b) do
+    local x, y = string.byte(a, i), string.byte(b, i)
+    if x ~= y then return x < y end
+  end
+  return #a < #b
+end
+local target = targetOf(demand)
+local myFraction = fraction(target)
+if myFraction >= 0 then
+  local sum, ahead = whole(target), 0
+  for _, o in ipairs(live) do
+    local t = targetOf(o[2])
+    sum = sum + whole(t)
+    local f = fraction(t)
+    if f > myFraction or (f == myFraction and before(o[1], member)) then ahead = ahead + 1 end
+  end
+  target = whole(target)
+  if ahead < math.floor((budget - sum) / 1000) then target = target + 1000 end
 end
 
 -- This member's assignment: w1, b1, and what it commits (hb + hf).
 local w1, b1, hb, hf, hu = 0, 0, 0, 0, 0
-local live = false
+local inForce = false
 if mine ~= nil and (mine.e + unit > now or mine.hu > now) then
   w1, b1 = mine.g, mine.b
-  live = mine.e > now
+  inForce = mine.e > now
   if mine.hu > now then
     hb, hf, hu = mine.hb, mine.hf, mine.hu
   else
@@ -138,9 +175,9 @@ local grant, burst, change = w1, b1, true
 -- 0.5% over it.
 local within = (target <= w1 and (w1 - target) * 50 <= w1) or
   (target > w1 and target - w1 < 1000 and (target - w1) * 200 < w1)
-if live and b1 == split(w1) and within and c1 <= avail then
+if inForce and b1 == split(w1) and within and c1 <= avail then
   change = false
-elseif live and target <= w1 then
+elseif inForce and target <= w1 then
   -- A shrink (or a burst restored): a bucket starting full costs its burst
   -- for a unit, which may use all the room; short of room for the whole
   -- burst, a smaller one for now, restored later.
@@ -155,7 +192,7 @@ elseif live and target <= w1 then
   else
     grant, burst = 0, 0
   end
-elseif live then
+elseif inForce then
   -- A growth: it must leave the reserve and the others' missing bursts free.
   local w = largest(w1, target, growth)
   if w > 0 and (w - w1 >= 1000 or (w - w1) * 200 >= w1) then
@@ -172,7 +209,7 @@ else
   local w = math.max(largest(0, target, math.max(growth, newcomer)), 0)
   grant, burst = w, split(w)
 end
-if change and live and grant == w1 and burst == b1 then change = false end
+if change and inForce and grant == w1 and burst == b1 then change = false end
 if change then
   hb, hf, hu = hb + burst, math.max(hf, fill(grant, burst)), now + unit
 end
