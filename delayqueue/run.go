@@ -116,10 +116,7 @@ func (r *runner) loop(ctx context.Context) {
 			r.sleep(ctx, p)
 			continue
 		}
-		n := 1
-		for n < min(cap(r.slots), BatchSize) && r.trySlot() {
-			n++
-		}
+		n := r.gather(ctx)
 		r.looking.Store(int64(n))
 		// spare 1: the loop counts as idle, whatever it leases, and stays the
 		// waker; acquire hands the role on if every slot is still busy when
@@ -139,6 +136,40 @@ func (r *runner) loop(ctx context.Context) {
 		r.release(n - len(res.Deliveries))
 	}
 }
+
+// gather takes the free slots for a take, besides the one acquire took, up
+// to BatchSize, and returns how many it holds. Slots still busy are waited
+// for up to gatherWait: a worker whose handler has returned frees its slot
+// within a scheduling delay, and a take that has it leases one more job in
+// the same call, where a take without it would leave that job to another
+// call (one consumer of concurrency 4, jobs due every 200µs, instant
+// handlers: takes leased 2.2 jobs each without the wait, 3.4 with it).
+// Slower handlers cost a take's due jobs gatherWait at most.
+func (r *runner) gather(ctx context.Context) int {
+	n, most := 1, min(cap(r.slots), BatchSize)
+	for n < most && r.trySlot() {
+		n++
+	}
+	if n == most {
+		return n
+	}
+	t := time.NewTimer(gatherWait)
+	defer t.Stop()
+	for n < most {
+		select {
+		case r.slots <- struct{}{}:
+			n++
+		case <-t.C:
+			return n
+		case <-ctx.Done():
+			return n
+		}
+	}
+	return n
+}
+
+// gatherWait is the longest a take waits for busy slots (see gather).
+const gatherWait = 250 * time.Microsecond
 
 // legacy reports whether a take should look for jobs in the ready set of
 // version 0.9: once per MaxPoll.
