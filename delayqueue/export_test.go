@@ -186,3 +186,12 @@ func (q *Queue) AddLegacyReady(ctx context.Context, id, payload string, due time
 		[]string{id, strconv.FormatInt(due.UnixMicro(), 10), payload})
 	return err
 }
+
+// Extra is how many jobs a Run of the given concurrency, whose handlers
+// took handled on average (0: none returned yet), leases beyond n free
+// slots in one take.
+func Extra(concurrency, n int, handled time.Duration) int {
+	r := &runner{slots: make(chan struct{}, concurrency)}
+	r.handled.Store(int64(handled))
+	return r.extra(n)
+}

@@ -28,6 +28,11 @@ func microTime(us int64) time.Time { return time.UnixMicro(us) }
 // cancelled by ctx (so that a handler can finish during the shutdown grace),
 // but with cause ErrShutdown after it, and with cause ErrLeaseLost when the
 // lease is lost. See Handler for what h's result does.
+//
+// While the handlers take under 200µs on average, a take leases up to
+// Concurrency jobs beyond the free slots; they run, in order, in the slots
+// that free next, within the shutdown grace too. A job not started when
+// ShutdownTimeout passes is delivered again when its lease ends.
 func (q *Queue) Run(ctx context.Context, h Handler) error {
 	if h == nil {
 		return errors.New("delayqueue: Handler is nil")
@@ -62,6 +67,7 @@ type runner struct {
 	abandon context.CancelCauseFunc
 	stopped atomic.Bool  // Run's ctx ended: workers lease no more jobs
 	looking atomic.Int64 // slots the loop holds for the take it is making
+	handled atomic.Int64 // a moving average of the handlers' durations, ns; 0 before the first (see extra)
 
 	wake  <-chan string // due times published for every consumer; nil until subscribed
 	own   <-chan string // due times published for this Run (it is the waker)
@@ -78,6 +84,7 @@ type runner struct {
 	ackBy   time.Time     // when the loop sends them at the latest
 	closing bool          // the loop ended: no more deferred acks
 	waker   bool          // the take that made the plan found this Run the waker
+	ready   []*delivery   // leased beyond the free slots, for the next free slot (see extra)
 }
 
 // ackDelay is the longest a finished job's ack waits for the loop's next
@@ -111,17 +118,23 @@ func (r *runner) loop(ctx context.Context) {
 		if !r.acquire(ctx) {
 			return
 		}
+		if d := r.popReady(); d != nil {
+			r.running.Add(1)
+			go r.work(d)
+			continue
+		}
 		if p, acksDue := r.next(); time.Now().Before(p.at) && !acksDue {
 			<-r.slots
 			r.sleep(ctx, p)
 			continue
 		}
 		n := r.gather(ctx)
+		extra := r.extra(n)
 		r.looking.Store(int64(n))
 		// spare 1: the loop counts as idle, whatever it leases, and stays the
 		// waker; acquire hands the role on if every slot is still busy when
 		// the next look is due.
-		res, err := r.send(ctx, takeArgs{n: n, spare: 1, runner: r.id, legacy: r.legacy()})
+		res, err := r.send(ctx, takeArgs{n: n + extra, spare: 1, runner: r.id, legacy: r.legacy()})
 		r.looking.Store(0)
 		if err != nil {
 			r.release(n)
@@ -129,11 +142,15 @@ func (r *runner) loop(ctx context.Context) {
 			continue
 		}
 		r.fails = 0
-		for _, d := range res.Deliveries {
+		for i, d := range res.Deliveries {
+			if i >= n {
+				r.pushReady(d)
+				continue
+			}
 			r.running.Add(1)
 			go r.work(d)
 		}
-		r.release(n - len(res.Deliveries))
+		r.release(n - min(len(res.Deliveries), n))
 	}
 }
 
@@ -166,6 +183,63 @@ func (r *runner) gather(ctx context.Context) int {
 		}
 	}
 	return n
+}
+
+// extra is how many jobs a take for n free slots leases besides them, to
+// run in the next slots that free (see popReady): up to Concurrency while
+// the handlers take less than prefetchBelow on average, so that those jobs
+// start within about that long; none while they are slower, or before one
+// has returned. With four slots and jobs due every 200µs, instant handlers,
+// this took a consumer's Redis CPU per job from 1.2x that of a consumer of
+// 16 slots to the same: each call leases more jobs.
+func (r *runner) extra(n int) int {
+	if h := time.Duration(r.handled.Load()); h == 0 || h >= prefetchBelow {
+		return 0
+	}
+	return min(cap(r.slots), BatchSize-n)
+}
+
+// prefetchBelow is the handlers' average duration under which takes lease
+// jobs beyond the free slots (see extra).
+const prefetchBelow = 200 * time.Microsecond
+
+// timed takes a handler's duration into the moving average.
+func (r *runner) timed(d time.Duration) {
+	avg := r.handled.Load()
+	if avg == 0 {
+		r.handled.Store(max(int64(d), 1))
+		return
+	}
+	r.handled.Store(avg + (int64(d)-avg)/8)
+}
+
+// hasReady reports whether jobs leased beyond the free slots wait for one.
+func (r *runner) hasReady() bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return len(r.ready) > 0
+}
+
+// pushReady keeps d, leased beyond the free slots, for the next free slot.
+func (r *runner) pushReady(d *delivery) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.ready = append(r.ready, d)
+}
+
+// popReady returns the first job leased beyond the free slots, for the
+// caller's slot; nil if there is none, or once Run gave up on its handlers
+// (ShutdownTimeout): the lease of a job left then ends, and the job is
+// delivered again.
+func (r *runner) popReady() *delivery {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if len(r.ready) == 0 || r.hctx.Err() != nil {
+		return nil
+	}
+	d := r.ready[0]
+	r.ready = r.ready[1:]
+	return d
 }
 
 // gatherWait is the longest a take waits for busy slots (see gather).
@@ -473,7 +547,9 @@ func (r *runner) work(d *delivery) {
 	defer r.running.Done()
 	defer func() { <-r.slots }()
 	for d != nil {
-		d = r.handle(d)
+		if d = r.handle(d); d == nil {
+			d = r.popReady()
+		}
 	}
 }
 
@@ -490,7 +566,9 @@ func (r *runner) handle(d *delivery) *delivery {
 		defer close(kept)
 		r.keepLease(jctx, cancel, d, stop)
 	}()
+	start := time.Now()
 	err := call(jctx, r.h, &d.Job)
+	r.timed(time.Since(start))
 	close(stop)
 	<-kept
 	if cause := context.Cause(jctx); cause != nil {
@@ -513,6 +591,8 @@ func (r *runner) handle(d *delivery) *delivery {
 		n, spare := 1, cap(r.slots)-len(r.slots)+int(r.looking.Load())
 		if r.stopped.Load() {
 			n, spare = 0, 0
+		} else if r.hasReady() {
+			n = 0 // this slot runs a job leased already
 		}
 		sent := time.Now()
 		acks := []*delivery{d}

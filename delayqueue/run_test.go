@@ -499,3 +499,97 @@ func TestLeaseLostCancelsHandler(t *testing.T) {
 		})
 	}
 }
+
+// TestPrefetch: while handlers are fast, a take leases up to Concurrency
+// jobs beyond its free slots, which run as slots free: one consumer of
+// concurrency 2 delivers 200 due jobs, each once, never more than 2 at once,
+// in fewer takes than leasing one job per free slot needs (100). Slow
+// handlers, or none measured yet, lease nothing beyond the free slots.
+func TestPrefetch(t *testing.T) {
+	for _, c := range []struct {
+		handled time.Duration
+		want    int
+	}{{0, 0}, {time.Microsecond, 2}, {150 * time.Microsecond, 2}, {200 * time.Microsecond, 0}, {time.Second, 0}} {
+		if got := delayqueue.Extra(2, 2, c.handled); got != c.want {
+			t.Errorf("concurrency 2, handlers of %v: %d leased beyond the free slots, want %d", c.handled, got, c.want)
+		}
+	}
+	if got := delayqueue.Extra(delayqueue.BatchSize, delayqueue.BatchSize-3, time.Microsecond); got != 3 {
+		t.Errorf("a take leases at most BatchSize: %d beyond, want 3", got)
+	}
+
+	for _, bk := range threeBackends() {
+		t.Run(bk.name, func(t *testing.T) {
+			t.Parallel()
+			const jobs, n = 200, 2
+			q, err := delayqueue.New(bk.make(t, nil)(), "prefetch", delayqueue.Concurrency(n))
+			if err != nil {
+				t.Fatal(err)
+			}
+			items := make([]delayqueue.Item, jobs)
+			for i := range items {
+				items[i] = delayqueue.Item{Payload: []byte(fmt.Sprint(i))}
+			}
+			if _, err := q.EnqueueBatch(context.Background(), items); err != nil {
+				t.Fatal(err)
+			}
+			takes := q.CountTakes()
+			var active, peak, done atomic.Int64
+			var mu sync.Mutex
+			seen := map[string]int{}
+			runQueue(t, q, func(ctx context.Context, j *delayqueue.Job) error {
+				a := active.Add(1)
+				defer active.Add(-1)
+				for p := peak.Load(); a > p && !peak.CompareAndSwap(p, a); p = peak.Load() {
+				}
+				mu.Lock()
+				seen[j.ID]++
+				mu.Unlock()
+				done.Add(1)
+				return nil
+			})
+			waitFor(t, 20*time.Second, "every job", func() bool { return done.Load() >= jobs })
+			mu.Lock()
+			defer mu.Unlock()
+			for id, k := range seen {
+				if k != 1 {
+					t.Errorf("job %s delivered %d times", id, k)
+				}
+			}
+			if len(seen) != jobs {
+				t.Errorf("%d jobs delivered, want %d", len(seen), jobs)
+			}
+			if p := peak.Load(); p > n {
+				t.Errorf("%d handlers ran at once, over Concurrency %d", p, n)
+			}
+			t.Logf("%d jobs in %d takes", jobs, takes.Load())
+			if k := takes.Load(); k >= jobs/n {
+				t.Errorf("%d takes for %d jobs at concurrency %d: no take leased beyond its free slots", k, jobs, n)
+			}
+
+			// A Run that stops runs the jobs it leased beyond its slots in
+			// its shutdown grace: none is left leased.
+			q2, err := delayqueue.New(bk.make(t, nil)(), "prefetch-stop", delayqueue.Concurrency(n))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, err := q2.EnqueueBatch(context.Background(), items); err != nil {
+				t.Fatal(err)
+			}
+			var ran atomic.Int64
+			stop := runQueue(t, q2, func(ctx context.Context, j *delayqueue.Job) error {
+				ran.Add(1)
+				return nil
+			})
+			waitFor(t, 20*time.Second, "60 jobs", func() bool { return ran.Load() >= 60 })
+			stop()
+			st, err := q2.Stats(context.Background())
+			if err != nil {
+				t.Fatal(err)
+			}
+			if st.InFlight != 0 || st.Scheduled+st.Ready+ran.Load() != jobs {
+				t.Errorf("after Run stopped, %d jobs ran and the queue holds %+v; want none in flight and the other %d waiting", ran.Load(), st, jobs-ran.Load())
+			}
+		})
+	}
+}
