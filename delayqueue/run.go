@@ -186,17 +186,20 @@ func (r *runner) gather(ctx context.Context) int {
 }
 
 // extra is how many jobs a take for n free slots leases besides them, to
-// run in the next slots that free (see popReady): up to Concurrency while
-// the handlers take less than prefetchBelow on average, so that those jobs
-// start within about that long; none while they are slower, or before one
-// has returned. With four slots and jobs due every 200µs, instant handlers,
-// this took a consumer's Redis CPU per job from 1.2x that of a consumer of
-// 16 slots to the same: each call leases more jobs.
+// run in the next slots that free (see popReady): while the handlers take
+// h < prefetchBelow on average, as many as the slots start within
+// prefetchBelow (Concurrency × prefetchBelow/h), up to BatchSize in all;
+// none while they are slower, or before one has returned. A consumer of few
+// slots then leases, like one of many, the jobs due in one call: four
+// consumers of concurrency 4 cost Redis what one of 16 costs per job, where
+// they cost 1.2× (their takes leased 2.2 jobs each, leaving due jobs to the
+// next call).
 func (r *runner) extra(n int) int {
-	if h := time.Duration(r.handled.Load()); h == 0 || h >= prefetchBelow {
+	h := time.Duration(r.handled.Load())
+	if h <= 0 || h >= prefetchBelow {
 		return 0
 	}
-	return min(cap(r.slots), BatchSize-n)
+	return max(min(BatchSize-n, cap(r.slots)*int(prefetchBelow/h)), 0)
 }
 
 // prefetchBelow is the handlers' average duration under which takes lease
@@ -318,20 +321,25 @@ func (r *runner) next() (plan, bool) {
 	return r.plan, len(r.acks) > 0 && !time.Now().Before(r.ackBy)
 }
 
-// deferAck hands the ack of d to the loop's next take when that is planned
-// within ackDelay (or is due already: the freed slot lets the loop take at
-// once) and d's lease (no longer extended) outlives the wait with room to
-// spare; false leaves the ack to the caller.
+// deferAck hands the ack of d to the next take that carries acks: the
+// loop's, when that is planned within ackDelay (or is due already: the freed
+// slot lets the loop take at once), or, while jobs leased beyond the free
+// slots wait (see extra), the ack of the worker that runs the last of them.
+// d's lease (no longer extended) must outlive the wait with room to spare;
+// false leaves the ack to the caller.
 func (r *runner) deferAck(d *delivery) bool {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	wait := time.Until(r.plan.at)
-	if r.closing || wait > ackDelay || len(r.acks) >= BatchSize ||
+	if r.closing || (wait > ackDelay && len(r.ready) == 0) || len(r.acks) >= BatchSize ||
 		time.Since(d.confirmed)+4*ackDelay >= r.q.cfg.visibility {
 		return false
 	}
 	if len(r.acks) == 0 {
 		r.ackBy = time.Now().Add(ackDelay)
+		if wait > ackDelay {
+			r.poke() // the loop sleeps past ackBy: it sends the acks then, unless a worker does first
+		}
 	}
 	r.acks = append(r.acks, d)
 	return true
@@ -595,9 +603,11 @@ func (r *runner) handle(d *delivery) *delivery {
 			n = 0 // this slot runs a job leased already
 		}
 		sent := time.Now()
-		acks := []*delivery{d}
+		// The acks deferred meanwhile go too (see deferAck).
+		acks := append(r.takeAcks(), d)
 		res, aerr := q.takeArgs(ctx, takeArgs{n: n, spare: spare, runner: r.id, acks: acks, legacy: n > 0 && r.legacy()}, callid.New())
 		if aerr != nil {
+			r.returnAcks(acks[:len(acks)-1])
 			q.cfg.onError(fmt.Errorf("delayqueue: job %q attempt %d: ack: %w", d.ID, d.Attempt, aerr))
 			return nil
 		}
