@@ -295,7 +295,7 @@ func DefaultBackoff(attempt int) time.Duration {
 
 // Concurrency sets how many handlers one Run executes at once. Default 1; n
 // must be between 1 and 10000. While the handlers are fast (under 200µs on
-// average), a take leases up to n jobs beyond the free slots, which start as
+// average), a take also leases jobs beyond the free slots, which start as
 // slots free (see Run).
 func Concurrency(n int) Option {
 	return func(c *config) {

@@ -29,10 +29,11 @@ func microTime(us int64) time.Time { return time.UnixMicro(us) }
 // but with cause ErrShutdown after it, and with cause ErrLeaseLost when the
 // lease is lost. See Handler for what h's result does.
 //
-// While the handlers take under 200µs on average, a take leases up to
-// Concurrency jobs beyond the free slots; they run, in order, in the slots
-// that free next, within the shutdown grace too. A job not started when
-// ShutdownTimeout passes is delivered again when its lease ends.
+// While the handlers take under 200µs on average, a take also leases, up
+// to BatchSize in all, the jobs that the slots start within 200µs beyond
+// the free ones; they run, in order, in the slots that free next, within
+// the shutdown grace too. A job not started when ShutdownTimeout passes is
+// delivered again when its lease ends.
 func (q *Queue) Run(ctx context.Context, h Handler) error {
 	if h == nil {
 		return errors.New("delayqueue: Handler is nil")
@@ -50,13 +51,15 @@ func (q *Queue) Run(ctx context.Context, h Handler) error {
 
 // runner is one Run.
 //
-// Its loop takes due jobs into the free slots (one take call leases up to
-// one per free slot, at most BatchSize) and starts a worker for each. A
-// worker that finished a job hands its ack to the loop's next take when that
-// is due within ackDelay; else it acks the job and leases the next due one in
-// the same call, and keeps its slot while there is one. Every take answers
-// when to look next; the loop sleeps until the latest answer's time, or until
-// a published due time is earlier.
+// Its loop takes due jobs into the free slots (one take call leases one per
+// free slot, and while handlers are fast the jobs those slots start soon
+// after, at most BatchSize; see extra) and starts a worker for each; the
+// jobs beyond the free slots wait in ready for the workers. A worker that
+// finished a job runs the next ready one, and hands its ack to the next
+// take that carries acks (see deferAck); else it acks the job and leases
+// the next due one in the same call, and keeps its slot while there is one.
+// Every take answers when to look next; the loop sleeps until the latest
+// answer's time, or until a published due time is earlier.
 type runner struct {
 	q       *Queue
 	h       Handler

@@ -140,21 +140,22 @@ end
 local seen = n > 0 and receipt(KEYS[8], now)
 local claimed, nextDue, more = 0, -1, 0
 if n > 0 and not seen then
-  -- The first n + 1 scheduled jobs: the due ones among the first n are
-  -- leased; the one after them is the next head.
-  local top = redis.call('ZRANGE', KEYS[1], 0, n, 'WITHSCORES')
+  -- Up to n due jobs, due first, are leased (only due ones are read: n may
+  -- be far more than are due); the one after them is the next head.
+  local top = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', snow, 'WITHSCORES', 'LIMIT', 0, n)
   local ids = {}
-  for i = 1, math.min(#top, 2 * n), 2 do
-    if tonumber(top[i + 1]) > now then break end
+  for i = 1, #top, 2 do
     ids[#ids + 1] = top[i]
-  end
-  local after = top[2 * #ids + 2]
-  if after then
-    nextDue = tonumber(after)
-    if nextDue <= now then more = 1 end
   end
   if #ids > 0 then
     redis.call('ZREM', KEYS[1], unpack(ids))
+  end
+  local h = redis.call('ZRANGE', KEYS[1], 0, 0, 'WITHSCORES')
+  if h[2] then
+    nextDue = tonumber(h[2])
+    if nextDue <= now then more = 1 end
+  end
+  if #ids > 0 then
     local metas = redis.call('HMGET', KEYS[6], unpack(ids))
     local payloads = redis.call('HMGET', KEYS[5], unpack(ids))
     local deadline = now + tonumber(ARGV[3])
