@@ -3,6 +3,7 @@ package ratelimit_test
 import (
 	"context"
 	"fmt"
+	"math"
 	"math/rand/v2"
 	"testing"
 	"time"
@@ -47,6 +48,15 @@ func TestDifferential(t *testing.T) {
 	for _, other := range bks[1:] {
 		t.Run("memory vs "+other.name, func(t *testing.T) {
 			t.Parallel()
+			planned, compared := 0, 0
+			defer func() {
+				// A stall now and then ends a scenario early; most calls
+				// must still be compared.
+				t.Logf("%d of %d calls compared", compared, planned)
+				if compared < planned*3/4 {
+					t.Errorf("only %d of %d calls compared: the machine outran the fake clock too often", compared, planned)
+				}
+			}()
 			for sc := range scenarios {
 				rng := rand.New(rand.NewPCG(uint64(sc), 7))
 				var rules []ratelimit.Rule
@@ -63,7 +73,20 @@ func TestDifferential(t *testing.T) {
 					t.Fatal(err)
 				}
 				ctx := context.Background()
+				planned += 150
+				// Connect first (a Reset of each key), so that no call
+				// below pays for a dial.
+				for k := range 3 {
+					if err := lim.Reset(ctx, fmt.Sprint("k", k)); err != nil {
+						t.Fatal(err)
+					}
+				}
 				last := time.Now()
+				// ahead is the most the fake clock was ahead of real time
+				// when a Redis call started: a state written then lives in
+				// Redis until its end by the fake clock, as long as the
+				// fake clock stays at least that far ahead.
+				ahead := time.Duration(math.MinInt64)
 				for i := range 150 {
 					// Redis expires keys on its own clock: the fake clock
 					// must not fall behind real time, or a key could vanish
@@ -72,9 +95,10 @@ func TestDifferential(t *testing.T) {
 					// is taken just before each Redis call, which comes
 					// first, so a step covers all the real time from one
 					// Redis call to the next but the moment between here
-					// and the call, which 10ms more covers.
+					// and the call, which 20ms more covers (a longer stall
+					// is caught below).
 					step := time.Duration(rng.Int64N(int64(120 * ms)))
-					if spent := time.Since(last) + 10*ms; spent > step {
+					if spent := time.Since(last) + 20*ms; spent > step {
 						step = spent
 					}
 					clk.Advance(step)
@@ -86,6 +110,7 @@ func TestDifferential(t *testing.T) {
 						if err := lim.Reset(ctx, key); err != nil {
 							t.Fatal(err)
 						}
+						compared++
 						continue
 					}
 					n := rng.Int64N(4)
@@ -94,6 +119,17 @@ func TestDifferential(t *testing.T) {
 					if err != nil {
 						t.Fatal(err)
 					}
+					if behind := ahead - clk.Now().Sub(time.Now()); behind > 0 {
+						// The call may have ended after a state it read had
+						// expired in Redis by Redis's own clock: this machine
+						// stalled the test for longer than the step's
+						// margin. The scenario's states cannot be compared
+						// from here on.
+						t.Logf("scenario %d call %d: real time outran the fake clock by %v; the rest of the scenario is not compared", sc, i, behind)
+						break
+					}
+					ahead = max(ahead, clk.Now().Sub(last))
+					compared++
 					want, err := ref.AllowN(ctx, key, n)
 					if err != nil {
 						t.Fatal(err)

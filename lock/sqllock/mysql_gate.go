@@ -513,7 +513,11 @@ func (ps *pinSet) add(k pinKey, conn *sql.Conn, deadline time.Time) bool {
 		return false
 	}
 	p := &pin{key: k, conn: conn, deadline: deadline}
+	// The timer may fire at once (a deadline already past): p.expire waits
+	// for p.mu, so it sees p.timer set.
+	p.mu.Lock()
 	p.timer = time.AfterFunc(time.Until(deadline), p.expire)
+	p.mu.Unlock()
 	ps.m[k] = p
 	return true
 }
