@@ -188,6 +188,9 @@ func (r *runner) gather(ctx context.Context) int {
 	return n
 }
 
+// gatherWait is the longest a take waits for busy slots (see gather).
+const gatherWait = 250 * time.Microsecond
+
 // extra is how many jobs a take for n free slots leases besides them, to
 // run in the next slots that free (see popReady): while the handlers take
 // h < prefetchBelow on average, as many as the slots start within
@@ -202,7 +205,7 @@ func (r *runner) extra(n int) int {
 	if h <= 0 || h >= prefetchBelow {
 		return 0
 	}
-	return max(min(BatchSize-n, cap(r.slots)*int(prefetchBelow/h)), 0)
+	return min(BatchSize-n, cap(r.slots)*int(prefetchBelow/h))
 }
 
 // prefetchBelow is the handlers' average duration under which takes lease
@@ -247,9 +250,6 @@ func (r *runner) popReady() *delivery {
 	r.ready = r.ready[1:]
 	return d
 }
-
-// gatherWait is the longest a take waits for busy slots (see gather).
-const gatherWait = 250 * time.Microsecond
 
 // legacy reports whether a take should look for jobs in the ready set of
 // version 0.9: once per MaxPoll.

@@ -598,3 +598,85 @@ func TestPrefetch(t *testing.T) {
 		})
 	}
 }
+
+// TestPrefetchAbandoned: jobs leased beyond the free slots and not started
+// when ShutdownTimeout passes (the one slot's handler hangs) are not lost:
+// their leases end, and another Run delivers each of them, while no job
+// handled before is delivered again.
+func TestPrefetchAbandoned(t *testing.T) {
+	for _, bk := range threeBackends() {
+		t.Run(bk.name, func(t *testing.T) {
+			t.Parallel()
+			const jobs = 200
+			mk := bk.make(t, nil)
+			opts := []delayqueue.Option{delayqueue.Concurrency(1), delayqueue.Visibility(time.Second), delayqueue.ShutdownTimeout(10 * time.Millisecond)}
+			q1, err := delayqueue.New(mk(), "prefetch-abandoned", opts...)
+			if err != nil {
+				t.Fatal(err)
+			}
+			items := make([]delayqueue.Item, jobs)
+			for i := range items {
+				items[i] = delayqueue.Item{Payload: []byte(fmt.Sprint(i))}
+			}
+			if _, err := q1.EnqueueBatch(context.Background(), items); err != nil {
+				t.Fatal(err)
+			}
+			var mu sync.Mutex
+			first := map[string]bool{}
+			hung := make(chan struct{})
+			var once sync.Once
+			stop := runQueue(t, q1, func(ctx context.Context, j *delayqueue.Job) error {
+				mu.Lock()
+				k := len(first)
+				if k < 20 {
+					first[j.ID] = true
+				}
+				mu.Unlock()
+				if k < 20 {
+					return nil // fast: the takes lease beyond the one slot
+				}
+				once.Do(func() { close(hung) })
+				<-ctx.Done() // hangs until Run gives up on it
+				return ctx.Err()
+			})
+			select {
+			case <-hung:
+			case <-time.After(20 * time.Second):
+				t.Fatal("the handler never hung")
+			}
+			st, err := q1.Stats(context.Background())
+			if err != nil {
+				t.Fatal(err)
+			}
+			if st.InFlight < 2 {
+				t.Fatalf("%+v: want jobs leased beyond the one slot", st)
+			}
+			stop()
+
+			q2, err := delayqueue.New(mk(), "prefetch-abandoned", opts...)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var done atomic.Int64
+			second := map[string]int{}
+			runQueue(t, q2, func(ctx context.Context, j *delayqueue.Job) error {
+				mu.Lock()
+				second[j.ID]++
+				mu.Unlock()
+				done.Add(1)
+				return nil
+			})
+			waitFor(t, 30*time.Second, "the other jobs", func() bool { return done.Load() >= jobs-20 })
+			mu.Lock()
+			defer mu.Unlock()
+			for id := range second {
+				if first[id] {
+					t.Errorf("job %s, handled by the first Run, delivered again", id)
+				}
+			}
+			if len(second) != jobs-20 {
+				t.Errorf("the second Run delivered %d jobs, want the %d the first did not finish", len(second), jobs-20)
+			}
+		})
+	}
+}

@@ -435,10 +435,11 @@ func TestBusyWakerHandsOn(t *testing.T) {
 }
 
 // TestTakesThroughFaults: jobs due a millisecond apart, so that takes lease
-// several jobs and carry deferred acks, through a store that is slow (5 ms
-// a reply), then stalled past the client's read timeout, then loses replies:
-// every job is handled once, every ack lands (the queue ends empty), and no
-// lease is reported lost.
+// several jobs and carry deferred acks, and two backlogs due at once, which
+// instant handlers lease beyond their free slots, through a store that is
+// slow (5 ms a reply), then stalled past the client's read timeout, then
+// loses replies: every job is handled once, every ack lands (the queue ends
+// empty), and no lease is reported lost.
 func TestTakesThroughFaults(t *testing.T) {
 	var mu sync.Mutex
 	var errs []error
@@ -452,8 +453,14 @@ func TestTakesThroughFaults(t *testing.T) {
 	start := time.Now().Add(300 * time.Millisecond)
 	var items []delayqueue.Item
 	for i := range n {
-		items = append(items, delayqueue.Item{Options: []delayqueue.EnqueueOption{
-			delayqueue.At(start.Add(time.Duration(i) * time.Millisecond))}})
+		due := start.Add(time.Duration(i) * time.Millisecond)
+		switch {
+		case i < 60:
+			due = start // a backlog before the faults
+		case i >= 240:
+			due = start.Add(460 * time.Millisecond) // and one during the stall
+		}
+		items = append(items, delayqueue.Item{Options: []delayqueue.EnqueueOption{delayqueue.At(due)}})
 	}
 	if _, err := q.EnqueueBatch(ctx, items); err != nil {
 		t.Fatal(err)

@@ -141,7 +141,7 @@ local seen = n > 0 and receipt(KEYS[8], now)
 local claimed, nextDue, more = 0, -1, 0
 if n > 0 and not seen then
   -- Up to n due jobs, due first, are leased (only due ones are read: n may
-  -- be far more than are due); the one after them is the next head.
+  -- be far more than are due).
   local top = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', snow, 'WITHSCORES', 'LIMIT', 0, n)
   local ids = {}
   for i = 1, #top, 2 do
@@ -149,13 +149,6 @@ if n > 0 and not seen then
   end
   if #ids > 0 then
     redis.call('ZREM', KEYS[1], unpack(ids))
-  end
-  local h = redis.call('ZRANGE', KEYS[1], 0, 0, 'WITHSCORES')
-  if h[2] then
-    nextDue = tonumber(h[2])
-    if nextDue <= now then more = 1 end
-  end
-  if #ids > 0 then
     local metas = redis.call('HMGET', KEYS[6], unpack(ids))
     local payloads = redis.call('HMGET', KEYS[5], unpack(ids))
     local deadline = now + tonumber(ARGV[3])
@@ -178,28 +171,27 @@ if n > 0 and not seen then
     claimed = #ids
     if nextDeadline < 0 or deadline < nextDeadline then nextDeadline = deadline end
   end
-else
-  if seen then
-    -- A second run: the first run's deliveries that still hold their lease.
-    local pos = 2
-    while pos <= #seen do
-      local a, len, rest = string.match(seen, '^(%d+):(%d+):()', pos)
-      if not a then break end
-      local id = string.sub(seen, rest, rest + tonumber(len) - 1)
-      pos = rest + tonumber(len)
-      claimed = claimed + 1
-      local deadline = redis.call('ZSCORE', KEYS[3], id)
-      local attempt, jdue = string.match(redis.call('HGET', KEYS[6], id) or '', '^(%d+):(%d+)$')
-      if deadline and attempt == a then
-        deliver(id, redis.call('HGET', KEYS[5], id), tonumber(attempt), tonumber(jdue), tonumber(deadline))
-      end
+elseif seen then
+  -- A second run: the first run's deliveries that still hold their lease.
+  local pos = 2
+  while pos <= #seen do
+    local a, len, rest = string.match(seen, '^(%d+):(%d+):()', pos)
+    if not a then break end
+    local id = string.sub(seen, rest, rest + tonumber(len) - 1)
+    pos = rest + tonumber(len)
+    claimed = claimed + 1
+    local deadline = redis.call('ZSCORE', KEYS[3], id)
+    local attempt, jdue = string.match(redis.call('HGET', KEYS[6], id) or '', '^(%d+):(%d+)$')
+    if deadline and attempt == a then
+      deliver(id, redis.call('HGET', KEYS[5], id), tonumber(attempt), tonumber(jdue), tonumber(deadline))
     end
   end
-  local h = redis.call('ZRANGE', KEYS[1], 0, 0, 'WITHSCORES')
-  if h[2] then
-    nextDue = tonumber(h[2])
-    if nextDue <= now then more = 1 end
-  end
+end
+-- The head of scheduled, after what this call leased.
+local h = redis.call('ZRANGE', KEYS[1], 0, 0, 'WITHSCORES')
+if h[2] then
+  nextDue = tonumber(h[2])
+  if nextDue <= now then more = 1 end
 end
 
 -- 4. Plan.
