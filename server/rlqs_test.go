@@ -23,6 +23,7 @@ import (
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/floodgate-dev/floodgate/backend"
@@ -657,5 +658,82 @@ func TestRLQSManyBuckets(t *testing.T) {
 		if got := rate(a.GetQuotaAssignmentAction().GetRateLimitStrategy()); got != 907 {
 			t.Errorf("bucket %d: %v/s, want 907/s", i, got)
 		}
+	}
+}
+
+// TestRLQSStorePaused: with the store paused (SIGSTOP: calls hang, none
+// fails at once), the stream goes on past the store's timeout, and a bucket
+// whose assignment is live gets no action (Envoy keeps its token bucket,
+// which the store still counts); once the store is back, the next reports
+// get the same share again.
+func TestRLQSStorePaused(t *testing.T) {
+	r := testenv.NewRedis(t)
+	clk := clock.NewFake(time.Unix(1_800_000_000, 0))
+	gc := redis.NewClient(&redis.Options{Addr: r.Addr, ContextTimeoutEnabled: true})
+	t.Cleanup(func() { gc.Close() })
+	b, err := backend.NewRedis(gc, backend.WithPrefix(backendtest.UniquePrefix()), backend.WithClock(clk))
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := NewService(b, Options{
+		Timeout: 200 * time.Millisecond, FailureMode: FailOpen, Metrics: NewMetrics(),
+		Breaker: BreakerOptions{Failures: 1, Probe: 100 * time.Millisecond, Cooldown: 100 * time.Millisecond},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.SetConfig(mustConfig(t, quotaYAML), "v1"); err != nil {
+		t.Fatal(err)
+	}
+	st, _ := openQuota(t, startRLQS(t, s))
+	x, bob := bucket("tenant", "x"), bucket("user", "bob") // bob: unmatched, abandoned without the store
+	resp, err := exchange(t, st, "quota", usage(x, 5, 0, time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	before := resp.GetBucketAction()[0].GetQuotaAssignmentAction().GetRateLimitStrategy()
+	if got := rate(before); got != 907 {
+		t.Fatalf("with Redis up: %v/s, want 907/s", got)
+	}
+
+	if err := r.Pause(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = r.Resume() })
+	resp, err = exchange(t, st, "", usage(x, 5, 0, time.Second), usage(bob, 1, 0, 0))
+	if err != nil {
+		t.Fatalf("with Redis paused: %v, want the stream to go on", err)
+	}
+	for _, a := range resp.GetBucketAction() {
+		if bucketKey(a.GetBucketId()) == bucketKey(x) {
+			t.Errorf("with Redis paused, a live assignment: %v, want no action (Envoy keeps it)", a)
+		}
+	}
+
+	if err := r.Resume(); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		resp, err = exchange(t, st, "", usage(x, 5, 0, time.Second), usage(bob, 1, 0, 0))
+		if err != nil {
+			t.Fatal(err)
+		}
+		var got *typev3.RateLimitStrategy
+		for _, a := range resp.GetBucketAction() {
+			if bucketKey(a.GetBucketId()) == bucketKey(x) {
+				got = a.GetQuotaAssignmentAction().GetRateLimitStrategy()
+			}
+		}
+		if got != nil {
+			if !proto.Equal(got, before) {
+				t.Fatalf("after Redis resumed: %v, want the same strategy as before, %v", got, before)
+			}
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("no assignment 20s after Redis resumed")
+		}
+		time.Sleep(50 * time.Millisecond)
 	}
 }
