@@ -36,6 +36,7 @@ func TestFailureModes(t *testing.T) {
 				t.Fatal(err)
 			}
 			defer c.Close()
+			warmStore(t, b)
 			s := newService(t, b, Options{
 				FailureMode: mode,
 				Timeout:     50 * time.Millisecond,
@@ -114,6 +115,7 @@ func TestCallerDeadlineShorterThanTimeout(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer c.Close()
+	warmStore(t, b)
 	var logs lockedBuffer
 	m := NewMetrics()
 	s := newService(t, b, Options{

@@ -69,6 +69,17 @@ func newService(t testing.TB, b backend.Backend, opts Options) *Service {
 	return s
 }
 
+// warmStore makes one decision on b through a service of its own with a
+// generous timeout, so that the connection is open and the scripts loaded
+// before a test's service, with a store timeout of tens of milliseconds,
+// makes its first call: on a loaded machine under -race that first call
+// (dial, NOSCRIPT, load) can take longer than such a timeout.
+func warmStore(t testing.TB, b backend.Backend) {
+	t.Helper()
+	s := newService(t, b, Options{Timeout: 10 * time.Second, FailureMode: FailError, Breaker: BreakerOptions{Failures: -1}})
+	decide(t, s, desc(1, "user", "warm-up"))
+}
+
 func desc(cost int64, kv ...string) Descriptor {
 	d := Descriptor{Cost: cost}
 	for i := 0; i+1 < len(kv); i += 2 {
