@@ -661,79 +661,125 @@ func TestRLQSManyBuckets(t *testing.T) {
 	}
 }
 
-// TestRLQSStorePaused: with the store paused (SIGSTOP: calls hang, none
-// fails at once), the stream goes on past the store's timeout, and a bucket
-// whose assignment is live gets no action (Envoy keeps its token bucket,
-// which the store still counts); once the store is back, the next reports
-// get the same share again.
-func TestRLQSStorePaused(t *testing.T) {
-	r := testenv.NewRedis(t)
-	clk := clock.NewFake(time.Unix(1_800_000_000, 0))
-	gc := redis.NewClient(&redis.Options{Addr: r.Addr, ContextTimeoutEnabled: true})
-	t.Cleanup(func() { gc.Close() })
-	b, err := backend.NewRedis(gc, backend.WithPrefix(backendtest.UniquePrefix()), backend.WithClock(clk))
-	if err != nil {
-		t.Fatal(err)
-	}
-	s, err := NewService(b, Options{
-		Timeout: 200 * time.Millisecond, FailureMode: FailOpen, Metrics: NewMetrics(),
-		Breaker: BreakerOptions{Failures: 1, Probe: 100 * time.Millisecond, Cooldown: 100 * time.Millisecond},
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := s.SetConfig(mustConfig(t, quotaYAML), "v1"); err != nil {
-		t.Fatal(err)
-	}
-	st, _ := openQuota(t, startRLQS(t, s))
-	x, bob := bucket("tenant", "x"), bucket("user", "bob") // bob: unmatched, abandoned without the store
-	resp, err := exchange(t, st, "quota", usage(x, 5, 0, time.Second))
-	if err != nil {
-		t.Fatal(err)
-	}
-	before := resp.GetBucketAction()[0].GetQuotaAssignmentAction().GetRateLimitStrategy()
-	if got := rate(before); got != 907 {
-		t.Fatalf("with Redis up: %v/s, want 907/s", got)
-	}
-
-	if err := r.Pause(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = r.Resume() })
-	resp, err = exchange(t, st, "", usage(x, 5, 0, time.Second), usage(bob, 1, 0, 0))
-	if err != nil {
-		t.Fatalf("with Redis paused: %v, want the stream to go on", err)
-	}
-	for _, a := range resp.GetBucketAction() {
-		if bucketKey(a.GetBucketId()) == bucketKey(x) {
-			t.Errorf("with Redis paused, a live assignment: %v, want no action (Envoy keeps it)", a)
-		}
-	}
-
-	if err := r.Resume(); err != nil {
-		t.Fatal(err)
-	}
-	deadline := time.Now().Add(20 * time.Second)
-	for {
-		resp, err = exchange(t, st, "", usage(x, 5, 0, time.Second), usage(bob, 1, 0, 0))
-		if err != nil {
-			t.Fatal(err)
-		}
-		var got *typev3.RateLimitStrategy
-		for _, a := range resp.GetBucketAction() {
-			if bucketKey(a.GetBucketId()) == bucketKey(x) {
-				got = a.GetQuotaAssignmentAction().GetRateLimitStrategy()
+// TestRLQSStoreStalled: with the store paused (SIGSTOP: calls hang, none
+// fails at once) or answering slower than the service's timeout, the stream
+// goes on past the timeout, and a bucket whose assignment is live gets no
+// action (Envoy keeps its token bucket, which the store still counts); once
+// the store is back, the next reports get the same share again. A store
+// slow within the timeout changes nothing: every report gets its share.
+func TestRLQSStoreStalled(t *testing.T) {
+	for _, c := range []struct {
+		name  string
+		delay time.Duration // through a proxy; 0: SIGSTOP
+		late  bool          // slower than the service's timeout
+	}{
+		{"paused", 0, true},
+		{"slower-than-timeout", 400 * time.Millisecond, true},
+		{"within-timeout", 30 * time.Millisecond, false},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			r := testenv.NewRedis(t)
+			addr := r.Addr
+			var p *testenv.Proxy
+			if c.delay > 0 {
+				p = testenv.NewProxy(t, r.Addr)
+				addr = p.Addr()
 			}
-		}
-		if got != nil {
-			if !proto.Equal(got, before) {
-				t.Fatalf("after Redis resumed: %v, want the same strategy as before, %v", got, before)
+			stall := func() error {
+				if p != nil {
+					p.SetDelay(c.delay)
+					return nil
+				}
+				return r.Pause()
 			}
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("no assignment 20s after Redis resumed")
-		}
-		time.Sleep(50 * time.Millisecond)
+			resume := func() error {
+				if p != nil {
+					p.SetDelay(0)
+					return nil
+				}
+				return r.Resume()
+			}
+			clk := clock.NewFake(time.Unix(1_800_000_000, 0))
+			gc := redis.NewClient(&redis.Options{Addr: addr, ContextTimeoutEnabled: true})
+			t.Cleanup(func() { gc.Close() })
+			b, err := backend.NewRedis(gc, backend.WithPrefix(backendtest.UniquePrefix()), backend.WithClock(clk))
+			if err != nil {
+				t.Fatal(err)
+			}
+			timeout := 200 * time.Millisecond
+			if !c.late {
+				// Within the timeout on a busy machine too: the case is
+				// about a slow store, not about this machine's load.
+				timeout = 2 * time.Second
+			}
+			s, err := NewService(b, Options{
+				Timeout: timeout, FailureMode: FailOpen, Metrics: NewMetrics(),
+				Breaker: BreakerOptions{Failures: 1, Probe: 100 * time.Millisecond, Cooldown: 100 * time.Millisecond},
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := s.SetConfig(mustConfig(t, quotaYAML), "v1"); err != nil {
+				t.Fatal(err)
+			}
+			st, _ := openQuota(t, startRLQS(t, s))
+			x, bob := bucket("tenant", "x"), bucket("user", "bob") // bob: unmatched, abandoned without the store
+			// strategy returns x's strategy in resp, nil when it has no action.
+			strategy := func(resp *rlqs.RateLimitQuotaResponse) *typev3.RateLimitStrategy {
+				for _, a := range resp.GetBucketAction() {
+					if bucketKey(a.GetBucketId()) == bucketKey(x) {
+						return a.GetQuotaAssignmentAction().GetRateLimitStrategy()
+					}
+				}
+				return nil
+			}
+			resp, err := exchange(t, st, "quota", usage(x, 5, 0, time.Second))
+			if err != nil {
+				t.Fatal(err)
+			}
+			before := strategy(resp)
+			if got := rate(before); got != 907 {
+				t.Fatalf("with Redis up: %v/s, want 907/s", got)
+			}
+
+			if err := stall(); err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { _ = resume() })
+			for i := range 3 {
+				resp, err = exchange(t, st, "", usage(x, 5, 0, time.Second), usage(bob, 1, 0, 0))
+				if err != nil {
+					t.Fatalf("report %d with the store stalled: %v, want the stream to go on", i, err)
+				}
+				got := strategy(resp)
+				switch {
+				case c.late && got != nil:
+					t.Errorf("report %d with the store stalled, a live assignment: %v, want no action (Envoy keeps it)", i, got)
+				case !c.late && !proto.Equal(got, before):
+					t.Errorf("report %d with the store slow within the timeout: %v, want the same strategy as before, %v", i, got, before)
+				}
+			}
+
+			if err := resume(); err != nil {
+				t.Fatal(err)
+			}
+			deadline := time.Now().Add(20 * time.Second)
+			for {
+				resp, err = exchange(t, st, "", usage(x, 5, 0, time.Second), usage(bob, 1, 0, 0))
+				if err != nil {
+					t.Fatal(err)
+				}
+				if got := strategy(resp); got != nil {
+					if !proto.Equal(got, before) {
+						t.Fatalf("after the store came back: %v, want the same strategy as before, %v", got, before)
+					}
+					break
+				}
+				if time.Now().After(deadline) {
+					t.Fatal("no assignment 20s after the store came back")
+				}
+				time.Sleep(50 * time.Millisecond)
+			}
+		})
 	}
 }
