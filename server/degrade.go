@@ -24,12 +24,12 @@ func (s *Service) storeCall(ctx context.Context, d *deciding, b *batch, call fun
 		return call()
 	}
 	return s.degraded.Call(ctx, b.reqs, b.results, nil, func() ([][]ratelimit.Rule, []time.Duration) { return d.rulesOf(b) }, call,
-		func(j int, n int64) bool {
+		func(j int, n int64) (ratelimit.Result, bool) {
 			q := b.reqs[j]
 			q.N = n
 			var out [1]ratelimit.Result
 			ok, err := s.allow(ctx, []ratelimit.Request{q}, out[:])
-			return err == nil && ok
+			return out[0], err == nil && ok
 		})
 }
 

@@ -282,17 +282,6 @@ func (l *Limits) Seen(reqs []ratelimit.Request, results []ratelimit.Result, each
 // change a request.
 func (l *Limits) Owed() bool { return l.owed.Load() > 0 }
 
-// Owes reports whether key owes the store a debt.
-func (l *Limits) Owes(key string) bool {
-	if !l.Owed() {
-		return false
-	}
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	_, ok := l.debts[key]
-	return ok
-}
-
 // Charge adds to each request of reqs the debt its key owes the store and
 // returns what it added (nil when nothing); the caller passes it to Paid
 // once the store has answered.
@@ -375,13 +364,17 @@ func (l *Limits) Spent(key string, n int64) {
 // every store call of a caller of Limits must go: the debts of admitted
 // requests are paid (the others stay owed), the store's answers are
 // remembered (Seen), a request refused with its debt spends what its limit
-// has left through spend(j, n) (Spent), and in the grace period after an
+// has left through spend(j, n), which returns the store's result of that
+// and whether it admitted it (Spent; the refusal's Remaining and ResetAfter
+// become the spending's), and gets a RetryAfter of at least a second (until
+// its limit is back to full) where the store's answer, made with the debt,
+// said it is never admissible, and in the grace period after an
 // outage what the store admitted must also pass this server's share
 // (Check; rules gives the requests' rules and windows, as Decide takes
 // them). It returns decide's error: the debts then stay owed and nothing
 // is remembered.
 func (l *Limits) Call(ctx context.Context, reqs []ratelimit.Request, results []ratelimit.Result, each [][]ratelimit.Result,
-	rules func() ([][]ratelimit.Rule, []time.Duration), decide func() error, spend func(j int, n int64) bool) error {
+	rules func() ([][]ratelimit.Rule, []time.Duration), decide func() error, spend func(j int, n int64) (ratelimit.Result, bool)) error {
 	start := l.now()
 	added := l.Charge(reqs)
 	err := decide()
@@ -399,16 +392,26 @@ func (l *Limits) Call(ctx context.Context, reqs []ratelimit.Request, results []r
 		}
 	}
 	for j, n := range added {
-		r := results[j]
-		if n == 0 || r.Allowed || r.Remaining <= 0 {
+		r := &results[j]
+		if n == 0 || r.Allowed {
 			continue
 		}
-		// The debt does not fit: spend what the limit has left, so that
-		// no other server is admitted past it either (a debt owed to a
-		// longer rule that does not fit in a shorter one is paid so, in
-		// parts).
-		if part := min(r.Remaining, n); spend(j, part) {
-			l.Spent(reqs[j].Key, part)
+		if r.Remaining > 0 {
+			// The debt does not fit: spend what the limit has left, so
+			// that no other server is admitted past it either (a debt
+			// owed to a longer rule that does not fit in a shorter one
+			// is paid so, in parts). The refusal then tells what the
+			// spending left.
+			part := min(r.Remaining, n)
+			if s, ok := spend(j, part); ok {
+				l.Spent(reqs[j].Key, part)
+				r.Remaining, r.ResetAfter = s.Remaining, s.ResetAfter
+			}
+		}
+		if r.RetryAfter < 0 {
+			// Never admissible with the debt, not on its own: the
+			// caller may retry once the limit is back to full.
+			r.RetryAfter = max(r.ResetAfter, time.Second)
 		}
 	}
 	return nil

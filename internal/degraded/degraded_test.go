@@ -117,6 +117,51 @@ func TestDebtPaid(t *testing.T) {
 	}
 }
 
+// TestDebtNeverFits: the whole limit admitted in process while the store
+// counted none; back, the store refuses the next request with its debt as
+// never admissible (101 > 100), and Call spends the 100 the window has left
+// for the debt. The refusal says what the spending left, and that the
+// request itself is admissible once the window is over.
+func TestDebtNeverFits(t *testing.T) {
+	f := newFixture(t, 1)
+	if got := count(t, f.localAllow, "k", 100); got != 100 {
+		t.Fatalf("in process: %d of 100", got)
+	}
+	f.clk.Advance(10 * time.Second)
+	ctx := context.Background()
+	reqs := []ratelimit.Request{{Limiter: f.store, Key: "k", N: 1}}
+	res := make([]ratelimit.Result, 1)
+	spent := int64(0)
+	err := f.l.Call(ctx, reqs, res, nil, func() ([][]ratelimit.Rule, []time.Duration) {
+		return [][]ratelimit.Rule{{f.rule}}, []time.Duration{time.Minute}
+	}, func() (err error) {
+		res[0], err = f.store.AllowN(ctx, "k", reqs[0].N)
+		return err
+	}, func(_ int, n int64) (ratelimit.Result, bool) {
+		r, err := f.store.AllowN(ctx, "k", n)
+		if err == nil && r.Allowed {
+			spent += n
+		}
+		return r, err == nil && r.Allowed
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r := res[0]; r.Allowed || r.Remaining != 0 || r.ResetAfter != 50*time.Second || r.RetryAfter != 50*time.Second {
+		t.Fatalf("with a debt of 100: %+v, want refused, nothing remaining, a RetryAfter and ResetAfter of 50s (the window's end)", r)
+	}
+	if spent != 100 || f.l.Owed() {
+		t.Fatalf("spent %d of the debt (owed still: %v), want 100 and nothing owed", spent, f.l.Owed())
+	}
+	if reqs[0].N != 1 {
+		t.Fatalf("the request's cost after Call: %d, want 1", reqs[0].N)
+	}
+	f.clk.Set(t0.Add(time.Minute))
+	if got := count(t, f.storeAllow, "k", 150); got != 100 {
+		t.Fatalf("the next window: %d admitted, want 100", got)
+	}
+}
+
 // TestShares: with 4 servers, each has a quarter of a fresh limit and a
 // quarter of what the store had left.
 func TestShares(t *testing.T) {
@@ -277,7 +322,7 @@ func TestEachRuleRemembered(t *testing.T) {
 						res[0], err = store.AllowNEach(ctx, key, reqs[0].N, each[0])
 					}
 					return err
-				}, func(int, int64) bool { return false })
+				}, func(int, int64) (ratelimit.Result, bool) { return ratelimit.Result{}, false })
 				if err != nil {
 					t.Fatal(err)
 				}

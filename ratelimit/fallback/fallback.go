@@ -312,18 +312,12 @@ func (f *Limiter) degraded(ctx context.Context, key string, n int64) (ratelimit.
 			results[0], err = f.call(ctx, key, reqs[0].N, each)
 			return err
 		},
-		func(_ int, part int64) bool {
+		func(_ int, part int64) (ratelimit.Result, bool) {
 			r, err := f.call(ctx, key, part, nil)
-			return err == nil && r.Allowed
+			return r, err == nil && r.Allowed
 		})
 	if err == nil {
-		res := results[0]
-		if !res.Allowed && res.RetryAfter < 0 && f.limits.Owes(key) {
-			// Never admissible with the debt, not on its own: the caller
-			// may retry once the limit is back to full.
-			res.RetryAfter = max(res.ResetAfter, time.Second)
-		}
-		return res, nil
+		return results[0], nil
 	}
 	if ctx.Err() != nil || errors.Is(err, backend.ErrEmptyKey) || errors.Is(err, ratelimit.ErrNegativeN) {
 		return ratelimit.Result{}, err
