@@ -119,7 +119,7 @@ func TestDifferential(t *testing.T) {
 					if err != nil {
 						t.Fatal(err)
 					}
-					if behind := ahead - clk.Now().Sub(time.Now()); behind > 0 {
+					if behind := ahead - time.Until(clk.Now()); behind > 0 {
 						// The call may have ended after a state it read had
 						// expired in Redis by Redis's own clock: this machine
 						// stalled the test for longer than the step's
