@@ -384,13 +384,6 @@ func (l *Limits) Call(ctx context.Context, reqs []ratelimit.Request, results []r
 	}
 	l.Seen(reqs, results, each, start)
 	l.Recovered()
-	if l.InGrace() && allAdmitted(results) {
-		rs, ws := rules()
-		local := make([]ratelimit.Result, len(reqs))
-		if ok, err := l.Check(ctx, reqs, rs, ws, local); err == nil && !ok {
-			copy(results, local) // refused: the store's units stay spent
-		}
-	}
 	for j, n := range added {
 		r := &results[j]
 		if n == 0 || r.Allowed {
@@ -412,6 +405,15 @@ func (l *Limits) Call(ctx context.Context, reqs []ratelimit.Request, results []r
 			// Never admissible with the debt, not on its own: the
 			// caller may retry once the limit is back to full.
 			r.RetryAfter = max(r.ResetAfter, time.Second)
+		}
+	}
+	// The store's refusals are settled; what it admitted (debts paid) must
+	// also pass this server's share in the grace period.
+	if l.InGrace() && allAdmitted(results) {
+		rs, ws := rules()
+		local := make([]ratelimit.Result, len(reqs))
+		if ok, err := l.Check(ctx, reqs, rs, ws, local); err == nil && !ok {
+			copy(results, local) // refused: the store's units stay spent
 		}
 	}
 	return nil

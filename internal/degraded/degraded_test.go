@@ -66,6 +66,34 @@ func (f *fixture) localAllow(t *testing.T, key string, n int64) bool {
 	return ok
 }
 
+// call decides reqs (on f.store) through f.l.Call, as the server and the
+// fallback do, and returns the units its spend callback spent at the store.
+func (f *fixture) call(t *testing.T, reqs []ratelimit.Request, res []ratelimit.Result) int64 {
+	t.Helper()
+	ctx := context.Background()
+	spent := int64(0)
+	err := f.l.Call(ctx, reqs, res, nil, func() ([][]ratelimit.Rule, []time.Duration) {
+		rules, windows := make([][]ratelimit.Rule, len(reqs)), make([]time.Duration, len(reqs))
+		for i := range reqs {
+			rules[i], windows[i] = []ratelimit.Rule{f.rule}, time.Minute
+		}
+		return rules, windows
+	}, func() error {
+		_, err := ratelimit.AllowAll(ctx, reqs, res)
+		return err
+	}, func(j int, n int64) (ratelimit.Result, bool) {
+		r, err := f.store.AllowN(ctx, reqs[j].Key, n)
+		if err == nil && r.Allowed {
+			spent += n
+		}
+		return r, err == nil && r.Allowed
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return spent
+}
+
 func count(t *testing.T, allow func(*testing.T, string, int64) bool, key string, tries int) int {
 	n := 0
 	for range tries {
@@ -128,25 +156,9 @@ func TestDebtNeverFits(t *testing.T) {
 		t.Fatalf("in process: %d of 100", got)
 	}
 	f.clk.Advance(10 * time.Second)
-	ctx := context.Background()
 	reqs := []ratelimit.Request{{Limiter: f.store, Key: "k", N: 1}}
 	res := make([]ratelimit.Result, 1)
-	spent := int64(0)
-	err := f.l.Call(ctx, reqs, res, nil, func() ([][]ratelimit.Rule, []time.Duration) {
-		return [][]ratelimit.Rule{{f.rule}}, []time.Duration{time.Minute}
-	}, func() (err error) {
-		res[0], err = f.store.AllowN(ctx, "k", reqs[0].N)
-		return err
-	}, func(_ int, n int64) (ratelimit.Result, bool) {
-		r, err := f.store.AllowN(ctx, "k", n)
-		if err == nil && r.Allowed {
-			spent += n
-		}
-		return r, err == nil && r.Allowed
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
+	spent := f.call(t, reqs, res)
 	if r := res[0]; r.Allowed || r.Remaining != 0 || r.ResetAfter != 50*time.Second || r.RetryAfter != 50*time.Second {
 		t.Fatalf("with a debt of 100: %+v, want refused, nothing remaining, a RetryAfter and ResetAfter of 50s (the window's end)", r)
 	}
@@ -259,6 +271,34 @@ func TestGrace(t *testing.T) {
 	f.l.Recovered()
 	if f.l.InGrace() {
 		t.Fatal("a store answer without an outage started a grace period")
+	}
+}
+
+// TestGraceRefusalSpendsNothing: with 2 servers, the store admitted 60 and
+// then this server 15 of its 20 in process. Back, in the grace period, the
+// store admits a request of 6 with its debt (21 of its 40), which this
+// server's share (5 left) refuses: the debt is paid, and nothing more is
+// spent at the store for it.
+func TestGraceRefusalSpendsNothing(t *testing.T) {
+	f := newFixture(t, 2)
+	if got := count(t, f.storeAllow, "k", 60); got != 60 {
+		t.Fatalf("the store admitted %d of 60", got)
+	}
+	if got := count(t, f.localAllow, "k", 15); got != 15 {
+		t.Fatalf("in process: %d of 15", got)
+	}
+	reqs := []ratelimit.Request{{Limiter: f.store, Key: "k", N: 6}}
+	res := make([]ratelimit.Result, 1)
+	if spent := f.call(t, reqs, res); spent != 0 || res[0].Allowed {
+		t.Fatalf("in grace: %+v, %d spent for it, want refused by the share and nothing spent", res[0], spent)
+	}
+	if !f.l.InGrace() || f.l.Owed() {
+		t.Fatalf("in grace %v, owed %v: want in grace, nothing owed", f.l.InGrace(), f.l.Owed())
+	}
+	// The store counted 60 + 15 + 6: 19 left.
+	f.clk.Advance(DefaultGrace)
+	if got := count(t, f.storeAllow, "k", 50); got != 19 {
+		t.Fatalf("after the grace period the store admitted %d, want the 19 left of 100", got)
 	}
 }
 
