@@ -27,10 +27,10 @@ const (
 	// least an interval apart, as Envoy's timer makes them (a report less
 	// than a unit after the last change of its share could not change it
 	// again, and one less than a second after the last would say 0 s).
-	fleetRound = fleetInterval + fleetInterval/20
-	fleetSlots    = 10 // slots per round: 8 data planes, a newcomer, a spare
-	fleetLimit    = 1000.0
-	fleetOffered  = 400.0 // requests per second each data plane sees: the fleet wants 3200/s
+	fleetRound   = fleetInterval + fleetInterval/20
+	fleetSlots   = 10 // slots per round: 8 data planes, a newcomer, a spare
+	fleetLimit   = 1000.0
+	fleetOffered = 400.0 // requests per second each data plane sees: the fleet wants 3200/s
 )
 
 // fleetPlane is one data plane: Envoy's rate_limit_quota filter, as far as
