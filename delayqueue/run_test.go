@@ -531,13 +531,7 @@ func TestPrefetch(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			items := make([]delayqueue.Item, jobs)
-			for i := range items {
-				items[i] = delayqueue.Item{Payload: []byte(fmt.Sprint(i))}
-			}
-			if _, err := q.EnqueueBatch(context.Background(), items); err != nil {
-				t.Fatal(err)
-			}
+			enqueueNumbered(t, q, jobs)
 			takes := q.CountTakes()
 			var active, peak, done atomic.Int64
 			var mu sync.Mutex
@@ -578,9 +572,7 @@ func TestPrefetch(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if _, err := q2.EnqueueBatch(context.Background(), items); err != nil {
-				t.Fatal(err)
-			}
+			enqueueNumbered(t, q2, jobs)
 			var ran atomic.Int64
 			stop := runQueue(t, q2, func(ctx context.Context, j *delayqueue.Job) error {
 				ran.Add(1)
@@ -614,13 +606,7 @@ func TestPrefetchAbandoned(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			items := make([]delayqueue.Item, jobs)
-			for i := range items {
-				items[i] = delayqueue.Item{Payload: []byte(fmt.Sprint(i))}
-			}
-			if _, err := q1.EnqueueBatch(context.Background(), items); err != nil {
-				t.Fatal(err)
-			}
+			enqueueNumbered(t, q1, jobs)
 			var mu sync.Mutex
 			first := map[string]bool{}
 			hung := make(chan struct{})
@@ -678,5 +664,18 @@ func TestPrefetchAbandoned(t *testing.T) {
 				t.Errorf("the second Run delivered %d jobs, want the %d the first did not finish", len(second), jobs-20)
 			}
 		})
+	}
+}
+
+// enqueueNumbered enqueues n jobs due now, their payloads 0 to n-1, in one
+// batch.
+func enqueueNumbered(t *testing.T, q *delayqueue.Queue, n int) {
+	t.Helper()
+	items := make([]delayqueue.Item, n)
+	for i := range items {
+		items[i] = delayqueue.Item{Payload: []byte(fmt.Sprint(i))}
+	}
+	if _, err := q.EnqueueBatch(context.Background(), items); err != nil {
+		t.Fatal(err)
 	}
 }

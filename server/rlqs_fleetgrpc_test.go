@@ -8,7 +8,6 @@ import (
 	"time"
 
 	rlqs "github.com/envoyproxy/go-control-plane/envoy/service/rate_limit_quota/v3"
-	"github.com/redis/go-redis/v9"
 	"github.com/redis/rueidis"
 
 	"github.com/floodgate-dev/floodgate/backend"
@@ -123,12 +122,7 @@ func TestRLQSFleet(t *testing.T) {
 func twoClients(t *testing.T, addr string, opts ...backend.Option) (backend.Backend, backend.Backend) {
 	t.Helper()
 	opts = append([]backend.Option{backend.WithPrefix(backendtest.UniquePrefix())}, opts...)
-	gc := redis.NewClient(&redis.Options{Addr: addr, ContextTimeoutEnabled: true})
-	t.Cleanup(func() { gc.Close() })
-	b1, err := backend.NewRedis(gc, opts...)
-	if err != nil {
-		t.Fatal(err)
-	}
+	b1 := goRedisBackend(t, addr, opts...)
 	rc, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{addr}, DisableCache: true})
 	if err != nil {
 		t.Fatal(err)

@@ -62,7 +62,13 @@ func newQuotaService(t testing.TB, b backend.Backend, ttl time.Duration) *Servic
 	t.Helper()
 	// A store timeout far above a loaded machine's worst: a bucket not sized
 	// in time gets no action, which the tests would take for a failure.
-	s, err := NewService(b, Options{Timeout: 2 * time.Second, Quota: QuotaOptions{TTL: ttl, SweepInterval: 100 * time.Millisecond}})
+	return quotaService(t, b, Options{Timeout: 2 * time.Second, Quota: QuotaOptions{TTL: ttl, SweepInterval: 100 * time.Millisecond}})
+}
+
+// quotaService returns a Service on b with opts and quotaYAML.
+func quotaService(t testing.TB, b backend.Backend, opts Options) *Service {
+	t.Helper()
+	s, err := NewService(b, opts)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -70,6 +76,19 @@ func newQuotaService(t testing.TB, b backend.Backend, ttl time.Duration) *Servic
 		t.Fatal(err)
 	}
 	return s
+}
+
+// goRedisBackend returns a backend with opts on the Redis at addr through
+// go-redis (ContextTimeoutEnabled, as a floodgate server's).
+func goRedisBackend(t testing.TB, addr string, opts ...backend.Option) backend.Backend {
+	t.Helper()
+	gc := redis.NewClient(&redis.Options{Addr: addr, ContextTimeoutEnabled: true})
+	t.Cleanup(func() { gc.Close() })
+	b, err := backend.NewRedis(gc, opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
 }
 
 // startRLQS serves s's quota service on a free local port and returns a
@@ -381,14 +400,8 @@ func TestRLQSStoreDown(t *testing.T) {
 			r := testenv.NewRedis(t)
 			clk := clock.NewFake(time.Unix(1_800_000_000, 0))
 			start := clk.Now()
-			gc := redis.NewClient(&redis.Options{Addr: r.Addr, ContextTimeoutEnabled: true})
-			t.Cleanup(func() { gc.Close() })
-			b, err := backend.NewRedis(gc, backend.WithPrefix(backendtest.UniquePrefix()), backend.WithClock(clk))
-			if err != nil {
-				t.Fatal(err)
-			}
 			m := NewMetrics()
-			s, err := NewService(b, Options{
+			s := quotaService(t, goRedisBackend(t, r.Addr, backend.WithPrefix(backendtest.UniquePrefix()), backend.WithClock(clk)), Options{
 				Timeout: 200 * time.Millisecond, FailureMode: c.mode, Metrics: m,
 				// x's and y's calls, sized together, fail together: one
 				// failure event, which opens the breaker. Its first probe
@@ -396,12 +409,6 @@ func TestRLQSStoreDown(t *testing.T) {
 				// machine.
 				Breaker: BreakerOptions{Failures: 1, Probe: 2 * time.Second, Cooldown: 2 * time.Second},
 			})
-			if err != nil {
-				t.Fatal(err)
-			}
-			if err := s.SetConfig(mustConfig(t, quotaYAML), "v1"); err != nil {
-				t.Fatal(err)
-			}
 			st, _ := openQuota(t, startRLQS(t, s))
 			x, y, bob := bucket("tenant", "x"), bucket("tenant", "y"), bucket("user", "bob")
 			resp, err := exchange(t, st, "quota", usage(x, 5, 0, time.Second))
@@ -700,28 +707,16 @@ func TestRLQSStoreStalled(t *testing.T) {
 				return r.Resume()
 			}
 			clk := clock.NewFake(time.Unix(1_800_000_000, 0))
-			gc := redis.NewClient(&redis.Options{Addr: addr, ContextTimeoutEnabled: true})
-			t.Cleanup(func() { gc.Close() })
-			b, err := backend.NewRedis(gc, backend.WithPrefix(backendtest.UniquePrefix()), backend.WithClock(clk))
-			if err != nil {
-				t.Fatal(err)
-			}
 			timeout := 200 * time.Millisecond
 			if !c.late {
 				// Within the timeout on a busy machine too: the case is
 				// about a slow store, not about this machine's load.
 				timeout = 2 * time.Second
 			}
-			s, err := NewService(b, Options{
+			s := quotaService(t, goRedisBackend(t, addr, backend.WithPrefix(backendtest.UniquePrefix()), backend.WithClock(clk)), Options{
 				Timeout: timeout, FailureMode: FailOpen, Metrics: NewMetrics(),
 				Breaker: BreakerOptions{Failures: 1, Probe: 100 * time.Millisecond, Cooldown: 100 * time.Millisecond},
 			})
-			if err != nil {
-				t.Fatal(err)
-			}
-			if err := s.SetConfig(mustConfig(t, quotaYAML), "v1"); err != nil {
-				t.Fatal(err)
-			}
 			st, _ := openQuota(t, startRLQS(t, s))
 			x, bob := bucket("tenant", "x"), bucket("user", "bob") // bob: unmatched, abandoned without the store
 			// strategy returns x's strategy in resp, nil when it has no action.

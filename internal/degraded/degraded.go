@@ -361,18 +361,21 @@ func (l *Limits) Spent(key string, n int64) {
 // Call runs decide, the store's decision of reqs into results (and into
 // each, the rules' own results, as Seen takes them: nil for requests of
 // one rule), with each key's debt added to its cost, and settles it, as
-// every store call of a caller of Limits must go: the debts of admitted
-// requests are paid (the others stay owed), the store's answers are
-// remembered (Seen), a request refused with its debt spends what its limit
-// has left through spend(j, n), which returns the store's result of that
-// and whether it admitted it (Spent; the refusal's Remaining and ResetAfter
-// become the spending's), and gets a RetryAfter of at least a second (until
-// its limit is back to full) where the store's answer, made with the debt,
-// said it is never admissible, and in the grace period after an
-// outage what the store admitted must also pass this server's share
-// (Check; rules gives the requests' rules and windows, as Decide takes
-// them). It returns decide's error: the debts then stay owed and nothing
-// is remembered.
+// every store call of a caller of Limits must go:
+//   - the debts of admitted requests are paid; the others stay owed;
+//   - the store's answers are remembered (Seen);
+//   - a request refused with its debt spends what its limit has left
+//     through spend(j, n), which returns the store's result of that and
+//     whether it admitted it (then Spent), and the refusal takes that
+//     result's Remaining and ResetAfter; where the store's answer, made with
+//     the debt, said it is never admissible, its RetryAfter becomes the time
+//     until the limit is back to full, at least a second;
+//   - in the grace period after an outage, what the store admitted must
+//     also pass this server's share (Check; rules gives the requests' rules
+//     and windows, as Decide takes them).
+//
+// It returns decide's error: the debts then stay owed and nothing is
+// remembered.
 func (l *Limits) Call(ctx context.Context, reqs []ratelimit.Request, results []ratelimit.Result, each [][]ratelimit.Result,
 	rules func() ([][]ratelimit.Rule, []time.Duration), decide func() error, spend func(j int, n int64) (ratelimit.Result, bool)) error {
 	start := l.now()
